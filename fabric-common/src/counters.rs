@@ -1,0 +1,150 @@
+//! Per-port counters and the reasons a packet is dropped or handed to the kernel.
+//!
+//! The XDP program keeps one [`PortCounters`] per port in a per-CPU array (no atomics on the hot
+//! path); userspace sums the CPUs. Layouts are shared so the two sides cannot drift.
+
+/// Why a packet was dropped (or, for the `ToKernel*` reasons, handed to the kernel).
+/// The discriminant is the index into [`PortCounters::drops`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum DropReason {
+    TruncatedEthernet = 0,
+    TruncatedVlan = 1,
+    TruncatedIpv4 = 2,
+    BadIpv4Header = 3,
+    TruncatedIpv6 = 4,
+    BadIpv6Header = 5,
+    IpLength = 6,
+    TruncatedUdp = 7,
+    BadUdpLength = 8,
+    TruncatedBth = 9,
+    NoRoute = 10,
+    EmptyGroup = 11,
+    RedirectFailed = 12,
+}
+
+impl DropReason {
+    pub const COUNT: usize = 13;
+
+    pub const ALL: [DropReason; Self::COUNT] = [
+        Self::TruncatedEthernet,
+        Self::TruncatedVlan,
+        Self::TruncatedIpv4,
+        Self::BadIpv4Header,
+        Self::TruncatedIpv6,
+        Self::BadIpv6Header,
+        Self::IpLength,
+        Self::TruncatedUdp,
+        Self::BadUdpLength,
+        Self::TruncatedBth,
+        Self::NoRoute,
+        Self::EmptyGroup,
+        Self::RedirectFailed,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::TruncatedEthernet => "truncated_ethernet",
+            Self::TruncatedVlan => "truncated_vlan",
+            Self::TruncatedIpv4 => "truncated_ipv4",
+            Self::BadIpv4Header => "bad_ipv4_header",
+            Self::TruncatedIpv6 => "truncated_ipv6",
+            Self::BadIpv6Header => "bad_ipv6_header",
+            Self::IpLength => "ip_length",
+            Self::TruncatedUdp => "truncated_udp",
+            Self::BadUdpLength => "bad_udp_length",
+            Self::TruncatedBth => "truncated_bth",
+            Self::NoRoute => "no_route",
+            Self::EmptyGroup => "empty_group",
+            Self::RedirectFailed => "redirect_failed",
+        }
+    }
+}
+
+/// Why a packet went to the kernel's stack (XDP_PASS) instead of being forwarded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum PassReason {
+    /// Not IPv4/IPv6 (ARP, LLDP, ...).
+    NotIp = 0,
+    /// Addressed to the switch: a local route, or a group (multicast/broadcast) MAC.
+    Local = 1,
+    /// TTL or hop limit would expire here.
+    TtlExpired = 2,
+    /// Unicast frame for another MAC address.
+    OtherHost = 3,
+}
+
+impl PassReason {
+    pub const COUNT: usize = 4;
+    pub const ALL: [PassReason; Self::COUNT] =
+        [Self::NotIp, Self::Local, Self::TtlExpired, Self::OtherHost];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::NotIp => "not_ip",
+            Self::Local => "local",
+            Self::TtlExpired => "ttl_expired",
+            Self::OtherHost => "other_host",
+        }
+    }
+}
+
+/// Counters of one switch port (one CPU's share; userspace sums them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct PortCounters {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    /// Forwarded out of this port.
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Received RoCEv2 packets (UDP 4791 with a complete BTH).
+    pub rx_roce_packets: u64,
+    pub tx_roce_packets: u64,
+    pub drops: [u64; DropReason::COUNT],
+    pub passes: [u64; PassReason::COUNT],
+}
+
+const _: () = assert!(core::mem::size_of::<PortCounters>() == 8 * (6 + DropReason::COUNT + PassReason::COUNT));
+
+impl PortCounters {
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    pub fn total_passes(&self) -> u64 {
+        self.passes.iter().sum()
+    }
+
+    /// Adds another CPU's share.
+    pub fn accumulate(&mut self, other: &PortCounters) {
+        self.rx_packets += other.rx_packets;
+        self.rx_bytes += other.rx_bytes;
+        self.tx_packets += other.tx_packets;
+        self.tx_bytes += other.tx_bytes;
+        self.rx_roce_packets += other.rx_roce_packets;
+        self.tx_roce_packets += other.tx_roce_packets;
+        for (a, b) in self.drops.iter_mut().zip(other.drops.iter()) {
+            *a += *b;
+        }
+        for (a, b) in self.passes.iter_mut().zip(other.passes.iter()) {
+            *a += *b;
+        }
+    }
+}
+
+/// Packets and bytes sent through one ECMP group member.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct MemberCounters {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+impl MemberCounters {
+    pub fn accumulate(&mut self, other: &MemberCounters) {
+        self.packets += other.packets;
+        self.bytes += other.bytes;
+    }
+}

@@ -1,0 +1,75 @@
+//! The forwarding decision of one switch for one packet, over abstract tables so that the XDP
+//! program (map lookups), the controller and the simulator all run the same code.
+use crate::config::{PortInfo, SwitchConfig};
+use crate::counters::{DropReason, PassReason};
+use crate::hash::select_member;
+use crate::parse::{IpHeader, ParsedPacket};
+use crate::route::{EcmpGroup, GroupMember, MAX_GROUP_MEMBERS, ROUTE_LOCAL, RouteTarget};
+use crate::wire::ethernet;
+
+/// The switch's routing state: the XDP program backs it with maps, tests with plain structs.
+pub trait ForwardingTables {
+    fn route_v4(&self, dst: &[u8; 4]) -> Option<RouteTarget>;
+    fn route_v6(&self, dst: &[u8; 16]) -> Option<RouteTarget>;
+    fn group(&self, id: u32) -> Option<&EcmpGroup>;
+}
+
+/// What happens to a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision<'a> {
+    /// Hand it to the kernel's stack (XDP_PASS).
+    Pass(PassReason),
+    /// Drop it and count why.
+    Drop(DropReason),
+    /// Send it out of `member.port` after rewriting MACs and TTL.
+    Forward { group: u32, member_index: u32, member: &'a GroupMember },
+}
+
+/// Decides the fate of a parsed packet that arrived on `port`.
+#[inline(always)]
+pub fn decide<'a, T: ForwardingTables>(
+    tables: &'a T,
+    cfg: &SwitchConfig,
+    port: &PortInfo,
+    pkt: &ParsedPacket,
+) -> Decision<'a> {
+    if ethernet::is_group_address(&pkt.dst_mac) {
+        return Decision::Pass(PassReason::Local);
+    }
+    if pkt.dst_mac != port.mac {
+        return Decision::Pass(PassReason::OtherHost);
+    }
+    let (target, ttl) = match &pkt.ip {
+        IpHeader::V4 { dst, ttl, .. } => (tables.route_v4(dst), *ttl),
+        IpHeader::V6 { dst, hop_limit, .. } => (tables.route_v6(dst), *hop_limit),
+    };
+    let group_id = match target {
+        None => return Decision::Drop(DropReason::NoRoute),
+        Some(ROUTE_LOCAL) => return Decision::Pass(PassReason::Local),
+        Some(id) => id,
+    };
+    if ttl <= 1 {
+        return Decision::Pass(PassReason::TtlExpired);
+    }
+    let Some(group) = tables.group(group_id) else {
+        return Decision::Drop(DropReason::NoRoute);
+    };
+    let n = group.len;
+    if n == 0 || n as usize > MAX_GROUP_MEMBERS {
+        return Decision::Drop(DropReason::EmptyGroup);
+    }
+    let member_index = verifier_mask(select_member(cfg, pkt, n), MAX_GROUP_MEMBERS as u32 - 1);
+    match group.members.get(member_index as usize) {
+        Some(member) => Decision::Forward { group: group_id, member_index, member },
+        None => Decision::Drop(DropReason::EmptyGroup),
+    }
+}
+
+/// `v & mask`, with a mask the compiler cannot drop. LLVM proves `select_member(..) < n <= 64`
+/// and removes a plain mask, but the verifier cannot follow a multiply-shift and then rejects the
+/// indexed access; a volatile read hides the range from LLVM so the mask reaches the verifier.
+#[inline(always)]
+pub fn verifier_mask(v: u32, mask: u32) -> u32 {
+    // SAFETY: reading a local through a valid reference.
+    unsafe { core::ptr::read_volatile(&v) & mask }
+}

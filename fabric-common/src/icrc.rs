@@ -1,0 +1,54 @@
+//! The RoCEv2 invariant CRC (IBTA annex A17.3.3): CRC-32 over the packet with the fields that
+//! routers may change masked to all ones, prefixed by 64 bits of ones for the absent LRH.
+use crate::hash::crc32_update;
+use crate::wire::{bth, ipv4, ipv6, udp};
+
+/// Byte `i` of the IP header as the ICRC sees it: variant fields set to all ones.
+fn masked_ip_byte(version: u8, i: usize, b: u8) -> u8 {
+    if version == 4 {
+        let variant = i == ipv4::TOS || i == ipv4::TTL || ipv4::CHECKSUM.contains(&i);
+        if variant { 0xFF } else { b }
+    } else {
+        // Traffic class and flow label (everything after the version nibble), hop limit.
+        match i {
+            0 => b | 0x0F,
+            1..=3 => 0xFF,
+            _ if i == ipv6::HOP_LIMIT => 0xFF,
+            _ => b,
+        }
+    }
+}
+
+/// Computes the ICRC of a RoCEv2 packet given from its IP header up to (not including) the
+/// 4-byte ICRC trailer. Returns `None` if the bytes are not IPv4/IPv6 + UDP + BTH.
+pub fn icrc(l3: &[u8]) -> Option<u32> {
+    let version = *l3.first()? >> 4;
+    let ip_len = match version {
+        4 => ((l3[0] & 0x0F) as usize) * 4,
+        6 => ipv6::HEADER_LEN,
+        _ => return None,
+    };
+    if l3.len() < ip_len + udp::HEADER_LEN + bth::HEADER_LEN {
+        return None;
+    }
+    let mut crc = crc32_update(!0, &[0xFF; 8]);
+    for (i, &b) in l3[..ip_len].iter().enumerate() {
+        crc = crc32_update(crc, &[masked_ip_byte(version, i, b)]);
+    }
+    let udp_hdr = &l3[ip_len..ip_len + udp::HEADER_LEN];
+    crc = crc32_update(crc, &udp_hdr[..udp::CHECKSUM.start]);
+    crc = crc32_update(crc, &[0xFF, 0xFF]);
+    let bth_start = ip_len + udp::HEADER_LEN;
+    crc = crc32_update(crc, &l3[bth_start..bth_start + bth::FECN_BECN]);
+    crc = crc32_update(crc, &[0xFF]);
+    crc = crc32_update(crc, &l3[bth_start + bth::FECN_BECN + 1..]);
+    Some(!crc)
+}
+
+/// Checks the trailer of a RoCEv2 packet given from its IP header to the end of the ICRC.
+pub fn verify(l3_with_icrc: &[u8]) -> bool {
+    let Some(body_len) = l3_with_icrc.len().checked_sub(bth::ICRC_LEN) else { return false };
+    let (body, trailer) = l3_with_icrc.split_at(body_len);
+    let stored = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]);
+    icrc(body) == Some(stored)
+}

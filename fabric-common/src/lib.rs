@@ -1,0 +1,28 @@
+//! Types and pure functions shared by the XDP data plane (`fabric-ebpf`) and the controller
+//! (`fabric-user`).
+//!
+//! Everything the kernel program decides is decided here, so that it is unit-tested on the host
+//! with `cargo test` and the XDP code stays thin glue over packets and maps:
+//! - [`wire`]: header layouts (named field offsets) and the [`wire::PacketBytes`] accessor;
+//! - [`parse`]: Ethernet / 802.1Q / IPv4 / IPv6 / UDP / InfiniBand BTH parsing;
+//! - [`hash`]: the switch hash (CRC32 + avalanche) and ECMP member selection per mode;
+//! - [`config`]: per-switch settings (hash mode, seed) and port descriptors;
+//! - [`route`]: the LPM and ECMP-group map layouts;
+//! - [`forward`]: the forwarding decision built from the above;
+//! - [`checksum`]: incremental Internet checksum updates;
+//! - [`counters`]: per-port counters and drop reasons;
+//! - [`icrc`]: the RoCEv2 invariant CRC.
+#![cfg_attr(not(test), no_std)]
+
+pub mod checksum;
+pub mod config;
+pub mod counters;
+pub mod forward;
+pub mod hash;
+pub mod icrc;
+pub mod parse;
+pub mod route;
+pub mod wire;
+
+#[cfg(feature = "user")]
+mod pod;

@@ -1,0 +1,18 @@
+//! `aya::Pod` for the map value types: all are `repr(C)`, padding-free and valid for any bytes.
+use crate::config::{PortInfo, SwitchConfig};
+use crate::counters::{MemberCounters, PortCounters};
+use crate::route::{EcmpGroup, GroupMember};
+
+// SAFETY: repr(C) structs of integers and byte arrays with no implicit padding (size asserted
+// next to each definition), so every bit pattern is a valid value.
+unsafe impl aya::Pod for PortInfo {}
+// SAFETY: as above.
+unsafe impl aya::Pod for SwitchConfig {}
+// SAFETY: as above.
+unsafe impl aya::Pod for PortCounters {}
+// SAFETY: as above.
+unsafe impl aya::Pod for MemberCounters {}
+// SAFETY: as above.
+unsafe impl aya::Pod for EcmpGroup {}
+// SAFETY: as above.
+unsafe impl aya::Pod for GroupMember {}

@@ -1,0 +1,155 @@
+//! The fabric switch: one XDP program attached to every port of a switch.
+//!
+//! Thin glue: read the packet through [`packet::XdpPacket`], let `fabric_common` parse it and
+//! decide, then apply the decision (rewrite, redirect) and count.
+#![no_std]
+#![no_main]
+
+mod maps;
+mod packet;
+
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use fabric_common::{
+    checksum,
+    config::PortInfo,
+    counters::{DropReason, PassReason, PortCounters},
+    forward::{Decision, decide},
+    parse::{IpHeader, ParseError, parse_packet},
+    wire::PacketBytes,
+    route::MAX_GROUP_MEMBERS,
+    wire::{ethernet, ipv4, ipv6},
+};
+use maps::{CONFIG, EGRESS, MEMBER_COUNTERS, PORT_COUNTERS, PORTS, Tables};
+use packet::XdpPacket;
+
+#[xdp]
+pub fn fabric_switch(ctx: XdpContext) -> u32 {
+    let pkt = XdpPacket::new(&ctx);
+    // A port the controller did not register is not ours to switch.
+    let ifindex = ctx.ingress_ifindex() as u32;
+    let Some(port) = (unsafe { PORTS.get(&ifindex) }) else {
+        return xdp_action::XDP_PASS;
+    };
+    let len = pkt.len() as u64;
+    let Some(rx) = port_counters(port.index) else {
+        return xdp_action::XDP_PASS;
+    };
+    rx.rx_packets += 1;
+    rx.rx_bytes += len;
+    switch_packet(&pkt, port, rx, len)
+}
+
+#[inline(always)]
+fn switch_packet(pkt: &XdpPacket, port: &PortInfo, rx: &mut PortCounters, len: u64) -> u32 {
+    let parsed = match parse_packet(pkt) {
+        Ok(p) => p,
+        Err(ParseError::NotIp { .. }) => return pass(rx, PassReason::NotIp),
+        Err(ParseError::Malformed(reason)) => return drop(rx, reason),
+    };
+    if parsed.is_roce() {
+        rx.rx_roce_packets += 1;
+    }
+    let Some(cfg) = CONFIG.get(0) else {
+        return xdp_action::XDP_PASS;
+    };
+    let (group, member_index, member) = match decide(&Tables, cfg, port, &parsed) {
+        Decision::Forward { group, member_index, member } => (group, member_index, member),
+        Decision::Pass(reason) => return pass(rx, reason),
+        Decision::Drop(reason) => return drop(rx, reason),
+    };
+
+    // Rewrite: MACs, then TTL / hop limit (IPv4 checksum updated incrementally).
+    let Some(eth) = pkt.bytes_mut::<{ ethernet::HEADER_LEN }>(0) else {
+        return drop(rx, DropReason::TruncatedEthernet);
+    };
+    eth[ethernet::DST].copy_from_slice(&member.dst_mac);
+    eth[ethernet::SRC].copy_from_slice(&member.src_mac);
+    match parsed.ip {
+        IpHeader::V4 { ttl, .. } => {
+            let Some(ip) = pkt.bytes_mut::<{ ipv4::MIN_HEADER_LEN }>(parsed.l3_offset) else {
+                return drop(rx, DropReason::TruncatedIpv4);
+            };
+            let csum = u16::from_be_bytes([ip[ipv4::CHECKSUM.start], ip[ipv4::CHECKSUM.start + 1]]);
+            let csum = checksum::ipv4_ttl_decrement(csum, ttl, parsed.protocol);
+            ip[ipv4::TTL] = ttl - 1;
+            ip[ipv4::CHECKSUM].copy_from_slice(&csum.to_be_bytes());
+        }
+        IpHeader::V6 { hop_limit, .. } => {
+            let Some(ip) = pkt.bytes_mut::<{ ipv6::HEADER_LEN }>(parsed.l3_offset) else {
+                return drop(rx, DropReason::TruncatedIpv6);
+            };
+            ip[ipv6::HOP_LIMIT] = hop_limit - 1;
+        }
+    }
+
+    let action = match EGRESS.redirect(member.port, 0) {
+        Ok(action) => action,
+        Err(_) => return drop(rx, DropReason::RedirectFailed),
+    };
+    if let Some(tx) = port_counters(member.port) {
+        tx.tx_packets += 1;
+        tx.tx_bytes += len;
+        if parsed.is_roce() {
+            tx.tx_roce_packets += 1;
+        }
+    }
+    let slot = group * MAX_GROUP_MEMBERS as u32 + member_index;
+    if let Some(m) = MEMBER_COUNTERS.get_ptr_mut(slot) {
+        // SAFETY: a per-CPU slot, only this CPU writes it, and nothing else holds a reference.
+        let m = unsafe { &mut *m };
+        m.packets += 1;
+        m.bytes += len;
+    }
+    action
+}
+
+#[inline(always)]
+fn port_counters(index: u32) -> Option<&'static mut PortCounters> {
+    // SAFETY: per-CPU map slot; XDP runs with preemption disabled, so this CPU is the only
+    // writer and the reference does not outlive the program invocation.
+    PORT_COUNTERS.get_ptr_mut(index).map(|p| unsafe { &mut *p })
+}
+
+#[inline(always)]
+fn pass(c: &mut PortCounters, reason: PassReason) -> u32 {
+    if let Some(n) = c.passes.get_mut(reason as usize) {
+        *n += 1;
+    }
+    xdp_action::XDP_PASS
+}
+
+#[inline(always)]
+fn drop(c: &mut PortCounters, reason: DropReason) -> u32 {
+    if let Some(n) = c.drops.get_mut(reason as usize) {
+        *n += 1;
+    }
+    xdp_action::XDP_DROP
+}
+
+/// A bare XDP_PASS: the benchmark floor, and the program a host-side veth needs so that frames
+/// redirected into it are delivered (veth only receives XDP_REDIRECT with NAPI on the peer).
+#[xdp]
+pub fn xdp_pass(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
+/// Benchmark baseline: parse every header, then redirect to port 0 without routing or hashing.
+#[xdp]
+pub fn bench_parse_redirect(ctx: XdpContext) -> u32 {
+    let pkt = XdpPacket::new(&ctx);
+    match parse_packet(&pkt) {
+        Ok(_) => EGRESS.redirect(0, 0).unwrap_or(xdp_action::XDP_ABORTED),
+        Err(ParseError::NotIp { .. }) => xdp_action::XDP_PASS,
+        Err(ParseError::Malformed(_)) => xdp_action::XDP_DROP,
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,29 @@
+//! Builds the XDP object from `fabric-ebpf` (nightly, build-std, bpfel) into OUT_DIR so that
+//! `src/dataplane.rs` can embed it. `AYA_BUILD_SKIP=1` skips this for `cargo check`/clippy
+//! without bpf-linker; the loader then refuses to run with a message saying so.
+use std::{env, fs, path::PathBuf};
+
+fn main() -> anyhow::Result<()> {
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let skip = env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+    if skip {
+        fs::write(out_dir.join("fabric-switch"), [])?;
+    }
+    let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let ebpf_dir = root.parent().expect("workspace root").join("fabric-ebpf");
+    println!("cargo:rerun-if-changed={}", root.parent().unwrap().join("fabric-common/src").display());
+    aya_build::build_ebpf(
+        [aya_build::Package {
+            name: "fabric-ebpf",
+            root_dir: ebpf_dir.to_str().expect("utf-8 path"),
+            ..Default::default()
+        }],
+        aya_build::Toolchain::default(),
+    )
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "building the XDP program failed: {e:#}\n\
+             (run `cargo xtask setup` to install rust-src and bpf-linker)"
+        )
+    })
+}

@@ -1,0 +1,15 @@
+//! The fabric controller: loads the XDP switch program, programs its maps, reads its counters.
+//! The `fabric` binary (src/main.rs) is the command line over this library.
+
+pub mod bench;
+pub mod capture;
+pub mod dataplane;
+pub mod fixture;
+pub mod netlink;
+pub mod netns;
+pub mod plan;
+pub mod probe;
+pub mod routing;
+pub mod stats;
+pub mod testbed;
+pub mod topology;

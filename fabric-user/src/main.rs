@@ -1,0 +1,247 @@
+//! `fabric`: the controller's command line.
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use fabric_user::{
+    bench,
+    dataplane::SwitchDataplane,
+    probe, stats,
+    testbed::{self, State},
+    topology::Topology,
+};
+
+#[derive(Parser)]
+#[command(name = "fabric", version, about = "A RoCEv2 AI-training fabric built from XDP switches in network namespaces")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Which testbed: by prefix, or the prefix of a topology file.
+#[derive(clap::Args)]
+struct Which {
+    /// Testbed prefix (default: the prefix of --topology, else of the default topology).
+    #[arg(long)]
+    prefix: Option<String>,
+    /// Topology file whose prefix to use.
+    #[arg(long)]
+    topology: Option<PathBuf>,
+}
+
+impl Which {
+    fn prefix(&self) -> Result<String> {
+        if let Some(p) = &self.prefix {
+            return Ok(p.clone());
+        }
+        Ok(load_topology(self.topology.as_deref())?.prefix)
+    }
+}
+
+fn load_topology(path: Option<&std::path::Path>) -> Result<Topology> {
+    match path {
+        None => Ok(Topology::default_topology()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading topology {}", p.display()))?;
+            Ok(Topology::parse(&text, &p.display().to_string())?)
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum LinkAction {
+    /// Take a link down and repair every ECMP group around it.
+    Down { link: String },
+    /// Bring a link back and restore the groups.
+    Up { link: String },
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build a testbed: namespaces, veths, addresses, XDP switches with their routes.
+    Up {
+        /// Topology file (default: the embedded one-zone, 4x2 topology).
+        #[arg(long)]
+        topology: Option<PathBuf>,
+        /// Override the topology's prefix.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Remove every namespace, link and pinned object of a testbed (safe to repeat).
+    Down {
+        #[command(flatten)]
+        which: Which,
+    },
+    /// What exists of a testbed and whether it is healthy.
+    Status {
+        #[command(flatten)]
+        which: Which,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fail or repair a link: `fabric link down z0r0:z0c1`.
+    Link {
+        #[command(subcommand)]
+        action: LinkAction,
+        #[command(flatten)]
+        which: Which,
+    },
+    /// Per-port counters and per-RTSW uplink balance.
+    Stats {
+        #[command(flatten)]
+        which: Which,
+        #[arg(long)]
+        json: bool,
+        /// Refresh every N seconds until interrupted.
+        #[arg(long, value_name = "SECONDS")]
+        watch: Option<u64>,
+    },
+    /// ICMP echo between every pair of hosts, through the fabric.
+    Ping {
+        #[command(flatten)]
+        which: Which,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load the XDP switch program through the verifier and report whether this kernel runs it.
+    Check,
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Per-packet cost of the switch program vs XDP_PASS and parse + fixed redirect.
+    Dataplane {
+        /// Packets per case and round.
+        #[arg(long, default_value_t = 1_000_000)]
+        packets: u64,
+        /// Rounds per case (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        rounds: u32,
+        /// Where to write the JSON report.
+        #[arg(long, default_value = "results/bench/dataplane.json")]
+        json: PathBuf,
+    },
+}
+
+fn main() -> Result<()> {
+    // Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
+    // SAFETY: restoring the default disposition of SIGPIPE before any other thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Up { topology, prefix, quiet } => {
+            let mut topo = load_topology(topology.as_deref())?;
+            if let Some(p) = prefix {
+                topo.prefix = p;
+                topo = Topology::parse(&toml_of(&topo)?, "--prefix")?;
+            }
+            let s = testbed::up(&topo, quiet)?;
+            println!(
+                "testbed {:?} (prefix {}) is up: {} switches, {} hosts, {} links in {:.2} s",
+                s.name, s.prefix, s.switches, s.hosts, s.links, s.seconds
+            );
+        }
+        Command::Down { which } => {
+            let prefix = which.prefix()?;
+            let s = testbed::down(&prefix)?;
+            println!(
+                "testbed {prefix}: removed {} namespaces{}{}",
+                s.namespaces,
+                if s.pins_removed { ", pinned XDP objects" } else { "" },
+                if s.state_removed { ", state" } else { "" }
+            );
+        }
+        Command::Status { which, json } => {
+            let s = testbed::status(&which.prefix()?)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                println!(
+                    "testbed {}: {} ({} of {} namespaces, {} of {} XDP links pinned{}{})",
+                    s.prefix,
+                    if s.healthy { "healthy" } else if s.namespaces_present == 0 && !s.state_file { "absent" } else { "NOT healthy" },
+                    s.namespaces_present,
+                    s.namespaces_expected,
+                    s.xdp_links_pinned,
+                    s.xdp_links_expected,
+                    if s.down_links.is_empty() { String::new() } else { format!("; links down: {}", s.down_links.join(", ")) },
+                    if s.missing_namespaces.is_empty() { String::new() } else { format!("; missing: {}", s.missing_namespaces.join(", ")) },
+                );
+            }
+            if !s.healthy {
+                std::process::exit(1);
+            }
+        }
+        Command::Link { action, which } => {
+            let prefix = which.prefix()?;
+            let (spec, up) = match &action {
+                LinkAction::Down { link } => (link, false),
+                LinkAction::Up { link } => (link, true),
+            };
+            let label = testbed::set_link(&prefix, spec, up)?;
+            println!("link {label} is {}; ECMP groups reprogrammed", if up { "up" } else { "down" });
+        }
+        Command::Stats { which, json, watch } => {
+            let state = State::load(&which.prefix()?)?;
+            loop {
+                let report = stats::collect(&state)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    stats::print(&report);
+                }
+                let Some(secs) = watch else { break };
+                std::thread::sleep(std::time::Duration::from_secs(secs));
+                if !json {
+                    print!("\x1b[2J\x1b[H");
+                }
+            }
+        }
+        Command::Ping { which, json } => {
+            let state = State::load(&which.prefix()?)?;
+            let r = probe::all_pairs(&state)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!("{} of {} host pairs reachable through the fabric", r.reachable, r.pairs);
+                for (a, b) in &r.unreachable {
+                    println!("  no reply: {a} -> {b}");
+                }
+            }
+            if r.reachable != r.pairs {
+                std::process::exit(1);
+            }
+        }
+        Command::Check => {
+            SwitchDataplane::load()?;
+            println!("ok: the XDP switch program and its maps load and pass this kernel's verifier");
+        }
+        Command::Bench { which: BenchCommand::Dataplane { packets, rounds, json } } => {
+            let report = bench::dataplane(packets, rounds)?;
+            bench::print_dataplane(&report);
+            if let Some(dir) = json.parent() {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            }
+            std::fs::write(&json, serde_json::to_vec_pretty(&report)?)
+                .with_context(|| format!("writing {}", json.display()))?;
+            println!("wrote {}", json.display());
+        }
+    }
+    Ok(())
+}
+
+/// The topology as TOML again (to re-validate after a command-line override).
+fn toml_of(t: &Topology) -> Result<String> {
+    Ok(toml::to_string(t)?)
+}

@@ -1,0 +1,196 @@
+//! Network namespaces and capabilities: the only place that calls setns/unshare.
+use std::{fs::File, os::fd::AsRawFd, path::Path, process::Command};
+
+use anyhow::{Context as _, Result, bail};
+
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_BPF: u32 = 39;
+
+/// The effective capability set of this process, from /proc/self/status.
+fn effective_capabilities() -> Result<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .context("no CapEff line in /proc/self/status")?;
+    u64::from_str_radix(line.trim(), 16).context("parsing CapEff")
+}
+
+/// Fails with a clear message unless the process may create namespaces and load XDP programs.
+pub fn require_capabilities() -> Result<()> {
+    let caps = effective_capabilities()?;
+    let has = |c: u32| caps & (1 << c) != 0;
+    let mut missing = Vec::new();
+    if !has(CAP_NET_ADMIN) {
+        missing.push("CAP_NET_ADMIN");
+    }
+    if !has(CAP_BPF) && !has(CAP_SYS_ADMIN) {
+        missing.push("CAP_BPF (or CAP_SYS_ADMIN)");
+    }
+    if !missing.is_empty() {
+        bail!(
+            "fabric needs {} to build namespaces and load XDP programs; run it as root \
+             (e.g. `sudo -E cargo ...`)",
+            missing.join(" and ")
+        );
+    }
+    Ok(())
+}
+
+/// Moves the calling thread into a fresh, anonymous network namespace. It disappears, with
+/// every link in it, when the last thread and process in it are gone: cleanup that a panic
+/// cannot skip.
+pub fn unshare_thread() -> Result<()> {
+    // SAFETY: plain syscall; CLONE_NEWNET only affects the calling thread.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("unshare(CLONE_NEWNET)");
+    }
+    Ok(())
+}
+
+/// Moves the calling thread into the named namespace (`/run/netns/NAME`).
+pub fn enter(name: &str) -> Result<()> {
+    let path = Path::new("/run/netns").join(name);
+    let f = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: plain syscall on a valid fd; affects only the calling thread.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("setns into {name}"));
+    }
+    Ok(())
+}
+
+/// The ifindex of `name` in the calling thread's namespace.
+pub fn ifindex(name: &str) -> Result<u32> {
+    let c = std::ffi::CString::new(name)?;
+    // SAFETY: valid NUL-terminated string.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        bail!("no interface {name} in this namespace");
+    }
+    Ok(idx)
+}
+
+/// Runs `ip ARGS` (iproute2) in the calling thread's namespace, failing with its stderr.
+/// Used by tests and benchmarks to build small fixtures; the testbed controller uses netlink.
+pub fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip").args(args).output().context("running ip (install iproute2)")?;
+    if !out.status.success() {
+        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+/// Runs `f` on a new thread that has entered the named namespace. Sockets and links that `f`
+/// creates belong to that namespace; file descriptors it returns are usable from any thread.
+pub fn in_named<T: Send>(name: &str, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            enter(name)?;
+            f()
+        })
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// Where named namespaces live (as iproute2 keeps them).
+pub const NETNS_DIR: &str = "/run/netns";
+
+/// Creates a named network namespace the way iproute2 does: a fresh namespace, bind-mounted on
+/// `/run/netns/NAME`, so `ip netns exec NAME` works on it too.
+pub fn create_named(name: &str) -> Result<()> {
+    std::fs::create_dir_all(NETNS_DIR).context("creating /run/netns")?;
+    make_netns_dir_shared()?;
+    let path = Path::new(NETNS_DIR).join(name);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .with_context(|| format!("creating {} (does the namespace exist already?)", path.display()))?;
+    let result = std::thread::scope(|s| {
+        s.spawn(|| -> Result<()> {
+            unshare_thread()?;
+            bind_mount(Path::new("/proc/thread-self/ns/net"), &path)
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    });
+    if result.is_err() {
+        let _ = std::fs::remove_file(&path);
+    }
+    result
+}
+
+/// Deletes a named namespace; its links go with it. Missing namespaces are not an error.
+pub fn delete_named(name: &str) -> Result<()> {
+    let path = Path::new(NETNS_DIR).join(name);
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())?;
+    // SAFETY: valid path string. Failure (not mounted) is fine: we remove the file anyway.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Names of the existing namespaces that start with `prefix`.
+pub fn list_named(prefix: &str) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    let entries = match std::fs::read_dir(NETNS_DIR) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(names),
+        Err(e) => return Err(e).context("reading /run/netns"),
+    };
+    for entry in entries {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name.starts_with(prefix) {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn bind_mount(source: &Path, target: &Path) -> Result<()> {
+    let src = std::ffi::CString::new(source.as_os_str().as_encoded_bytes())?;
+    let dst = std::ffi::CString::new(target.as_os_str().as_encoded_bytes())?;
+    let none = c"none";
+    // SAFETY: valid C strings; a bind mount of a namespace file.
+    if unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), none.as_ptr(), libc::MS_BIND, std::ptr::null()) } != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("bind-mounting {} on {}", source.display(), target.display()));
+    }
+    Ok(())
+}
+
+/// iproute2 makes /run/netns a shared mount so namespaces propagate to other mount namespaces.
+fn make_netns_dir_shared() -> Result<()> {
+    let dir = c"/run/netns";
+    let none = c"none";
+    let empty = c"";
+    // SAFETY: valid C strings; remount flags only.
+    let shared = |_: ()| unsafe {
+        libc::mount(empty.as_ptr(), dir.as_ptr(), none.as_ptr(), libc::MS_SHARED | libc::MS_REC, std::ptr::null())
+    };
+    if shared(()) == 0 {
+        return Ok(());
+    }
+    // Not a mount point yet: bind it onto itself first.
+    // SAFETY: as above.
+    if unsafe { libc::mount(dir.as_ptr(), dir.as_ptr(), none.as_ptr(), libc::MS_BIND | libc::MS_REC, std::ptr::null()) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("bind-mounting /run/netns on itself");
+    }
+    if shared(()) != 0 {
+        return Err(std::io::Error::last_os_error()).context("making /run/netns a shared mount");
+    }
+    Ok(())
+}
+
+/// Writes a sysctl of the calling thread's namespace (`net/ipv4/ip_forward` style path).
+pub fn sysctl(key: &str, value: &str) -> Result<()> {
+    let path = Path::new("/proc/sys").join(key);
+    std::fs::write(&path, value).with_context(|| format!("writing {} = {value}", path.display()))
+}

@@ -1,0 +1,333 @@
+//! The compiled switch program under BPF_PROG_TEST_RUN: crafted frames in, action, rewritten
+//! frame and counters out. Each test builds its own switch in a private network namespace, with
+//! maps written by the controller's own code (`fabric_user::dataplane`). Needs root.
+use std::path::PathBuf;
+
+use aya::programs::TestRunResult;
+use etherparse::{NetHeaders, PacketHeaders};
+use fabric_common::{
+    config::HashMode,
+    counters::{DropReason, PassReason, PortCounters},
+    hash::select_member,
+    parse::parse_packet,
+    wire::ethernet,
+};
+use fabric_user::{
+    capture,
+    dataplane::PROGRAM_SWITCH,
+    fixture::{
+        FixtureSwitch, FrameSpec, GROUP_UPLINKS, UPLINKS, frame, in_private_netns, neighbour_mac, port_mac,
+    },
+};
+
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const XDP_REDIRECT: u32 = 4;
+
+/// Runs `f` against a fresh fixture switch; panics with the error chain on failure.
+fn with_switch(mode: HashMode, seed: u32, f: impl FnOnce(&mut FixtureSwitch) -> anyhow::Result<()> + Send) {
+    in_private_netns(|| {
+        let mut sw = FixtureSwitch::new(mode, seed)?;
+        f(&mut sw)
+    })
+    .unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+fn counters(sw: &mut FixtureSwitch) -> Vec<PortCounters> {
+    (0..=UPLINKS).map(|p| sw.dp.port_counters(p).expect("counters")).collect()
+}
+
+fn run(sw: &mut FixtureSwitch, f: &[u8]) -> (TestRunResult, Vec<u8>) {
+    sw.run(PROGRAM_SWITCH, 0, f).expect("test_run")
+}
+
+/// The uplink port the host-side code predicts for `frame` under the switch's configuration.
+fn predicted_uplink(mode: HashMode, seed: u32, f: &[u8]) -> u32 {
+    let parsed = parse_packet(f).expect("fixture frames parse");
+    1 + select_member(&FixtureSwitch::config(mode, seed), &parsed, UPLINKS)
+}
+
+/// Asserts that exactly one port transmitted one packet since `before`, and returns it.
+fn egress_port(before: &[PortCounters], after: &[PortCounters]) -> u32 {
+    let moved: Vec<u32> = (0..before.len())
+        .filter(|&p| after[p].tx_packets != before[p].tx_packets)
+        .map(|p| p as u32)
+        .collect();
+    assert_eq!(moved.len(), 1, "exactly one egress port must count the packet: {moved:?}");
+    let p = moved[0] as usize;
+    assert_eq!(after[p].tx_packets - before[p].tx_packets, 1);
+    moved[0]
+}
+
+/// Checks a forwarded frame against its input: MACs rewritten for `port`, TTL/hop limit one
+/// less, IPv4 checksum valid, everything after the IP header untouched.
+fn assert_forwarded(input: &[u8], output: &[u8], port: u32) {
+    assert_eq!(output.len(), input.len());
+    assert_eq!(&output[ethernet::DST], &neighbour_mac(port));
+    assert_eq!(&output[ethernet::SRC], &port_mac(port));
+    let (i, o) = (PacketHeaders::from_ethernet_slice(input).unwrap(), PacketHeaders::from_ethernet_slice(output).unwrap());
+    match (i.net.clone().unwrap(), o.net.clone().unwrap()) {
+        (NetHeaders::Ipv4(a, _), NetHeaders::Ipv4(b, _)) => {
+            assert_eq!(b.time_to_live, a.time_to_live - 1);
+            assert_eq!(b.header_checksum, b.calc_header_checksum(), "IPv4 checksum after the TTL update");
+            let mut b2 = b.clone();
+            b2.time_to_live = a.time_to_live;
+            b2.header_checksum = a.header_checksum;
+            assert_eq!(a, b2, "only TTL and checksum change in the IPv4 header");
+        }
+        (NetHeaders::Ipv6(a, _), NetHeaders::Ipv6(b, _)) => {
+            assert_eq!(b.hop_limit, a.hop_limit - 1);
+            let mut b2 = b.clone();
+            b2.hop_limit = a.hop_limit;
+            assert_eq!(a, b2);
+        }
+        other => panic!("unexpected headers {other:?}"),
+    }
+    assert_eq!(i.vlan(), o.vlan(), "the VLAN tag is kept");
+    assert_eq!(i.payload.slice(), o.payload.slice(), "payload untouched");
+}
+
+#[test]
+fn forwards_roce_ipv4_ipv6_and_vlan_to_the_predicted_uplink() {
+    for mode in HashMode::ALL {
+        with_switch(mode, 0x1234, |sw| {
+            for spec in [
+                FrameSpec::default(),
+                FrameSpec { ipv6: true, ..Default::default() },
+                FrameSpec { vlan: Some(100), ..Default::default() },
+                FrameSpec { vlan: Some(7), ipv6: true, dest_qp: 0x99, ..Default::default() },
+                // Non-RoCE UDP is forwarded too (and not counted as RoCE).
+                FrameSpec { dst_port: 9000, ..Default::default() },
+            ] {
+                let f = frame(&spec);
+                let before = counters(sw);
+                let (res, out) = run(sw, &f);
+                assert_eq!(res.return_value, XDP_REDIRECT, "{spec:?}");
+                let after = counters(sw);
+                let port = egress_port(&before, &after);
+                assert_eq!(port, predicted_uplink(mode, 0x1234, &f), "kernel and host choose the same uplink");
+                assert_forwarded(&f, &out, port);
+                let roce = spec.dst_port == 4791;
+                assert_eq!(after[0].rx_roce_packets - before[0].rx_roce_packets, roce as u64);
+                assert_eq!(after[port as usize].tx_roce_packets - before[port as usize].tx_roce_packets, roce as u64);
+                assert_eq!(after[0].rx_packets - before[0].rx_packets, 1);
+                assert_eq!(after[0].rx_bytes - before[0].rx_bytes, f.len() as u64);
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn eecmp_spreads_queue_pairs_of_one_five_tuple_and_five_tuple_does_not() {
+    for (mode, expect_spread) in [(HashMode::FiveTuple, false), (HashMode::Eecmp, true), (HashMode::Pin, false)] {
+        with_switch(mode, 7, |sw| {
+            let mut used = std::collections::BTreeSet::new();
+            for qp in 0..32 {
+                let f = frame(&FrameSpec { dest_qp: 0x100 + qp, ..Default::default() });
+                assert_eq!(run(sw, &f).0.return_value, XDP_REDIRECT);
+                used.insert(predicted_uplink(mode, 7, &f));
+            }
+            // The member counters agree with the prediction, member by member.
+            let mut carried = 0;
+            for m in 0..UPLINKS {
+                let c = sw.dp.member_counters(GROUP_UPLINKS, m)?;
+                assert_eq!(c.packets > 0, used.contains(&(m + 1)), "member {m} of {mode:?}");
+                carried += c.packets;
+            }
+            assert_eq!(carried, 32);
+            if expect_spread {
+                assert!(used.len() >= 3, "{mode:?} should use most uplinks for 32 QPs, used {used:?}");
+            } else {
+                assert_eq!(used.len(), 1, "{mode:?} ignores the QP: one uplink for one five-tuple");
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn ttl_one_goes_to_the_kernel_unchanged() {
+    with_switch(HashMode::Eecmp, 1, |sw| {
+        for ipv6 in [false, true] {
+            let f = frame(&FrameSpec { ttl: 1, ipv6, ..Default::default() });
+            let (res, out) = run(sw, &f);
+            assert_eq!(res.return_value, XDP_PASS);
+            assert_eq!(out, f);
+        }
+        let c = counters(sw);
+        assert_eq!(c[0].passes[PassReason::TtlExpired as usize], 2);
+        assert_eq!(c.iter().map(|c| c.tx_packets).sum::<u64>(), 0);
+        Ok(())
+    });
+}
+
+#[test]
+fn arp_local_and_foreign_frames_go_to_the_kernel_and_unrouted_ones_are_dropped() {
+    with_switch(HashMode::FiveTuple, 1, |sw| {
+        // ARP request (broadcast).
+        let mut arp = vec![0xff; 6];
+        arp.extend_from_slice(&neighbour_mac(0));
+        arp.extend_from_slice(&[0x08, 0x06]);
+        arp.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
+        arp.resize(60, 0);
+        assert_eq!(run(sw, &arp).0.return_value, XDP_PASS);
+        // Unicast for another MAC.
+        let f = frame(&FrameSpec { dst_mac: [0x02, 0xee, 0, 0, 0, 1], ..Default::default() });
+        assert_eq!(run(sw, &f).0.return_value, XDP_PASS);
+        // To the switch's own address (a ROUTE_LOCAL entry).
+        let mut to_switch = frame(&FrameSpec::default());
+        let l3 = ethernet::HEADER_LEN;
+        to_switch[l3 + 16..l3 + 20].copy_from_slice(&fabric_user::fixture::SWITCH_V4.octets());
+        assert_eq!(run(sw, &to_switch).0.return_value, XDP_PASS);
+        // No route: 198.19.0.1 is outside every prefix.
+        let mut unrouted = frame(&FrameSpec::default());
+        unrouted[l3 + 16..l3 + 20].copy_from_slice(&[198, 19, 0, 1]);
+        assert_eq!(run(sw, &unrouted).0.return_value, XDP_DROP);
+
+        let c = &counters(sw)[0];
+        assert_eq!(c.passes[PassReason::NotIp as usize], 1);
+        assert_eq!(c.passes[PassReason::OtherHost as usize], 1);
+        assert_eq!(c.passes[PassReason::Local as usize], 1);
+        assert_eq!(c.drops[DropReason::NoRoute as usize], 1);
+        assert_eq!(c.rx_packets, 4);
+        Ok(())
+    });
+}
+
+/// The reason the kernel program must give for a frame cut to `len` bytes, by the documented
+/// parse order (first missing header).
+fn truncation_reason(spec: &FrameSpec, len: usize) -> DropReason {
+    let l3 = ethernet::HEADER_LEN + if spec.vlan.is_some() { 4 } else { 0 };
+    let ip_len = if spec.ipv6 { 40 } else { 20 };
+    if len < l3 {
+        DropReason::TruncatedVlan
+    } else if len < l3 + ip_len {
+        if spec.ipv6 { DropReason::TruncatedIpv6 } else { DropReason::TruncatedIpv4 }
+    } else {
+        // The IP header is whole but its length field promises more than the frame holds.
+        DropReason::IpLength
+    }
+}
+
+#[test]
+fn truncated_at_every_length_is_dropped_with_its_reason_and_never_forwarded() {
+    with_switch(HashMode::Eecmp, 3, |sw| {
+        for spec in [
+            FrameSpec { payload_len: 8, ..Default::default() },
+            FrameSpec { payload_len: 8, ipv6: true, ..Default::default() },
+            FrameSpec { payload_len: 8, vlan: Some(5), ..Default::default() },
+        ] {
+            let f = frame(&spec);
+            // BPF_PROG_TEST_RUN refuses frames shorter than an Ethernet header.
+            for len in ethernet::HEADER_LEN..f.len() {
+                let before = counters(sw);
+                let (res, _) = run(sw, &f[..len]);
+                assert_eq!(res.return_value, XDP_DROP, "{spec:?} cut to {len}");
+                let after = counters(sw);
+                let reason = truncation_reason(&spec, len);
+                assert_eq!(
+                    after[0].drops[reason as usize] - before[0].drops[reason as usize],
+                    1,
+                    "{spec:?} cut to {len}: expected {}",
+                    reason.as_str()
+                );
+                assert_eq!(after.iter().map(|c| c.tx_packets).sum::<u64>(), before.iter().map(|c| c.tx_packets).sum::<u64>());
+            }
+        }
+        // Headers present but lengths lying: a UDP length beyond the IP payload, a BTH cut short.
+        let mut bad_udp = frame(&FrameSpec::default());
+        let udp_len_at = ethernet::HEADER_LEN + 20 + 4;
+        bad_udp[udp_len_at..udp_len_at + 2].copy_from_slice(&2000u16.to_be_bytes());
+        assert_eq!(run(sw, &bad_udp).0.return_value, XDP_DROP);
+        let mut short_bth = frame(&FrameSpec { payload_len: 0, ..Default::default() });
+        let cut = short_bth.len() - 6;
+        short_bth.truncate(cut);
+        let ip_total = (cut - ethernet::HEADER_LEN) as u16;
+        short_bth[ethernet::HEADER_LEN + 2..ethernet::HEADER_LEN + 4].copy_from_slice(&ip_total.to_be_bytes());
+        let udp_len = ip_total - 20;
+        short_bth[udp_len_at..udp_len_at + 2].copy_from_slice(&udp_len.to_be_bytes());
+        assert_eq!(run(sw, &short_bth).0.return_value, XDP_DROP);
+        let c = &counters(sw)[0];
+        assert_eq!(c.drops[DropReason::BadUdpLength as usize], 1);
+        assert_eq!(c.drops[DropReason::TruncatedBth as usize], 1);
+        Ok(())
+    });
+}
+
+#[test]
+fn counters_add_up_to_the_packets_fed() {
+    with_switch(HashMode::Eecmp, 9, |sw| {
+        let mut fed = 0u64;
+        let mut bytes = 0u64;
+        for i in 0..200u32 {
+            let spec = FrameSpec {
+                dest_qp: i,
+                ipv6: i % 3 == 0,
+                ttl: if i % 17 == 0 { 1 } else { 64 },
+                src_port: 0xC000 + (i % 5) as u16,
+                ..Default::default()
+            };
+            let mut f = frame(&spec);
+            if i % 23 == 0 {
+                f.truncate(30);
+            }
+            run(sw, &f);
+            fed += 1;
+            bytes += f.len() as u64;
+        }
+        let c = counters(sw);
+        assert_eq!(c[0].rx_packets, fed);
+        assert_eq!(c[0].rx_bytes, bytes);
+        let tx: u64 = c.iter().map(|c| c.tx_packets).sum();
+        assert_eq!(tx + c[0].total_drops() + c[0].total_passes(), fed, "every packet has exactly one fate");
+        let members: u64 = (0..UPLINKS).map(|m| sw.dp.member_counters(GROUP_UPLINKS, m).unwrap().packets).sum();
+        assert_eq!(members, tx);
+        Ok(())
+    });
+}
+
+fn capture_path() -> PathBuf {
+    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/captures/rxe-rc-mixed.pcap"));
+    assert!(p.exists(), "the rxe capture {} is required (shared/ beside the repository)", p.display());
+    p
+}
+
+/// Every frame written by the kernel's rxe goes through the XDP program: it is recognised as
+/// RoCE, forwarded to the uplink that E-ECMP over tshark's destination QP predicts, and its
+/// ICRC still verifies after the TTL rewrite (TTL is a masked field).
+#[test]
+fn rxe_capture_frames_forward_by_the_qp_tshark_decodes() {
+    let path = capture_path();
+    let frames = capture::read_pcap(&path).unwrap();
+    let decoded = capture::tshark_bth(&path).unwrap();
+    assert_eq!(frames.len(), decoded.len());
+    assert!(frames.len() >= 100);
+    with_switch(HashMode::Eecmp, 0xabc, |sw| {
+        // The capture's hosts: route them over the uplinks.
+        for host in [[198, 18, 0, 2], [198, 18, 0, 6]] {
+            sw.dp.set_route_v4(host.into(), 32, GROUP_UPLINKS)?;
+        }
+        let cfg = FixtureSwitch::config(HashMode::Eecmp, 0xabc);
+        for (n, (captured, bth)) in frames.iter().zip(&decoded).enumerate() {
+            let bth = bth.unwrap_or_else(|| panic!("tshark found no BTH in frame {}", n + 1));
+            let mut f = captured.clone();
+            f[ethernet::DST].copy_from_slice(&port_mac(0));
+            let mut parsed = parse_packet(&f[..]).expect("rxe frames parse");
+            let ours = parsed.bth.expect("a BTH");
+            assert_eq!((ours.opcode, ours.dest_qp, ours.psn), (bth.opcode, bth.dest_qp, bth.psn), "frame {}", n + 1);
+            // Predict with tshark's QP, not ours.
+            parsed.bth = Some(fabric_common::parse::Bth { dest_qp: bth.dest_qp, ..ours });
+            let expected = 1 + select_member(&cfg, &parsed, UPLINKS);
+            let before = counters(sw);
+            let (res, out) = run(sw, &f);
+            assert_eq!(res.return_value, XDP_REDIRECT, "frame {}", n + 1);
+            let after = counters(sw);
+            assert_eq!(egress_port(&before, &after), expected, "frame {}", n + 1);
+            assert_eq!(after[0].rx_roce_packets - before[0].rx_roce_packets, 1);
+            assert!(fabric_common::icrc::verify(&out[ethernet::HEADER_LEN..]), "ICRC of forwarded frame {}", n + 1);
+            assert_forwarded(&f, &out, expected);
+        }
+        Ok(())
+    });
+}

@@ -1,0 +1,7 @@
+//! The tasks behind `cargo xtask`.
+pub mod bench;
+pub mod demo;
+pub mod setup;
+pub mod test;
+pub mod testbed;
+mod util;

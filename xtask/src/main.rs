@@ -1,0 +1,43 @@
+//! `cargo xtask`: project chores. One module per subcommand.
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use xtask::{bench, demo, setup, test, testbed};
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "fabric project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install what the build and the tests need (idempotent): Debian packages, the nightly
+    /// toolchain's rust-src, and bpf-linker built against the toolchain's own libLLVM.
+    Setup,
+    /// Setup, then every test of the workspace (host, BPF_PROG_TEST_RUN, namespaces). Needs root.
+    Test,
+    /// Benchmarks; each prints a table and writes JSON under results/bench/.
+    Bench {
+        /// Which benchmark (default: all).
+        name: Option<String>,
+    },
+    /// Bring up the default testbed, run the main demo, tear down.
+    Demo,
+    /// Thin wrapper over `fabric up|down|status|...`.
+    Testbed {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Setup => setup::run(),
+        Command::Test => test::run(),
+        Command::Bench { name } => bench::run(name.as_deref()),
+        Command::Demo => demo::run(),
+        Command::Testbed { args } => testbed::run(&args),
+    }
+}

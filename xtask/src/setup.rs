@@ -1,0 +1,135 @@
+//! `cargo xtask setup`: everything a fresh Debian/Ubuntu machine needs, idempotently.
+//!
+//! bpf-linker is built against the nightly toolchain's own libLLVM: no LLVM download is needed
+//! (or possible on a closed network), and the linker's LLVM then matches rustc's exactly.
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Instant,
+};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::util::{output, run as run_cmd, succeeds};
+
+/// Debian packages the build and tests use: `ip` for fixtures, tshark as the reference decoder,
+/// tcpdump and ethtool for inspecting a testbed.
+const APT_PACKAGES: &[&str] = &["iproute2", "tshark", "tcpdump", "ethtool"];
+const NIGHTLY: &str = "nightly";
+/// The bpf-linker release whose `llvm-NN` features match the nightly toolchains we build with.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+pub fn run() -> Result<()> {
+    let start = Instant::now();
+    let mut did = Vec::new();
+    apt(&mut did)?;
+    nightly(&mut did)?;
+    bpf_linker(&mut did)?;
+    if did.is_empty() {
+        println!("setup: everything was already in place ({:.1?})", start.elapsed());
+    } else {
+        println!("setup: {} ({:.1?})", did.join("; "), start.elapsed());
+    }
+    Ok(())
+}
+
+fn apt(did: &mut Vec<String>) -> Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
+                .is_ok_and(|s| s.contains("install ok installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !crate::util::is_root() {
+        bail!("setup needs root to install the Debian packages {}", missing.join(" "));
+    }
+    println!("setup: installing Debian packages: {}", missing.join(" "));
+    let noninteractive = |c: &mut Command| {
+        c.env("DEBIAN_FRONTEND", "noninteractive");
+    };
+    let mut update = Command::new("apt-get");
+    update.args(["update", "-q"]);
+    noninteractive(&mut update);
+    run_cmd(&mut update)?;
+    let mut install = Command::new("apt-get");
+    install.args(["install", "-y", "-q", "--no-install-recommends"]).args(&missing);
+    noninteractive(&mut install);
+    run_cmd(&mut install)?;
+    did.push(format!("installed {}", missing.join(" ")));
+    Ok(())
+}
+
+fn nightly(did: &mut Vec<String>) -> Result<()> {
+    if !succeeds(Command::new("rustup").arg("--version")) {
+        bail!("rustup is missing: install it (https://rustup.rs) so the nightly toolchain can be added");
+    }
+    if !succeeds(Command::new("rustc").args([&format!("+{NIGHTLY}"), "--version"])) {
+        println!("setup: installing the {NIGHTLY} toolchain");
+        run_cmd(Command::new("rustup").args(["toolchain", "install", NIGHTLY, "--profile", "minimal"]))?;
+        did.push(format!("installed the {NIGHTLY} toolchain"));
+    }
+    let installed = output(Command::new("rustup").args(["component", "list", "--installed", "--toolchain", NIGHTLY]))?;
+    if !installed.lines().any(|l| l.trim() == "rust-src") {
+        println!("setup: adding rust-src to {NIGHTLY} (for -Z build-std=core)");
+        run_cmd(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", NIGHTLY]))?;
+        did.push("added rust-src".into());
+    }
+    Ok(())
+}
+
+/// The nightly toolchain's libLLVM shared object and its major version.
+fn toolchain_llvm() -> Result<(PathBuf, u32)> {
+    let sysroot = output(Command::new("rustc").args([&format!("+{NIGHTLY}"), "--print", "sysroot"]))?;
+    let lib = Path::new(sysroot.trim()).join("lib");
+    let mut found = None;
+    for entry in std::fs::read_dir(&lib).with_context(|| format!("reading {}", lib.display()))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        // libLLVM.so.22.1-rust-1.97.0-nightly
+        if let Some(rest) = name.strip_prefix("libLLVM.so.")
+            && let Some(major) = rest.split('.').next().and_then(|m| m.parse::<u32>().ok())
+        {
+            found = Some((lib.join(&name), major));
+        }
+    }
+    found.with_context(|| {
+        format!(
+            "no libLLVM.so.* in {}: the {NIGHTLY} toolchain lacks its LLVM library (reinstall it with rustup)",
+            lib.display()
+        )
+    })
+}
+
+fn bpf_linker(did: &mut Vec<String>) -> Result<()> {
+    if succeeds(Command::new("bpf-linker").arg("--version")) {
+        return Ok(());
+    }
+    let (libllvm, major) = toolchain_llvm()?;
+    let home = std::env::var_os("HOME").context("HOME is not set")?;
+    let prefix = PathBuf::from(home).join(".cache/fabric/llvm-prefix");
+    let link = prefix.join("lib/libLLVM.so");
+    std::fs::create_dir_all(prefix.join("lib"))?;
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&libllvm, &link)
+        .with_context(|| format!("linking {} -> {}", link.display(), libllvm.display()))?;
+    println!(
+        "setup: building bpf-linker {BPF_LINKER_VERSION} against {} (LLVM {major}); this takes a few minutes",
+        libllvm.display()
+    );
+    run_cmd(
+        Command::new("cargo")
+            .env("LLVM_PREFIX", &prefix)
+            .args(["install", "--force", "bpf-linker", "--version", BPF_LINKER_VERSION])
+            .args(["--no-default-features", "--features", &format!("llvm-{major}")]),
+    )
+    .with_context(|| format!("building bpf-linker with feature llvm-{major}"))?;
+    if !succeeds(Command::new("bpf-linker").arg("--version")) {
+        bail!("bpf-linker was built but does not run (is ~/.cargo/bin on PATH?)");
+    }
+    did.push(format!("built bpf-linker against LLVM {major}"));
+    Ok(())
+}
