@@ -1,0 +1,148 @@
+//! The whole fabric in namespaces: bring a testbed up from a topology, reach every host pair
+//! through the XDP switches only, fail a spine link and keep reaching them, repair it, tear
+//! down, and check nothing is left. Needs root.
+use std::collections::BTreeSet;
+
+use fabric_user::{
+    netns, probe,
+    testbed::{self, State, bpf_dir},
+    topology::Topology,
+};
+
+/// Tears the testbed down when dropped, whatever happened.
+struct Teardown(String);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let _ = testbed::down(&self.0);
+    }
+}
+
+fn unique_prefix(tag: char) -> String {
+    format!("{tag}{}", std::process::id() % 100_000)
+}
+
+fn topology(file: Option<&str>, prefix: &str) -> Topology {
+    let mut t = match file {
+        None => Topology::default_topology(),
+        Some(f) => {
+            let path = format!("{}/../testbed/{f}", env!("CARGO_MANIFEST_DIR"));
+            Topology::parse(&std::fs::read_to_string(&path).unwrap(), &path).unwrap()
+        }
+    };
+    t.prefix = prefix.into();
+    t
+}
+
+fn root_links() -> BTreeSet<String> {
+    std::fs::read_dir("/sys/class/net").unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+}
+
+fn all_reachable(state: &State) -> usize {
+    let r = probe::all_pairs(state).unwrap();
+    assert_eq!(r.reachable, r.pairs, "unreachable pairs: {:?}", r.unreachable);
+    r.pairs
+}
+
+/// Bytes sent on both ends of a link, from the switches' XDP counters.
+fn link_tx(state: &State, link: usize) -> u64 {
+    let l = &state.plan.links[link];
+    [(l.a, l.a_port), (l.b, l.b_port)]
+        .into_iter()
+        .filter(|&(n, _)| state.plan.nodes[n].role.is_switch())
+        .map(|(n, p)| state.dataplane(n).unwrap().port_counters(p as u32).unwrap().tx_packets)
+        .sum()
+}
+
+#[test]
+fn default_testbed_forwards_only_through_xdp_survives_a_link_failure_and_leaves_nothing() {
+    netns::require_capabilities().expect("this test needs root");
+    let before = root_links();
+    let prefix = unique_prefix('t');
+    let guard = Teardown(prefix.clone());
+    let topo = topology(None, &prefix);
+    let up = testbed::up(&topo, true).expect("up");
+    assert_eq!((up.switches, up.hosts, up.links), (8, 8, 24));
+    let err = testbed::up(&topo, true).expect_err("a second up on the same prefix must refuse");
+    assert!(format!("{err:#}").contains("already exists"), "{err:#}");
+    assert!(testbed::status(&prefix).unwrap().healthy);
+
+    let state = State::load(&prefix).unwrap();
+    // The kernel cannot forward in switch namespaces: only XDP can.
+    for sw in state.plan.switches() {
+        let fwd = netns::in_named(&state.plan.netns(sw), || Ok(std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward")?))
+            .unwrap();
+        assert_eq!(fwd.trim(), "0", "{} forwards in the kernel", state.plan.nodes[sw].name);
+    }
+    let pairs = all_reachable(&state);
+    assert_eq!(pairs, 8 * 7);
+    // Every echo request and reply crossed an RTSW into a host port: the XDP counters saw them.
+    let delivered: u64 = state
+        .plan
+        .hosts()
+        .map(|h| {
+            let port = &state.plan.nodes[h].ports[0];
+            let rtsw = port.peer_node;
+            state.dataplane(rtsw).unwrap().port_counters(port.peer_port as u32).unwrap().tx_packets
+        })
+        .sum();
+    assert!(delivered >= 2 * pairs as u64, "XDP delivered {delivered} packets to hosts for {pairs} pings");
+
+    // Fail a spine link: everything stays reachable, and the dead link carries nothing.
+    let label = testbed::set_link(&prefix, "z0r0:z0c1", false).unwrap();
+    assert_eq!(label, "z0r0:z0c1");
+    let state = State::load(&prefix).unwrap();
+    let dead = testbed::find_link(&state.plan, "z0r0:z0c1").unwrap();
+    let dead_before = link_tx(&state, dead);
+    all_reachable(&state);
+    assert_eq!(link_tx(&state, dead), dead_before, "no packet is sent onto the failed link");
+    assert_eq!(testbed::status(&prefix).unwrap().down_links, vec!["z0r0:z0c1".to_string()]);
+
+    // Repair: it carries traffic again.
+    testbed::set_link(&prefix, "z0c1:z0r0", true).unwrap();
+    let state = State::load(&prefix).unwrap();
+    assert!(state.down_links.is_empty());
+    for _ in 0..3 {
+        all_reachable(&state);
+    }
+    assert!(link_tx(&state, dead) > dead_before, "the repaired link is used again");
+
+    // Down removes everything, and is safe to repeat.
+    let s = testbed::down(&prefix).unwrap();
+    assert_eq!(s.namespaces, 16);
+    assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty());
+    assert!(!bpf_dir(&prefix).exists());
+    assert!(State::load(&prefix).is_err());
+    assert_eq!(testbed::down(&prefix).unwrap().namespaces, 0);
+    assert_eq!(root_links(), before, "nothing was created in the root namespace");
+    drop(guard);
+}
+
+#[test]
+fn two_zones_reach_each_other_through_the_atsw_layer() {
+    netns::require_capabilities().expect("this test needs root");
+    let prefix = unique_prefix('z');
+    let _guard = Teardown(prefix.clone());
+    let topo = topology(Some("two-zones.toml"), &prefix);
+    testbed::up(&topo, true).expect("up");
+    let state = State::load(&prefix).unwrap();
+    all_reachable(&state);
+    testbed::down(&prefix).unwrap();
+    assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty());
+}
+
+#[test]
+fn a_half_built_testbed_is_removed_by_down() {
+    netns::require_capabilities().expect("this test needs root");
+    let prefix = unique_prefix('h');
+    let _guard = Teardown(prefix.clone());
+    // What a crash part-way through `up` leaves: some namespaces, no state, no pins.
+    for node in ["z0r0", "z0c0", "z0r0h0"] {
+        netns::create_named(&format!("{prefix}-{node}")).unwrap();
+    }
+    let st = testbed::status(&prefix).unwrap();
+    assert!(!st.healthy);
+    assert_eq!(st.unexpected_namespaces.len(), 3);
+    assert_eq!(testbed::down(&prefix).unwrap().namespaces, 3);
+    assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty());
+}
