@@ -104,8 +104,14 @@ fn toolchain_llvm() -> Result<(PathBuf, u32)> {
     })
 }
 
+/// bpf-linker loads the toolchain's libLLVM, which is found through the library path that
+/// `rustup run nightly` sets (as the eBPF build runs it); so probe it the same way.
+fn bpf_linker_runs() -> bool {
+    succeeds(Command::new("rustup").args(["run", NIGHTLY, "bpf-linker", "--version"]))
+}
+
 fn bpf_linker(did: &mut Vec<String>) -> Result<()> {
-    if succeeds(Command::new("bpf-linker").arg("--version")) {
+    if bpf_linker_runs() {
         return Ok(());
     }
     let (libllvm, major) = toolchain_llvm()?;
@@ -127,8 +133,8 @@ fn bpf_linker(did: &mut Vec<String>) -> Result<()> {
             .args(["--no-default-features", "--features", &format!("llvm-{major}")]),
     )
     .with_context(|| format!("building bpf-linker with feature llvm-{major}"))?;
-    if !succeeds(Command::new("bpf-linker").arg("--version")) {
-        bail!("bpf-linker was built but does not run (is ~/.cargo/bin on PATH?)");
+    if !bpf_linker_runs() {
+        bail!("bpf-linker was built but `rustup run {NIGHTLY} bpf-linker --version` fails (is ~/.cargo/bin on PATH?)");
     }
     did.push(format!("built bpf-linker against LLVM {major}"));
     Ok(())

@@ -578,7 +578,9 @@ pub(super) fn toml_error_path(text: &str, err: &toml::de::Error) -> Option<Strin
     /// Finds the key or scalar value at `at` (exact), remembering in `container` the innermost
     /// table/array element whose span (for `[header]` tables: the header) contains it.
     fn search(value: &DeValue<'_>, path: &str, at: usize, container: &mut Option<String>) -> Option<String> {
-        let children: Vec<(String, Option<Range<usize>>, Range<usize>, &DeValue<'_>)> = match value {
+        /// (path, key span (tables only), value span, value) of each child.
+        type Child<'a, 'i> = (String, Option<Range<usize>>, Range<usize>, &'a DeValue<'i>);
+        let children: Vec<Child<'_, '_>> = match value {
             DeValue::Table(t) => t
                 .iter()
                 .map(|(k, v)| {
