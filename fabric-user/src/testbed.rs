@@ -35,6 +35,12 @@ pub fn bpf_dir(prefix: &str) -> PathBuf {
     PathBuf::from(BPFFS).join("fabric").join(prefix)
 }
 
+/// The bpffs name of a port's pinned XDP link (bpffs refuses names with dots, which parallel
+/// links' interface names have).
+pub fn link_pin_name(ifname: &str) -> String {
+    format!("link-{}", ifname.replace('.', "_"))
+}
+
 fn state_path(prefix: &str) -> PathBuf {
     PathBuf::from(STATE_DIR).join(prefix).join("state.json")
 }
@@ -227,7 +233,7 @@ fn build(plan: &Plan, quiet: bool) -> Result<()> {
         std::fs::create_dir_all(&pin)?;
         netns::in_named(&ns, || {
             let idx = netns::ifindex(&port.ifname)?;
-            pass.attach_pinned(PROGRAM_PASS, idx, &pin.join(format!("link-{}", port.ifname)))
+            pass.attach_pinned(PROGRAM_PASS, idx, &pin.join(link_pin_name(&port.ifname)))
         })?;
         bar.inc(1);
     }
@@ -274,7 +280,7 @@ fn install_switch(plan: &Plan, n: NodeId, tables: &SwitchTables) -> Result<()> {
         program_tables(&mut dp, plan, n, None, tables)?;
         dp.pin_maps(&dir)?;
         for (port, idx) in node.ports.iter().zip(ifindexes) {
-            dp.attach_pinned(PROGRAM_SWITCH, idx, &dir.join(format!("link-{}", port.ifname)))?;
+            dp.attach_pinned(PROGRAM_SWITCH, idx, &dir.join(link_pin_name(&port.ifname)))?;
         }
         Ok(())
     })
@@ -376,7 +382,7 @@ pub fn status(prefix: &str) -> Result<Status> {
                 let dir = bpf_dir(prefix).join(&node.name);
                 for port in &node.ports {
                     wanted += 1;
-                    pinned += dir.join(format!("link-{}", port.ifname)).exists() as usize;
+                    pinned += dir.join(link_pin_name(&port.ifname)).exists() as usize;
                 }
             }
             let down = s.down_links.iter().map(|&l| link_label(&s.plan, l)).collect();
