@@ -118,16 +118,37 @@ fn default_testbed_forwards_only_through_xdp_survives_a_link_failure_and_leaves_
     drop(guard);
 }
 
+/// Two zones through the ATSW layer, and the reference file's parallel links (dotted port names).
 #[test]
-fn two_zones_reach_each_other_through_the_atsw_layer() {
+fn two_zones_and_parallel_links_reach_every_host() {
     netns::require_capabilities().expect("this test needs root");
-    let prefix = unique_prefix('z');
-    let _guard = Teardown(prefix.clone());
-    let topo = topology(Some("two-zones.toml"), &prefix);
-    testbed::up(&topo, true).expect("up");
-    let state = State::load(&prefix).unwrap();
-    all_reachable(&state);
-    testbed::down(&prefix).unwrap();
+    for (tag, file) in [('z', "two-zones.toml"), ('r', "reference.toml")] {
+        let prefix = unique_prefix(tag);
+        let _guard = Teardown(prefix.clone());
+        let topo = topology(Some(file), &prefix);
+        testbed::up(&topo, true).unwrap_or_else(|e| panic!("{file}: {e:#}"));
+        let state = State::load(&prefix).unwrap();
+        all_reachable(&state);
+        assert!(testbed::status(&prefix).unwrap().healthy, "{file}");
+        testbed::down(&prefix).unwrap();
+        assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty());
+    }
+}
+
+/// Without CAP_NET_ADMIN / CAP_BPF the controller refuses with a message naming them, and
+/// creates nothing.
+#[test]
+fn refuses_clearly_without_capabilities() {
+    let prefix = unique_prefix('c');
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .arg(env!("CARGO_BIN_EXE_fabric"))
+        .args(["up", "--quiet", "--prefix", &prefix])
+        .output()
+        .expect("setpriv (util-linux) runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("CAP_NET_ADMIN") && err.contains("CAP_BPF"), "{err}");
     assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty());
 }
 
