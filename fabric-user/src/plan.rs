@@ -62,7 +62,7 @@ pub struct Node {
     pub rack: Option<usize>,
     pub ports: Vec<Port>,
     /// ECMP hash mode and this switch's own seed (hosts: unused).
-    #[serde(with = "hash_mode_str")]
+    #[serde(with = "crate::topology::hash_mode_serde")]
     pub hash: HashMode,
     pub seed: u32,
 }
@@ -241,18 +241,4 @@ pub fn mac(node: NodeId, port: usize) -> [u8; 6] {
     let n = (node as u16).to_be_bytes();
     let p = (port as u16).to_be_bytes();
     [0x02, 0xfa, n[0], n[1], p[0], p[1]]
-}
-
-mod hash_mode_str {
-    use fabric_common::config::HashMode;
-    use serde::{Deserialize, Deserializer, Serializer, de::Error};
-
-    pub fn serialize<S: Serializer>(m: &HashMode, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(m.as_str())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HashMode, D::Error> {
-        let s = String::deserialize(d)?;
-        HashMode::parse(&s).ok_or_else(|| D::Error::custom(format!("unknown hash mode {s:?}")))
-    }
 }

@@ -165,7 +165,8 @@ impl Default for Addressing {
     }
 }
 
-mod hash_mode_serde {
+/// Hash modes by name in TOML and JSON (`"eecmp"`), shared with the plan's state file.
+pub(crate) mod hash_mode_serde {
     use fabric_common::config::HashMode;
     use serde::{Deserialize, Deserializer, Serializer, de::Error};
 
