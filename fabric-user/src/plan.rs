@@ -242,3 +242,39 @@ pub fn mac(node: NodeId, port: usize) -> [u8; 6] {
     let p = (port as u16).to_be_bytes();
     [0x02, 0xfa, n[0], n[1], p[0], p[1]]
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn default_plan_names_addresses_and_macs_are_unique_and_consistent() {
+        let plan = Plan::new(&Topology::default_topology());
+        assert_eq!(plan.nodes.len(), 16);
+        assert_eq!(plan.links.len(), 24);
+        let mut macs = HashSet::new();
+        let mut v4 = HashSet::new();
+        for (n, node) in plan.nodes.iter().enumerate() {
+            let mut names = HashSet::new();
+            for p in &node.ports {
+                assert!(names.insert(&p.ifname), "duplicate port {} on {}", p.ifname, node.name);
+                assert!(p.ifname.len() <= 15);
+                assert!(macs.insert(p.mac));
+                assert!(v4.insert(p.ipv4));
+                // Both ends of a link agree on each other, and share a /31.
+                let peer = &plan.nodes[p.peer_node].ports[p.peer_port];
+                assert_eq!((peer.peer_node, peer.link), (n, p.link));
+                assert_eq!(u32::from(p.ipv4) >> 1, u32::from(peer.ipv4) >> 1);
+            }
+        }
+        for h in plan.hosts() {
+            let gw = plan.nodes[plan.rtsw_of(h)].ports[plan.nodes[h].ports[0].peer_port].ipv4;
+            assert_eq!(u32::from(plan.host_ipv4(h)), u32::from(gw) + 1, "a host's gateway is its address - 1");
+            assert_eq!(plan.uplinks(h).len(), 1);
+        }
+        assert_eq!(plan.uplinks(plan.node_by_name("z0r0").unwrap()).len(), 4);
+        assert_eq!(plan.netns(0), format!("fab-{}", plan.nodes[0].name));
+    }
+}

@@ -99,3 +99,69 @@ pub fn compute(plan: &Plan, down: &BTreeSet<LinkId>) -> Vec<Option<SwitchTables>
     }
     tables
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{plan::Role, topology::Topology};
+
+    fn default_plan() -> Plan {
+        Plan::new(&Topology::default_topology())
+    }
+
+    #[test]
+    fn rtsw_spreads_remote_hosts_over_every_spine_and_local_hosts_go_down() {
+        let plan = default_plan();
+        let t = compute(&plan, &BTreeSet::new());
+        let r0 = plan.node_by_name("z0r0").unwrap();
+        let tables = t[r0].as_ref().unwrap();
+        let remote = plan.host_ipv4(plan.node_by_name("z0r3h1").unwrap());
+        let local = plan.host_ipv4(plan.node_by_name("z0r0h1").unwrap());
+        assert_eq!(tables.next_hops_v4(remote).unwrap(), plan.uplinks(r0).as_slice());
+        assert_eq!(tables.next_hops_v4(remote).unwrap().len(), 4);
+        let down = tables.next_hops_v4(local).unwrap();
+        assert_eq!(down.len(), 1);
+        assert_eq!(plan.nodes[r0].ports[down[0]].peer_node, plan.node_by_name("z0r0h1").unwrap());
+        // A CTSW reaches a rack over that rack's links only.
+        let c2 = plan.node_by_name("z0c2").unwrap();
+        let hops = t[c2].as_ref().unwrap().next_hops_v4(remote).unwrap();
+        assert_eq!(hops.len(), 1);
+        assert_eq!(plan.nodes[plan.nodes[c2].ports[hops[0]].peer_node].name, "z0r3");
+        // Every switch owns its port addresses.
+        assert!(tables.routes_v4.iter().any(|&(a, l, tgt)| a == plan.nodes[r0].ports[0].ipv4 && l == 32 && tgt == ROUTE_LOCAL));
+    }
+
+    #[test]
+    fn a_failed_spine_link_leaves_the_other_paths_in_the_groups() {
+        let plan = default_plan();
+        let r0 = plan.node_by_name("z0r0").unwrap();
+        let c1 = plan.node_by_name("z0c1").unwrap();
+        let link = plan.nodes[r0].ports.iter().find(|p| p.peer_node == c1).unwrap().link;
+        let t = compute(&plan, &BTreeSet::from([link]));
+        let remote = plan.host_ipv4(plan.node_by_name("z0r2h0").unwrap());
+        let hops = t[r0].as_ref().unwrap().next_hops_v4(remote).unwrap();
+        assert_eq!(hops.len(), 3);
+        assert!(hops.iter().all(|&p| plan.nodes[r0].ports[p].link != link));
+        // c1 can no longer reach rack 0 directly: it goes down to another rack and back up.
+        let h00 = plan.host_ipv4(plan.node_by_name("z0r0h0").unwrap());
+        let via = t[c1].as_ref().unwrap().next_hops_v4(h00).unwrap();
+        assert_eq!(via.len(), 3, "c1 reaches rack 0 through the three other RTSWs");
+        assert!(via.iter().all(|&p| plan.nodes[plan.nodes[c1].ports[p].peer_node].role == Role::Rtsw));
+    }
+
+    #[test]
+    fn groups_become_ecmp_groups_with_the_neighbours_macs() {
+        let plan = default_plan();
+        let t = compute(&plan, &BTreeSet::new());
+        let r1 = plan.node_by_name("z0r1").unwrap();
+        let tables = t[r1].as_ref().unwrap();
+        for id in 0..tables.groups.len() {
+            let g = tables.ecmp_group(&plan, r1, id);
+            for m in g.live() {
+                let port = &plan.nodes[r1].ports[m.port as usize];
+                assert_eq!(m.src_mac, port.mac);
+                assert_eq!(m.dst_mac, plan.nodes[port.peer_node].ports[port.peer_port].mac);
+            }
+        }
+    }
+}
