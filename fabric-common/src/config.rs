@@ -53,7 +53,8 @@ pub struct SwitchConfig {
 
 const _: () = assert!(core::mem::size_of::<SwitchConfig>() == 16);
 
-/// One switch port as the XDP program sees it (looked up by ingress ifindex).
+/// One switch port as the XDP program sees it, in an array indexed by ingress ifindex (an array
+/// lookup costs a fraction of a hash lookup; ifindexes inside a namespace are small).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct PortInfo {
@@ -61,10 +62,27 @@ pub struct PortInfo {
     pub index: u32,
     /// The port's own MAC: unicast frames for another address are not routed.
     pub mac: [u8; 6],
-    pub _pad: [u8; 2],
+    /// [`PortInfo::PRESENT`] for a registered port; an all-zero slot is no port.
+    pub flags: u16,
 }
 
 const _: () = assert!(core::mem::size_of::<PortInfo>() == 12);
 
+impl PortInfo {
+    pub const PRESENT: u16 = 1;
+
+    pub const fn new(index: u32, mac: [u8; 6]) -> Self {
+        PortInfo { index, mac, flags: Self::PRESENT }
+    }
+
+    #[inline(always)]
+    pub const fn is_present(&self) -> bool {
+        self.flags & Self::PRESENT != 0
+    }
+}
+
 /// Limits shared by the maps and the controller.
 pub const MAX_PORTS: u32 = 256;
+/// Ports are found by ingress ifindex in an array of this size; the controller refuses an
+/// interface with a larger ifindex.
+pub const MAX_IFINDEX: u32 = 4096;

@@ -9,11 +9,15 @@
 use crate::config::{HashMode, SwitchConfig};
 use crate::parse::{IpHeader, ParsedPacket};
 
-/// CRC-32 lookup table for the reflected polynomial 0xEDB88320.
-pub static CRC32_TABLE: [u32; 256] = crc32_table();
+/// CRC-32 lookup tables for the reflected polynomial 0xEDB88320, for slicing by four:
+/// `CRC32_TABLES[0]` is the classic byte table, `[k]` advances a byte through k more zero bytes.
+pub static CRC32_TABLES: [[u32; 256]; 4] = crc32_tables();
 
-const fn crc32_table() -> [u32; 256] {
-    let mut table = [0u32; 256];
+/// The classic byte-at-a-time table.
+pub static CRC32_TABLE: [u32; 256] = CRC32_TABLES[0];
+
+const fn crc32_tables() -> [[u32; 256]; 4] {
+    let mut t = [[0u32; 256]; 4];
     let mut i = 0;
     while i < 256 {
         let mut c = i as u32;
@@ -22,17 +26,44 @@ const fn crc32_table() -> [u32; 256] {
             c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
             k += 1;
         }
-        table[i] = c;
+        t[0][i] = c;
         i += 1;
     }
-    table
+    let mut i = 0;
+    while i < 256 {
+        let mut k = 1;
+        while k < 4 {
+            let prev = t[k - 1][i];
+            t[k][i] = (prev >> 8) ^ t[0][(prev & 0xFF) as usize];
+            k += 1;
+        }
+        i += 1;
+    }
+    t
 }
 
 /// Feeds `bytes` into a running CRC-32 register (no pre/post inversion: callers decide).
-#[inline(always)]
+/// Host code (ICRC); the XDP program hashes with [`crc32_update_words`].
+#[inline]
 pub fn crc32_update(mut crc: u32, bytes: &[u8]) -> u32 {
     for &b in bytes {
         crc = CRC32_TABLE[((crc ^ b as u32) & 0xFF) as usize] ^ (crc >> 8);
+    }
+    crc
+}
+
+/// The same CRC over whole little-endian 32-bit words, four table lookups per word (slicing by
+/// four): a quarter of the byte loop's work. Each index is a shift and an AND of the register,
+/// which the verifier bounds on every kernel (6.1 loses the bounds of an XOR with a non-constant
+/// operand, which is what LLVM makes of the byte loop's index).
+#[inline(always)]
+pub fn crc32_update_words(mut crc: u32, words: &[u32]) -> u32 {
+    for &w in words {
+        crc ^= w;
+        crc = CRC32_TABLES[3][(crc & 0xFF) as usize]
+            ^ CRC32_TABLES[2][((crc >> 8) & 0xFF) as usize]
+            ^ CRC32_TABLES[1][((crc >> 16) & 0xFF) as usize]
+            ^ CRC32_TABLES[0][((crc >> 24) & 0xFF) as usize];
     }
     crc
 }
@@ -121,10 +152,13 @@ fn destination_low32(ip: &IpHeader) -> u32 {
     }
 }
 
-/// The seeded switch hash of a key.
+/// The seeded switch hash of a key: the CRC of its bytes (as [`FlowKey::to_bytes`] lays them
+/// out), computed a word at a time.
 #[inline(always)]
 pub fn hash_key(seed: u32, key: &FlowKey) -> u32 {
-    fmix32(crc32_update(seed, &key.to_bytes()))
+    let b = key.to_bytes();
+    let w = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    fmix32(crc32_update_words(seed, &[w(0), w(4), w(8), w(12)]))
 }
 
 /// Maps a 32-bit hash onto `0..n` by multiply-shift (uses the high bits, no division).

@@ -16,11 +16,7 @@ use fabric_common::route::{
 const PORT_MAC: [u8; 6] = DST_MAC;
 
 fn port() -> PortInfo {
-    PortInfo {
-        index: 1,
-        mac: PORT_MAC,
-        _pad: [0; 2],
-    }
+    PortInfo::new(1, PORT_MAC)
 }
 
 fn cfg(mode: HashMode) -> SwitchConfig {

@@ -27,7 +27,7 @@ pub fn fabric_switch(ctx: XdpContext) -> u32 {
     let pkt = XdpPacket::new(&ctx);
     // A port the controller did not register is not ours to switch.
     let ifindex = ctx.ingress_ifindex() as u32;
-    let Some(port) = (unsafe { PORTS.get(&ifindex) }) else {
+    let Some(port) = PORTS.get(ifindex).filter(|p| p.is_present()) else {
         return xdp_action::XDP_PASS;
     };
     let len = pkt.len() as u64;

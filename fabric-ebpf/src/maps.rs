@@ -2,10 +2,10 @@
 //! Names are the contract with the controller (`fabric_user::dataplane`).
 use aya_ebpf::{
     macros::map,
-    maps::{Array, DevMap, HashMap, PerCpuArray, lpm_trie::{Key, LpmTrie}},
+    maps::{Array, DevMap, PerCpuArray, lpm_trie::{Key, LpmTrie}},
 };
 use fabric_common::{
-    config::{MAX_PORTS, PortInfo, SwitchConfig},
+    config::{MAX_IFINDEX, MAX_PORTS, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
     forward::ForwardingTables,
     route::{EcmpGroup, MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_ROUTES, RouteTarget},
@@ -17,7 +17,7 @@ pub static CONFIG: Array<SwitchConfig> = Array::with_max_entries(1, 0);
 
 /// Ingress ifindex -> port.
 #[map]
-pub static PORTS: HashMap<u32, PortInfo> = HashMap::with_max_entries(MAX_PORTS, 0);
+pub static PORTS: Array<PortInfo> = Array::with_max_entries(MAX_IFINDEX, 0);
 
 /// Port index -> egress ifindex.
 #[map]

@@ -39,74 +39,90 @@ fn bench_frame(ipv6: bool) -> Vec<u8> {
     frame(&FrameSpec { ipv6, ttl: 255, dst_mac: port_mac(0), payload_len: 1024, ..Default::default() })
 }
 
-/// Median over `rounds` of the mean ns/packet of `packets` runs.
-fn measure(sw: &mut FixtureSwitch, program: &str, frame: &[u8], packets: u64, rounds: u32) -> Result<f64> {
-    let mut medians = Vec::new();
-    for _ in 0..rounds {
-        let mut total = Duration::ZERO;
-        let calls = packets.div_ceil(CHUNK as u64);
-        for _ in 0..calls {
-            // Fresh copy each call: the TTL starts from 255 again.
-            total += sw.time(program, 0, frame, CHUNK)? * CHUNK;
-        }
-        medians.push(total.as_nanos() as f64 / (calls * CHUNK as u64) as f64);
+/// Mean ns/packet of `packets` runs of `program` on `frame`.
+fn measure_once(sw: &mut FixtureSwitch, program: &str, frame: &[u8], packets: u64) -> Result<f64> {
+    let mut total = Duration::ZERO;
+    let calls = packets.div_ceil(CHUNK as u64);
+    for _ in 0..calls {
+        // Fresh copy each call: the TTL starts from 255 again.
+        total += sw.time(program, 0, frame, CHUNK)? * CHUNK;
     }
-    medians.sort_by(f64::total_cmp);
-    Ok(medians[medians.len() / 2])
+    Ok(total.as_nanos() as f64 / (calls * CHUNK as u64) as f64)
+}
+
+/// One benchmark case: a program, a hash mode to configure first, a frame.
+struct Case {
+    label: String,
+    program: &'static str,
+    mode: HashMode,
+    family: &'static str,
+    frame: Vec<u8>,
 }
 
 pub fn dataplane(packets: u64, rounds: u32) -> Result<DataplaneReport> {
     // A private namespace for the fixture's veths; it vanishes with the thread.
     in_private_netns(|| {
-        let mut rows = Vec::new();
         let frames = [("ipv4", bench_frame(false)), ("ipv6", bench_frame(true))];
-        let mut sw = FixtureSwitch::new(HashMode::FiveTuple, 1)?;
-        let pass = measure(&mut sw, PROGRAM_PASS, &frames[0].1, packets, rounds)?;
-        let mut baseline = Vec::new();
-        for (_, f) in &frames {
-            baseline.push(measure(&mut sw, PROGRAM_BENCH_PARSE_REDIRECT, f, packets, rounds)?);
-        }
-        rows.push(Row {
-            program: "(a) XDP_PASS".into(),
+        let mut cases = vec![Case {
+            label: "(a) XDP_PASS".into(),
+            program: PROGRAM_PASS,
+            mode: HashMode::FiveTuple,
             family: "ipv4",
-            ns_per_packet: pass,
-            vs_pass: 1.0,
-            vs_parse_redirect: pass / baseline[0],
-        });
-        for (i, (family, _)) in frames.iter().enumerate() {
-            rows.push(Row {
-                program: "(b) parse + fixed redirect".into(),
+            frame: frames[0].1.clone(),
+        }];
+        for (family, f) in &frames {
+            cases.push(Case {
+                label: "(b) parse + fixed redirect".into(),
+                program: PROGRAM_BENCH_PARSE_REDIRECT,
+                mode: HashMode::FiveTuple,
                 family,
-                ns_per_packet: baseline[i],
-                vs_pass: baseline[i] / pass,
-                vs_parse_redirect: 1.0,
+                frame: f.clone(),
             });
         }
         for mode in HashMode::ALL {
-            sw.set_mode(mode, 0x5eed)?;
-            for (i, (family, f)) in frames.iter().enumerate() {
-                let ns = measure(&mut sw, PROGRAM_SWITCH, f, packets, rounds)?;
-                rows.push(Row {
-                    program: format!("(c) switch, {}", mode.as_str()),
+            for (family, f) in &frames {
+                cases.push(Case {
+                    label: format!("(c) switch, {}", mode.as_str()),
+                    program: PROGRAM_SWITCH,
+                    mode,
                     family,
-                    ns_per_packet: ns,
-                    vs_pass: ns / pass,
-                    vs_parse_redirect: ns / baseline[i],
+                    frame: f.clone(),
                 });
             }
         }
+        // Rounds outermost, so that the machine's slow phases hit every case alike.
+        let mut sw = FixtureSwitch::new(HashMode::FiveTuple, 0x5eed)?;
+        let mut samples = vec![Vec::new(); cases.len()];
+        for _ in 0..rounds {
+            for (i, c) in cases.iter().enumerate() {
+                sw.set_mode(c.mode, 0x5eed)?;
+                samples[i].push(measure_once(&mut sw, c.program, &c.frame, packets)?);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let ns: Vec<f64> = samples.iter_mut().map(median).collect();
+        let pass = ns[0];
+        let baseline = |family: &str| if family == "ipv4" { ns[1] } else { ns[2] };
+        let rows: Vec<Row> = cases
+            .iter()
+            .zip(&ns)
+            .map(|(c, &v)| Row {
+                program: c.label.clone(),
+                family: c.family,
+                ns_per_packet: v,
+                vs_pass: v / pass,
+                vs_parse_redirect: v / baseline(c.family),
+            })
+            .collect();
         let worst = rows
             .iter()
             .filter(|r| r.program.starts_with("(c)"))
             .map(|r| r.vs_parse_redirect)
             .fold(0.0, f64::max);
-        Ok(DataplaneReport {
-            packets_per_case: packets,
-            rounds,
-            frame_bytes: frames[0].1.len(),
-            rows,
-            worst_vs_parse_redirect: worst,
-        })
+        Ok(DataplaneReport { packets_per_case: packets, rounds, frame_bytes: frames[0].1.len(), rows, worst_vs_parse_redirect: worst })
     })
 }
 

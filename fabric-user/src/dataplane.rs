@@ -6,13 +6,13 @@ use anyhow::{Context as _, Result, bail};
 use aya::{
     Ebpf,
     maps::{
-        Array, DevMap, HashMap, MapData, PerCpuArray,
+        Array, DevMap, MapData, PerCpuArray,
         lpm_trie::{Key, LpmTrie},
     },
     programs::{Xdp, XdpMode, xdp::XdpLinkId},
 };
 use fabric_common::{
-    config::{PortInfo, SwitchConfig},
+    config::{MAX_IFINDEX, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
     route::{EcmpGroup, MAX_GROUP_MEMBERS, RouteTarget},
 };
@@ -127,8 +127,13 @@ impl SwitchDataplane {
     /// Registers a port: frames arriving on `ifindex` belong to port `info.index`, and the
     /// port's egress slot sends out of `ifindex`.
     pub fn add_port(&mut self, ifindex: u32, info: PortInfo) -> Result<()> {
-        let mut ports: HashMap<&mut MapData, u32, PortInfo> = self.map("PORTS")?;
-        ports.insert(ifindex, info, 0)?;
+        anyhow::ensure!(
+            ifindex < MAX_IFINDEX,
+            "ifindex {ifindex} is beyond the switch's port table ({MAX_IFINDEX}); \
+             build switch ports inside fresh namespaces, where ifindexes are small"
+        );
+        let mut ports: Array<&mut MapData, PortInfo> = self.map("PORTS")?;
+        ports.set(ifindex, info, 0)?;
         let mut egress: DevMap<&mut MapData> = self.map("EGRESS")?;
         egress
             .set(info.index, ifindex, None, 0)

@@ -67,7 +67,7 @@ impl FixtureSwitch {
             netns::ip(&["link", "set", &a, "up"])?;
             netns::ip(&["link", "set", &b, "up"])?;
             let idx = netns::ifindex(&a)?;
-            dp.add_port(idx, PortInfo { index: port, mac: port_mac(port), _pad: [0; 2] })?;
+            dp.add_port(idx, PortInfo::new(port, port_mac(port)))?;
             ifindex.push(idx);
         }
         let member = |p: u32| GroupMember { port: p, dst_mac: neighbour_mac(p), src_mac: port_mac(p) };

@@ -144,3 +144,47 @@ pub fn print(r: &StatsReport) {
         println!("{:<8} {:>9.2} {:>6.3}  {}", u.rtsw, u.max_over_mean, u.jain, loads.join(" "));
     }
 }
+
+/// Bytes sent on each RTSW uplink, for measuring what one run added.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UplinkBytes(pub BTreeMap<String, Vec<(String, u64)>>);
+
+impl UplinkBytes {
+    pub fn read(state: &State) -> Result<Self> {
+        let r = collect(state)?;
+        Ok(UplinkBytes(r.uplinks.into_iter().map(|u| (u.rtsw, u.tx_bytes)).collect()))
+    }
+
+    /// Per-RTSW load that happened between `before` and `self`.
+    pub fn since(&self, before: &UplinkBytes) -> Vec<UplinkLoad> {
+        self.0
+            .iter()
+            .map(|(rtsw, now)| {
+                let old = before.0.get(rtsw);
+                let tx: Vec<(String, u64)> = now
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (p, b))| (p.clone(), b - old.and_then(|o| o.get(i)).map_or(0, |o| o.1)))
+                    .collect();
+                let loads: Vec<u64> = tx.iter().map(|t| t.1).collect();
+                let (max_over_mean, jain) = imbalance(&loads);
+                UplinkLoad { rtsw: rtsw.clone(), tx_bytes: tx, max_over_mean, jain }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::imbalance;
+
+    #[test]
+    fn imbalance_figures() {
+        assert_eq!(imbalance(&[10, 10, 10, 10]), (1.0, 1.0));
+        let (m, j) = imbalance(&[40, 0, 0, 0]);
+        assert_eq!((m, j), (4.0, 0.25));
+        assert_eq!(imbalance(&[0, 0]), (0.0, 1.0));
+        let (m, j) = imbalance(&[30, 10]);
+        assert!((m - 1.5).abs() < 1e-9 && (j - 0.8).abs() < 1e-9);
+    }
+}

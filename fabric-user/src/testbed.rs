@@ -273,7 +273,7 @@ fn install_switch(plan: &Plan, n: NodeId, tables: &SwitchTables) -> Result<()> {
         let mut ifindexes = Vec::new();
         for (i, port) in node.ports.iter().enumerate() {
             let idx = netns::ifindex(&port.ifname)?;
-            dp.add_port(idx, PortInfo { index: i as u32, mac: port.mac, _pad: [0; 2] })?;
+            dp.add_port(idx, PortInfo::new(i as u32, port.mac))?;
             ifindexes.push(idx);
         }
         dp.set_config(SwitchConfig { hash_mode: node.hash as u32, seed: node.seed, pin_shift: 1, _reserved: 0 })?;
@@ -464,4 +464,17 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     state.down_links = down_links;
     state.save()?;
     Ok(label)
+}
+
+/// Sets the ECMP hash mode of every switch (or of one role) at run time.
+pub fn set_hash_mode(state: &State, mode: fabric_common::config::HashMode, role: Option<Role>) -> Result<()> {
+    for sw in state.plan.switches() {
+        let node = &state.plan.nodes[sw];
+        if role.is_some_and(|r| r != node.role) {
+            continue;
+        }
+        let mut dp = state.dataplane(sw)?;
+        dp.set_config(SwitchConfig { hash_mode: mode as u32, seed: node.seed, pin_shift: 1, _reserved: 0 })?;
+    }
+    Ok(())
 }

@@ -124,8 +124,8 @@ fn run(ns_a: &str, ns_sw: &str, ns_b: &str) -> Result<()> {
     let mut dp = SwitchDataplane::load()?;
     in_named(ns_sw, || {
         let (sa, sb) = (ifindex("sa")?, ifindex("sb")?);
-        dp.add_port(sa, PortInfo { index: 0, mac: mac(MAC_SA), _pad: [0; 2] })?;
-        dp.add_port(sb, PortInfo { index: 1, mac: mac(MAC_SB), _pad: [0; 2] })?;
+        dp.add_port(sa, PortInfo::new(0, mac(MAC_SA)))?;
+        dp.add_port(sb, PortInfo::new(1, mac(MAC_SB)))?;
         dp.set_config(SwitchConfig { hash_mode: HashMode::Eecmp as u32, seed: 1, pin_shift: 0, _reserved: 0 })?;
         let to_a = GroupMember { port: 0, dst_mac: mac(MAC_A), src_mac: mac(MAC_SA) };
         let to_b = GroupMember { port: 1, dst_mac: mac(MAC_B), src_mac: mac(MAC_SB) };
