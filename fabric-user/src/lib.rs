@@ -10,6 +10,7 @@ pub mod netns;
 pub mod placement;
 pub mod plan;
 pub mod probe;
+pub mod roce;
 pub mod routing;
 pub mod stats;
 pub mod testbed;

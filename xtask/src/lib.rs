@@ -4,4 +4,5 @@ pub mod demo;
 pub mod setup;
 pub mod test;
 pub mod testbed;
+pub mod vm;
 mod util;

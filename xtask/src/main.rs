@@ -2,7 +2,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use xtask::{bench, demo, setup, test, testbed};
+use xtask::{bench, demo, setup, test, testbed, vm};
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "fabric project tasks")]
@@ -25,6 +25,16 @@ enum Command {
     },
     /// Bring up the default testbed, run the main demo, tear down.
     Demo,
+    /// Boot a Debian 6.1 kernel under qemu (virtme-ng) and run a command in it (default:
+    /// `fabric check`: the XDP program passes the oldest supported kernel's verifier).
+    Vm {
+        /// Kernel package to boot (default: the 6.1 image `linux-image-amd64` depends on).
+        #[arg(long)]
+        kernel: Option<String>,
+        /// Command to run inside.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
     /// Thin wrapper over `fabric up|down|status|...`.
     Testbed {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -39,5 +49,6 @@ fn main() -> Result<()> {
         Command::Bench { name } => bench::run(name.as_deref()),
         Command::Demo => demo::run(),
         Command::Testbed { args } => testbed::run(&args),
+        Command::Vm { kernel, command } => vm::run(kernel.as_deref(), &command),
     }
 }

@@ -34,7 +34,12 @@ pub fn run() -> Result<()> {
 }
 
 fn apt(did: &mut Vec<String>) -> Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES
+    apt_install(APT_PACKAGES, did)
+}
+
+/// Installs whichever of `packages` are missing (apt-get update first, non-interactive).
+pub fn apt_install(packages: &[&str], did: &mut Vec<String>) -> Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
         .copied()
         .filter(|p| {
