@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod capture;
 pub mod dataplane;
+pub mod endpoint;
 pub mod fixture;
 pub mod netlink;
 pub mod netns;
@@ -12,6 +13,7 @@ pub mod plan;
 pub mod probe;
 pub mod roce;
 pub mod routing;
+pub mod run;
 pub mod stats;
 pub mod testbed;
 pub mod workload;

@@ -194,3 +194,37 @@ pub fn sysctl(key: &str, value: &str) -> Result<()> {
     let path = Path::new("/proc/sys").join(key);
     std::fs::write(&path, value).with_context(|| format!("writing {} = {value}", path.display()))
 }
+
+/// Turns off transmit checksum offload on `ifname` (in the calling thread's namespace). A veth
+/// hands its peer packets whose L4 checksum is still to be filled in; once XDP redirects such a
+/// frame, that promise is lost and the receiver sees a bad checksum. Software checksums avoid it.
+pub fn disable_tx_checksum(ifname: &str) -> Result<()> {
+    const ETHTOOL_STXCSUM: u32 = 0x17;
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    let mut value = EthtoolValue { cmd: ETHTOOL_STXCSUM, data: 0 };
+    // SAFETY: ifreq is plain data.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    let name = ifname.as_bytes();
+    anyhow::ensure!(name.len() < ifr.ifr_name.len(), "interface name {ifname} too long");
+    for (d, s) in ifr.ifr_name.iter_mut().zip(name) {
+        *d = *s as libc::c_char;
+    }
+    ifr.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
+    // SAFETY: a datagram socket for the ioctl, closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+    anyhow::ensure!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: valid fd and ifreq pointing at a live ethtool_value.
+    let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &mut ifr) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: closing our own fd.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return Err(err).with_context(|| format!("turning off tx checksum offload on {ifname}"));
+    }
+    Ok(())
+}

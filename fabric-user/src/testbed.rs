@@ -254,6 +254,7 @@ fn configure_node(plan: &Plan, n: NodeId) -> Result<()> {
             netlink::add_neighbour(&h, idx, IpAddr::V4(peer.ipv4), peer.mac).await?;
             netlink::add_neighbour(&h, idx, IpAddr::V6(peer.ipv6), peer.mac).await?;
             netlink::set_up(&h, idx, true).await?;
+            netns::disable_tx_checksum(&port.ifname)?;
             if node.role == Role::Host {
                 netlink::add_default_route_v4(&h, peer.ipv4, idx).await?;
                 netlink::add_default_route_v6(&h, peer.ipv6, idx).await?;
@@ -466,15 +467,14 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     Ok(label)
 }
 
-/// Sets the ECMP hash mode of every switch (or of one role) at run time.
-pub fn set_hash_mode(state: &State, mode: fabric_common::config::HashMode, role: Option<Role>) -> Result<()> {
+/// Sets the ECMP hash mode of every switch at run time, and optionally re-seeds them (each
+/// switch's seed derived from `seed` and its node id, so switches stay decorrelated).
+pub fn set_hash_mode(state: &State, mode: fabric_common::config::HashMode, seed: Option<u32>) -> Result<()> {
     for sw in state.plan.switches() {
         let node = &state.plan.nodes[sw];
-        if role.is_some_and(|r| r != node.role) {
-            continue;
-        }
+        let seed = seed.map_or(node.seed, |s| fabric_common::hash::fmix32(s ^ (sw as u32).wrapping_mul(0x9E37_79B9)));
         let mut dp = state.dataplane(sw)?;
-        dp.set_config(SwitchConfig { hash_mode: mode as u32, seed: node.seed, pin_shift: 1, _reserved: 0 })?;
+        dp.set_config(SwitchConfig { hash_mode: mode as u32, seed, pin_shift: 1, _reserved: 0 })?;
     }
     Ok(())
 }
