@@ -102,47 +102,14 @@ enum Command {
     /// Run a collective with the project's RoCEv2 endpoints and report completion times and
     /// uplink balance.
     Run {
-        /// allreduce (ring), alltoall, incast, permutation.
-        #[arg(value_enum)]
-        workload: fabric_user::workload::Collective,
+        #[command(flatten)]
+        spec: fabric_user::run::RunSpec,
+        /// Read the run from a workload file (testbed/workloads/*.toml) instead of the flags.
+        #[arg(long, conflicts_with = "workload")]
+        file: Option<PathBuf>,
         #[command(flatten)]
         which: Which,
-        /// Number of ranks (default: every host).
-        #[arg(long)]
-        ranks: Option<usize>,
-        /// Message size per rank, bytes (suffixes K, M, G = x1000; Ki, Mi, Gi = x1024).
-        #[arg(long, default_value = "4Mi", value_parser = parse_size)]
-        message: u64,
-        #[arg(long, default_value_t = 1)]
-        iterations: u32,
-        /// contiguous, fragmented, random:SEED or hosts:H1,H2,...
-        #[arg(long, default_value = "contiguous")]
-        placement: String,
-        /// QPs per connection (QP scaling).
-        #[arg(long, default_value_t = 1)]
-        qps: u32,
-        /// UDP source port policy.
-        #[arg(long, value_enum, default_value = "per-qp")]
-        sport: fabric_user::endpoint::SportPolicy,
-        /// Set every switch's hash mode first: five-tuple, eecmp, pin.
-        #[arg(long)]
-        hash: Option<String>,
-        /// Re-seed every switch's hash.
-        #[arg(long)]
-        hash_seed: Option<u32>,
-        /// Rate of one connection (all its QPs), bits/s (suffixes K, M, G).
-        #[arg(long, default_value = "100M", value_parser = parse_size)]
-        rate: u64,
-        /// RoCE path MTU (256, 512, 1024, 2048, 4096).
-        #[arg(long, default_value_t = 1024)]
-        path_mtu: u32,
-        /// ACK every N packets.
-        #[arg(long, default_value_t = 4)]
-        ack_every: u32,
-        /// Workload seed (permutation).
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Write the result (JSON, schema fabric.run/1) here; default results/run-<time>.json.
+        /// Write the result (JSON, schema fabric.run/1) here; default results/run-<workload>-<time>.json.
         #[arg(long)]
         json: Option<PathBuf>,
         #[arg(long)]
@@ -285,54 +252,18 @@ fn run() -> Result<()> {
                 std::process::exit(1);
             }
         }
-        Command::Run {
-            workload,
-            which,
-            ranks,
-            message,
-            iterations,
-            placement,
-            qps,
-            sport,
-            hash,
-            hash_seed,
-            rate,
-            path_mtu,
-            ack_every,
-            seed,
-            json,
-            quiet,
-        } => {
-            let state = State::load(&which.prefix()?)?;
-            let hash = hash
-                .map(|h| {
-                    fabric_common::config::HashMode::parse(&h)
-                        .with_context(|| format!("unknown hash mode {h:?}: five-tuple, eecmp or pin"))
-                })
-                .transpose()?;
-            let opts = fabric_user::run::RunOptions {
-                collective: workload,
-                ranks,
-                message_bytes: message,
-                iterations,
-                placement: fabric_user::placement::Placement::parse(&placement)?,
-                hash,
-                hash_seed,
-                seed,
-                endpoint: fabric_user::endpoint::EndpointOptions {
-                    qps,
-                    sport,
-                    path_mtu,
-                    rate_bps: rate,
-                    ack_every,
-                    ..Default::default()
-                },
+        Command::Run { spec, file, which, json, quiet } => {
+            let spec = match file {
+                Some(f) => fabric_user::run::RunSpec::from_file(&f)?,
+                None => spec,
             };
+            let opts = spec.to_options()?;
+            let state = State::load(&which.prefix()?)?;
             let result = fabric_user::run::run(&state, &opts, quiet)?;
             fabric_user::run::print(&result);
             let path = json.unwrap_or_else(|| {
                 let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                PathBuf::from(format!("results/run-{}-{t}.json", workload.as_str()))
+                PathBuf::from(format!("results/run-{}-{t}.json", opts.collective.as_str()))
             });
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
@@ -363,25 +294,3 @@ fn toml_of(t: &Topology) -> Result<String> {
     Ok(toml::to_string(t)?)
 }
 
-/// `4M`, `200M`, `1G`, `1500`: decimal multiples for rates, binary ones would surprise in bits/s;
-/// sizes use the same (K = 1024 for bytes would be ambiguous next to rates, so both are powers
-/// of 1000 except when written with `i`: `4Mi`).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        None => (s, 1u64),
-        Some((i, _)) => {
-            let mult = match &s[i..] {
-                "K" | "k" => 1_000,
-                "M" => 1_000_000,
-                "G" => 1_000_000_000,
-                "Ki" => 1 << 10,
-                "Mi" => 1 << 20,
-                "Gi" => 1 << 30,
-                other => return Err(format!("unknown suffix {other:?}: use K, M, G (x1000) or Ki, Mi, Gi (x1024)")),
-            };
-            (&s[..i], mult)
-        }
-    };
-    num.parse::<u64>().map(|n| n * mult).map_err(|e| format!("{s:?}: {e}"))
-}

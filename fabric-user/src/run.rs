@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::{
     endpoint::{
-        EndpointOptions,
+        EndpointOptions, SportPolicy,
         engine::{FlowResult, HostTransfer, run_step},
     },
     placement::Placement,
@@ -15,6 +15,144 @@ use crate::{
     testbed::{self, State},
     workload::{Collective, schedule},
 };
+
+/// A run as the command line or a workload file states it (one definition for both).
+#[derive(Clone, Debug, clap::Args, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSpec {
+    /// allreduce (ring), alltoall, incast, permutation.
+    #[arg(value_enum, required_unless_present = "file")]
+    pub workload: Option<Collective>,
+    /// Number of ranks (default: every host).
+    #[arg(long)]
+    #[serde(default)]
+    pub ranks: Option<usize>,
+    /// Message size per rank, bytes (K, M, G = x1000; Ki, Mi, Gi = x1024).
+    #[arg(long, default_value = "4Mi")]
+    #[serde(default = "RunSpec::default_message")]
+    pub message: String,
+    #[arg(long, default_value_t = 1)]
+    #[serde(default = "RunSpec::one")]
+    pub iterations: u32,
+    /// contiguous, fragmented, random:SEED or hosts:H1,H2,...
+    #[arg(long, default_value = "contiguous")]
+    #[serde(default = "RunSpec::default_placement")]
+    pub placement: String,
+    /// QPs per connection (QP scaling).
+    #[arg(long, default_value_t = 1)]
+    #[serde(default = "RunSpec::one")]
+    pub qps: u32,
+    /// UDP source port policy.
+    #[arg(long, value_enum, default_value = "per-qp")]
+    #[serde(default = "RunSpec::default_sport")]
+    pub sport: SportPolicy,
+    /// Set every switch's hash mode first: five-tuple, eecmp, pin.
+    #[arg(long)]
+    #[serde(default)]
+    pub hash: Option<String>,
+    /// Re-seed every switch's hash.
+    #[arg(long)]
+    #[serde(default)]
+    pub hash_seed: Option<u32>,
+    /// Rate of one connection (all its QPs), bits/s (K, M, G = x1000).
+    #[arg(long, default_value = "100M")]
+    #[serde(default = "RunSpec::default_rate")]
+    pub rate: String,
+    /// RoCE path MTU (256, 512, 1024, 2048).
+    #[arg(long, default_value_t = 1024)]
+    #[serde(default = "RunSpec::default_path_mtu")]
+    pub path_mtu: u32,
+    /// The responder ACKs every N packets (and at message end).
+    #[arg(long, default_value_t = 4)]
+    #[serde(default = "RunSpec::default_ack_every")]
+    pub ack_every: u32,
+    /// Workload seed (permutation).
+    #[arg(long, default_value_t = 1)]
+    #[serde(default = "RunSpec::one_u64")]
+    pub seed: u64,
+}
+
+impl RunSpec {
+    fn default_message() -> String {
+        "4Mi".into()
+    }
+    fn one() -> u32 {
+        1
+    }
+    fn one_u64() -> u64 {
+        1
+    }
+    fn default_placement() -> String {
+        "contiguous".into()
+    }
+    fn default_sport() -> SportPolicy {
+        SportPolicy::PerQp
+    }
+    fn default_rate() -> String {
+        "100M".into()
+    }
+    fn default_path_mtu() -> u32 {
+        1024
+    }
+    fn default_ack_every() -> u32 {
+        4
+    }
+
+    /// Reads a workload file (TOML; the fields are the long flags of `fabric run`).
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading workload {}", path.display()))?;
+        let spec: RunSpec = toml::from_str(&text).with_context(|| format!("workload file {}", path.display()))?;
+        ensure!(spec.workload.is_some(), "{}: `workload` is missing", path.display());
+        Ok(spec)
+    }
+
+    pub fn to_options(&self) -> Result<RunOptions> {
+        let hash = self
+            .hash
+            .as_deref()
+            .map(|h| HashMode::parse(h).with_context(|| format!("hash: unknown mode {h:?}; five-tuple, eecmp or pin")))
+            .transpose()?;
+        Ok(RunOptions {
+            collective: self.workload.context("no workload given")?,
+            ranks: self.ranks,
+            message_bytes: parse_size(&self.message).map_err(|e| anyhow::anyhow!("message: {e}"))?,
+            iterations: self.iterations,
+            placement: Placement::parse(&self.placement)?,
+            hash,
+            hash_seed: self.hash_seed,
+            seed: self.seed,
+            endpoint: EndpointOptions {
+                qps: self.qps,
+                sport: self.sport,
+                path_mtu: self.path_mtu,
+                rate_bps: parse_size(&self.rate).map_err(|e| anyhow::anyhow!("rate: {e}"))?,
+                ack_every: self.ack_every,
+                ..Default::default()
+            },
+        })
+    }
+}
+
+/// `4Mi`, `100M`, `1500`: K, M, G multiply by 1000 (rates), Ki, Mi, Gi by 1024 (sizes).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        None => (s, 1u64),
+        Some((i, _)) => {
+            let mult = match &s[i..] {
+                "K" | "k" => 1_000,
+                "M" => 1_000_000,
+                "G" => 1_000_000_000,
+                "Ki" => 1 << 10,
+                "Mi" => 1 << 20,
+                "Gi" => 1 << 30,
+                other => return Err(format!("unknown suffix {other:?}: use K, M, G (x1000) or Ki, Mi, Gi (x1024)")),
+            };
+            (&s[..i], mult)
+        }
+    };
+    num.parse::<u64>().map(|n| n * mult).map_err(|e| format!("{s:?}: {e}"))
+}
 
 /// The version of the results schema (documented in `testbed/workloads/README.md`).
 pub const RESULTS_SCHEMA: &str = "fabric.run/1";
@@ -183,4 +321,52 @@ pub fn print(r: &RunResult) {
         if r.cpu_limited { " (CPU-limited: this machine, not the fabric, set the pace)" } else { "" },
         retx
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_rates() {
+        assert_eq!(parse_size("4Mi"), Ok(4 << 20));
+        assert_eq!(parse_size("100M"), Ok(100_000_000));
+        assert_eq!(parse_size("1500"), Ok(1500));
+        assert!(parse_size("3X").is_err());
+        assert!(parse_size("M").is_err());
+    }
+
+    #[test]
+    fn every_shipped_workload_file_is_valid() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed/workloads");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let spec = RunSpec::from_file(&path).unwrap_or_else(|e| panic!("{e:#}"));
+                spec.to_options().unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 5);
+    }
+
+    #[test]
+    fn bad_workload_files_name_the_problem() {
+        let dir = std::env::temp_dir().join(format!("fabric-wl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (text, expect) in [
+            ("workload = \"allreduce\"\nqpz = 3\n", "qpz"),
+            ("workload = \"ring\"\n", "ring"),
+            ("qps = 3\n", "workload"),
+            ("workload = \"allreduce\"\nhash = \"random\"\n", "hash"),
+            ("workload = \"allreduce\"\nmessage = \"4X\"\n", "message"),
+        ] {
+            let p = dir.join("w.toml");
+            std::fs::write(&p, text).unwrap();
+            let err = RunSpec::from_file(&p).and_then(|s| s.to_options()).expect_err(text);
+            assert!(format!("{err:#}").contains(expect), "{text}: {err:#}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
