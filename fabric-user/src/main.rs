@@ -133,6 +133,11 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Packets/s per core of the RoCEv2 endpoint vs raw UDP, and of a whole AllReduce.
+    Endpoint {
+        #[arg(long, default_value = "results/bench/endpoint.json")]
+        json: PathBuf,
+    },
     /// Per-packet cost of the switch program vs XDP_PASS and parse + fixed redirect.
     Dataplane {
         /// Packets per case and round.
@@ -275,6 +280,11 @@ fn run() -> Result<()> {
             SwitchDataplane::load()?;
             println!("ok: the XDP switch program and its maps load and pass this kernel's verifier");
         }
+        Command::Bench { which: BenchCommand::Endpoint { json } } => {
+            let report = bench::endpoint()?;
+            bench::print_endpoint(&report);
+            write_json(&json, &report)?;
+        }
         Command::Bench { which: BenchCommand::Dataplane { packets, rounds, json } } => {
             let report = bench::dataplane(packets, rounds)?;
             bench::print_dataplane(&report);
@@ -294,3 +304,12 @@ fn toml_of(t: &Topology) -> Result<String> {
     Ok(toml::to_string(t)?)
 }
 
+
+fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, serde_json::to_vec_pretty(value)?).with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
