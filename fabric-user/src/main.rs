@@ -115,7 +115,7 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
-    /// ICMP echo between every pair of hosts, through the fabric.
+    /// ICMP and ICMPv6 echo between every pair of hosts, through the fabric.
     Ping {
         #[command(flatten)]
         which: Which,
@@ -248,7 +248,7 @@ fn run() -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
-                println!("{} of {} host pairs reachable through the fabric", r.reachable, r.pairs);
+                println!("{} of {} host pairs reachable through the fabric (IPv4 and IPv6)", r.reachable, r.pairs);
                 for (a, b) in &r.unreachable {
                     println!("  no reply: {a} -> {b}");
                 }

@@ -75,7 +75,7 @@ fn default_testbed_forwards_only_through_xdp_survives_a_link_failure_and_leaves_
         assert_eq!(fwd.trim(), "0", "{} forwards in the kernel", state.plan.nodes[sw].name);
     }
     let pairs = all_reachable(&state);
-    assert_eq!(pairs, 8 * 7);
+    assert_eq!(pairs, 8 * 7 * 2, "every ordered pair, over IPv4 and IPv6");
     // Every echo request and reply crossed an RTSW into a host port: the XDP counters saw them.
     let delivered: u64 = state
         .plan

@@ -234,20 +234,22 @@ fn host_loop(
     let mut sports = Vec::new();
     for (i, q) in qps.iter().enumerate() {
         let t = &transfers[q.flow];
+        // Both ends of a QP share its UDP source port (as rxe does) and its first PSN.
+        let end = |local_qp, remote_qp, peer| Connection {
+            local_qp,
+            remote_qp,
+            pkey: DEFAULT_PKEY,
+            ip: IpPair::V4 { src: me, dst: peer },
+            udp_src_port: q.sport,
+        };
+        let first_psn = Psn::new(q.req_qpn.wrapping_mul(0x9E37) & 0xFF_FFFF);
         if t.src == host && q.bytes > 0 {
             let peer = ipv4(plan, t.dst);
-            let conn = Connection {
-                local_qp: q.req_qpn,
-                remote_qp: q.resp_qpn,
-                pkey: DEFAULT_PKEY,
-                ip: IpPair::V4 { src: me, dst: peer },
-                udp_src_port: q.sport,
-            };
-            let mut cfg = RequesterConfig::new(conn);
+            let mut cfg = RequesterConfig::new(end(q.req_qpn, q.resp_qpn, peer));
             cfg.mtu = mtu;
             cfg.window_packets = opts.window;
             cfg.retransmit_timeout_ns = opts.retransmit_timeout_ns;
-            cfg.first_psn = Psn::new(q.req_qpn.wrapping_mul(0x9E37) & 0xFF_FFFF);
+            cfg.first_psn = first_psn;
             // A burst of two packets: enough to absorb scheduling jitter, small enough that the
             // rate holds over short messages.
             let burst_bytes = 2 * u64::from(opts.path_mtu + 100);
@@ -268,15 +270,8 @@ fn host_loop(
         }
         if t.dst == host && q.bytes > 0 {
             let peer = ipv4(plan, t.src);
-            let conn = Connection {
-                local_qp: q.resp_qpn,
-                remote_qp: q.req_qpn,
-                pkey: DEFAULT_PKEY,
-                ip: IpPair::V4 { src: me, dst: peer },
-                udp_src_port: q.sport,
-            };
-            let mut cfg = ResponderConfig::new(conn);
-            cfg.first_psn = Psn::new(q.req_qpn.wrapping_mul(0x9E37) & 0xFF_FFFF);
+            let mut cfg = ResponderConfig::new(end(q.resp_qpn, q.req_qpn, peer));
+            cfg.first_psn = first_psn;
             cfg.ack_every = opts.ack_every;
             let dst = SocketAddrV4::new(peer, fabric_common::wire::udp::ROCEV2_PORT);
             responders.insert(q.resp_qpn, (Responder::new(cfg), dst, q.sport, i));
