@@ -62,17 +62,34 @@ pub struct PortInfo {
     pub index: u32,
     /// The port's own MAC: unicast frames for another address are not routed.
     pub mac: [u8; 6],
-    /// [`PortInfo::PRESENT`] for a registered port; an all-zero slot is no port.
+    /// [`PortInfo::PRESENT`] for a registered port (an all-zero slot is no port), plus
+    /// [`PortInfo::HOST`] for a port facing a host.
     pub flags: u16,
+    /// On a host port: the only source addresses accepted from it (anti-spoofing, as a rack
+    /// switch's source guard does).
+    pub host_ipv4: [u8; 4],
+    pub host_ipv6: [u8; 16],
 }
 
-const _: () = assert!(core::mem::size_of::<PortInfo>() == 12);
+const _: () = assert!(core::mem::size_of::<PortInfo>() == 32);
 
 impl PortInfo {
     pub const PRESENT: u16 = 1;
+    pub const HOST: u16 = 2;
 
+    /// A port facing another switch.
     pub const fn new(index: u32, mac: [u8; 6]) -> Self {
-        PortInfo { index, mac, flags: Self::PRESENT }
+        PortInfo { index, mac, flags: Self::PRESENT, host_ipv4: [0; 4], host_ipv6: [0; 16] }
+    }
+
+    /// A port facing a host whose addresses are `ipv4` and `ipv6`.
+    pub const fn host(index: u32, mac: [u8; 6], ipv4: [u8; 4], ipv6: [u8; 16]) -> Self {
+        PortInfo { index, mac, flags: Self::PRESENT | Self::HOST, host_ipv4: ipv4, host_ipv6: ipv6 }
+    }
+
+    #[inline(always)]
+    pub const fn is_host(&self) -> bool {
+        self.flags & Self::HOST != 0
     }
 
     #[inline(always)]

@@ -21,10 +21,12 @@ pub enum DropReason {
     NoRoute = 10,
     EmptyGroup = 11,
     RedirectFailed = 12,
+    /// From a host port, with a source address that is not that host's.
+    SpoofedSource = 13,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 13;
+    pub const COUNT: usize = 14;
 
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::TruncatedEthernet,
@@ -40,6 +42,7 @@ impl DropReason {
         Self::NoRoute,
         Self::EmptyGroup,
         Self::RedirectFailed,
+        Self::SpoofedSource,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -57,6 +60,7 @@ impl DropReason {
             Self::NoRoute => "no_route",
             Self::EmptyGroup => "empty_group",
             Self::RedirectFailed => "redirect_failed",
+            Self::SpoofedSource => "spoofed_source",
         }
     }
 }

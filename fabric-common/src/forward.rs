@@ -25,7 +25,9 @@ pub enum Decision<'a> {
     Forward { group: u32, member_index: u32, member: &'a GroupMember },
 }
 
-/// Decides the fate of a parsed packet that arrived on `port`.
+/// Decides the fate of a parsed packet that arrived on `port`. Order: frames not for this
+/// switch's MAC go to the kernel; a host port accepts only its host's source address; then the
+/// route, the TTL, the group and the member.
 #[inline(always)]
 pub fn decide<'a, T: ForwardingTables>(
     tables: &'a T,
@@ -38,6 +40,15 @@ pub fn decide<'a, T: ForwardingTables>(
     }
     if pkt.dst_mac != port.mac {
         return Decision::Pass(PassReason::OtherHost);
+    }
+    if port.is_host() {
+        let genuine = match &pkt.ip {
+            IpHeader::V4 { src, .. } => *src == port.host_ipv4,
+            IpHeader::V6 { src, .. } => *src == port.host_ipv6,
+        };
+        if !genuine {
+            return Decision::Drop(DropReason::SpoofedSource);
+        }
     }
     let (target, ttl) = match &pkt.ip {
         IpHeader::V4 { dst, ttl, .. } => (tables.route_v4(dst), *ttl),

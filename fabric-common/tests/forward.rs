@@ -402,3 +402,17 @@ fn verifier_mask_masks() {
     assert_eq!(verifier_mask(64, 63), 0);
     assert_eq!(verifier_mask(0xFFFF_FFFF, 63), 63);
 }
+
+/// A host port accepts only its host's source address; other ports accept any.
+#[test]
+fn host_ports_drop_spoofed_sources() {
+    let t = tables();
+    let cfg = SwitchConfig { hash_mode: HashMode::FiveTuple as u32, seed: 1, pin_shift: 0, _reserved: 0 };
+    let pkt = to([10, 1, 0, 9]);
+    let src = [10, 200, 0, 1];
+    let genuine = PortInfo::host(1, PORT_MAC, src, [0; 16]);
+    assert!(matches!(decide(&t, &cfg, &genuine, &pkt), Decision::Forward { .. }));
+    let other = PortInfo::host(1, PORT_MAC, [198, 18, 9, 9], [0; 16]);
+    assert_eq!(decide(&t, &cfg, &other, &pkt), Decision::Drop(DropReason::SpoofedSource));
+    assert!(matches!(decide(&t, &cfg, &PortInfo::new(1, PORT_MAC), &pkt), Decision::Forward { .. }));
+}

@@ -274,7 +274,15 @@ fn install_switch(plan: &Plan, n: NodeId, tables: &SwitchTables) -> Result<()> {
         let mut ifindexes = Vec::new();
         for (i, port) in node.ports.iter().enumerate() {
             let idx = netns::ifindex(&port.ifname)?;
-            dp.add_port(idx, PortInfo::new(i as u32, port.mac))?;
+            // Host ports only accept their host's addresses as source.
+            let peer = &plan.nodes[port.peer_node];
+            let info = if peer.role == Role::Host {
+                let p = &peer.ports[port.peer_port];
+                PortInfo::host(i as u32, port.mac, p.ipv4.octets(), p.ipv6.octets())
+            } else {
+                PortInfo::new(i as u32, port.mac)
+            };
+            dp.add_port(idx, info)?;
             ifindexes.push(idx);
         }
         dp.set_config(SwitchConfig { hash_mode: node.hash as u32, seed: node.seed, pin_shift: 1, _reserved: 0 })?;

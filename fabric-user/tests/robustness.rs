@@ -1,0 +1,249 @@
+//! Hostile traffic in a live testbed, a controller killed mid-`up`, and testbeds side by side.
+//! Needs root.
+use std::{
+    collections::BTreeSet,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    time::Duration,
+};
+
+use etherparse::PacketBuilder;
+use fabric_common::counters::{DropReason, PassReason, PortCounters};
+use fabric_user::{
+    netns, probe,
+    testbed::{self, State, bpf_dir},
+    topology::Topology,
+};
+
+struct Teardown(Vec<String>);
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = testbed::down(p);
+        }
+    }
+}
+
+fn prefix(tag: char, n: u32) -> String {
+    format!("{tag}{}{n}", std::process::id() % 10_000)
+}
+
+fn up(file: Option<&str>, prefix: &str) -> State {
+    let mut t = match file {
+        None => Topology::default_topology(),
+        Some(f) => {
+            let path = format!("{}/../testbed/{f}", env!("CARGO_MANIFEST_DIR"));
+            Topology::parse(&std::fs::read_to_string(&path).unwrap(), &path).unwrap()
+        }
+    };
+    t.prefix = prefix.into();
+    testbed::up(&t, true).unwrap_or_else(|e| panic!("{e:#}"));
+    State::load(prefix).unwrap()
+}
+
+fn assert_all_reachable(state: &State) {
+    let r = probe::all_pairs(state).unwrap();
+    assert_eq!(r.reachable, r.pairs, "unreachable: {:?}", r.unreachable);
+}
+
+fn nothing_left(prefix: &str) {
+    assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty(), "namespaces of {prefix} remain");
+    assert!(!bpf_dir(prefix).exists(), "pins of {prefix} remain");
+    assert!(State::load(prefix).is_err(), "state of {prefix} remains");
+}
+
+/// An AF_PACKET socket for injecting raw frames on `dev` (in the calling thread's namespace).
+fn raw_socket(dev: &str) -> (OwnedFd, libc::sockaddr_ll) {
+    // SAFETY: plain socket syscall; ownership taken below.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+    assert!(fd >= 0, "AF_PACKET: {}", std::io::Error::last_os_error());
+    // SAFETY: fresh fd.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: plain data.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_ifindex = netns::ifindex(dev).unwrap() as i32;
+    sll.sll_halen = 6;
+    (fd, sll)
+}
+
+fn inject(fd: &OwnedFd, sll: &libc::sockaddr_ll, frame: &[u8]) -> bool {
+    // SAFETY: valid fd, buffer and sockaddr_ll.
+    let n = unsafe {
+        libc::sendto(
+            fd.as_raw_fd(),
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            (sll as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    n == frame.len() as isize
+}
+
+fn udp_frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], dport: u16, payload: &[u8]) -> Vec<u8> {
+    let b = PacketBuilder::ethernet2(src_mac, dst_mac).ipv4(src, dst, 64).udp(0xC123, dport);
+    let mut out = Vec::new();
+    b.write(&mut out, payload).unwrap();
+    out
+}
+
+fn set_u16(f: &mut [u8], at: usize, v: u16) {
+    f[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// Recomputes the IPv4 header checksum of a frame (after editing the header).
+fn fix_ipv4_checksum(f: &mut [u8]) {
+    f[24..26].copy_from_slice(&[0, 0]);
+    let c = fabric_common::checksum::internet_checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&c.to_be_bytes());
+}
+
+#[test]
+fn hostile_traffic_is_counted_and_good_traffic_keeps_flowing() {
+    netns::require_capabilities().expect("this test needs root");
+    let p = prefix('x', 0);
+    let _guard = Teardown(vec![p.clone()]);
+    let state = up(None, &p);
+    let plan = &state.plan;
+    let bad_host = plan.node_by_name("z0r0h0").unwrap();
+    let victim = plan.node_by_name("z0r3h1").unwrap();
+    let other = plan.node_by_name("z0r1h0").unwrap();
+    let port = &plan.nodes[bad_host].ports[0];
+    let rtsw = port.peer_node;
+    let rtsw_port = port.peer_port as u32;
+    let gw_mac = plan.nodes[rtsw].ports[port.peer_port].mac;
+    let (me, dst) = (plan.host_ipv4(bad_host).octets(), plan.host_ipv4(victim).octets());
+    let uplinks = plan.uplinks(rtsw);
+    let uplink_tx = || -> u64 {
+        let mut dp = state.dataplane(rtsw).unwrap();
+        uplinks.iter().map(|&u| dp.port_counters(u as u32).unwrap().tx_packets).sum()
+    };
+    let host_port = || -> PortCounters { state.dataplane(rtsw).unwrap().port_counters(rtsw_port).unwrap() };
+
+    let mut bth = [0u8; 12];
+    bth[0] = 0x0A;
+    let good_roce = udp_frame(port.mac, gw_mac, me, dst, 4791, &[&bth[..], &[0u8; 64]].concat());
+    // A RoCE packet whose UDP payload holds half a BTH.
+    let short_bth = udp_frame(port.mac, gw_mac, me, dst, 4791, &bth[..6]);
+    // A UDP length longer than the IP payload.
+    let mut bad_udp_len = good_roce.clone();
+    set_u16(&mut bad_udp_len, 38, 4000);
+    // The source address of another host.
+    let spoofed = udp_frame(port.mac, gw_mac, plan.host_ipv4(other).octets(), dst, 4791, &[&bth[..], &[0u8; 64]].concat());
+    // A PFC frame, as a misbehaving NIC would send it: pause all classes for the maximum.
+    let mut pfc = vec![0x01, 0x80, 0xC2, 0, 0, 0x01];
+    pfc.extend_from_slice(&port.mac);
+    pfc.extend_from_slice(&[0x88, 0x08, 0x01, 0x01, 0x00, 0xFF]);
+    pfc.extend(std::iter::repeat_n([0xFF, 0xFF], 8).flatten());
+    pfc.resize(60, 0);
+    // IP fragments: a first fragment (MF) and a later one.
+    let mut first_frag = good_roce.clone();
+    set_u16(&mut first_frag, 20, 0x2000);
+    fix_ipv4_checksum(&mut first_frag);
+    let mut later_frag = good_roce.clone();
+    set_u16(&mut later_frag, 20, 0x0010);
+    fix_ipv4_checksum(&mut later_frag);
+    // Over the MTU: the veth refuses it before any switch sees it.
+    let jumbo = udp_frame(port.mac, gw_mac, me, dst, 9999, &vec![0u8; 6000]);
+
+    const N: u64 = 300;
+    let tx0 = uplink_tx();
+    let c0 = host_port();
+    // Floods on one thread while every host pair pings on others.
+    let sent_jumbo = std::thread::scope(|s| {
+        let flood = s.spawn(|| {
+            netns::in_named(&plan.netns(bad_host), || {
+                let (fd, sll) = raw_socket(&port.ifname);
+                for _ in 0..N {
+                    for f in [&short_bth, &bad_udp_len, &spoofed, &pfc] {
+                        assert!(inject(&fd, &sll, f), "injecting: {}", std::io::Error::last_os_error());
+                    }
+                }
+                Ok(inject(&fd, &sll, &jumbo))
+            })
+            .unwrap()
+        });
+        assert_all_reachable(&state);
+        flood.join().unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let c1 = host_port();
+    let d = |r: DropReason| c1.drops[r as usize] - c0.drops[r as usize];
+    assert_eq!(d(DropReason::TruncatedBth), N, "half a BTH");
+    assert_eq!(d(DropReason::BadUdpLength), N, "UDP length beyond the packet");
+    assert_eq!(d(DropReason::SpoofedSource), N, "another host's source address");
+    assert!(c1.passes[PassReason::NotIp as usize] - c0.passes[PassReason::NotIp as usize] >= N, "PFC frames stay with the RTSW");
+    assert!(!sent_jumbo, "a frame over the MTU does not leave the host");
+    // Only the pings reached the uplinks: none of the 4 x 300 hostile frames did.
+    let pings_out = uplink_tx() - tx0;
+    assert!(pings_out < 4 * N, "{pings_out} packets went up");
+    assert_all_reachable(&state);
+
+    // Fragments are forwarded (later fragments hash on addresses only).
+    let before = uplink_tx();
+    netns::in_named(&plan.netns(bad_host), || {
+        let (fd, sll) = raw_socket(&port.ifname);
+        for _ in 0..50 {
+            assert!(inject(&fd, &sll, &first_frag) && inject(&fd, &sll, &later_frag));
+        }
+        Ok(())
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(uplink_tx() - before, 100, "both kinds of fragment cross the fabric");
+    testbed::down(&p).unwrap();
+    nothing_left(&p);
+}
+
+fn root_links() -> BTreeSet<String> {
+    std::fs::read_dir("/sys/class/net").unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+}
+
+/// `kill -9` of the controller at points all through `up`, then `down`: nothing remains.
+#[test]
+fn a_controller_killed_during_up_leaves_nothing_after_down() {
+    netns::require_capabilities().expect("this test needs root");
+    let before = root_links();
+    for (i, delay_ms) in [5u64, 40, 120, 250, 400, 700].into_iter().enumerate() {
+        let p = prefix('k', i as u32);
+        let _guard = Teardown(vec![p.clone()]);
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
+            .args(["up", "--quiet", "--prefix", &p, "--topology"])
+            .arg(format!("{}/../testbed/large.toml", env!("CARGO_MANIFEST_DIR")))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+        child.wait().unwrap();
+        let st = testbed::status(&p).unwrap();
+        assert!(!st.healthy || delay_ms >= 400, "killed after {delay_ms} ms yet healthy?");
+        let s = testbed::down(&p).unwrap();
+        nothing_left(&p);
+        assert_eq!(testbed::down(&p).unwrap().namespaces, 0, "down twice is harmless");
+        eprintln!("killed after {delay_ms} ms: down removed {} namespaces", s.namespaces);
+    }
+    assert_eq!(root_links(), before, "nothing was left in the root namespace");
+}
+
+#[test]
+fn two_testbeds_run_side_by_side() {
+    netns::require_capabilities().expect("this test needs root");
+    let (a, b) = (prefix('s', 1), prefix('s', 2));
+    let _guard = Teardown(vec![a.clone(), b.clone()]);
+    let sa = up(None, &a);
+    let sb = up(Some("two-zones.toml"), &b);
+    assert_all_reachable(&sa);
+    assert_all_reachable(&sb);
+    testbed::down(&a).unwrap();
+    nothing_left(&a);
+    // The other one is untouched.
+    assert!(testbed::status(&b).unwrap().healthy);
+    assert_all_reachable(&sb);
+    testbed::down(&b).unwrap();
+    nothing_left(&b);
+}
