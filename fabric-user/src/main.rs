@@ -133,6 +133,11 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// Time to bring up and tear down each shipped topology and synthetic ones of 8..256 hosts.
+    Bringup {
+        #[arg(long, default_value = "results/bench/bringup.json")]
+        json: PathBuf,
+    },
     /// Packets/s per core of the RoCEv2 endpoint vs raw UDP, and of a whole AllReduce.
     Endpoint {
         #[arg(long, default_value = "results/bench/endpoint.json")]
@@ -279,6 +284,11 @@ fn run() -> Result<()> {
         Command::Check => {
             SwitchDataplane::load()?;
             println!("ok: the XDP switch program and its maps load and pass this kernel's verifier");
+        }
+        Command::Bench { which: BenchCommand::Bringup { json } } => {
+            let report = bench::bringup()?;
+            bench::print_bringup(&report);
+            write_json(&json, &report)?;
         }
         Command::Bench { which: BenchCommand::Endpoint { json } } => {
             let report = bench::endpoint()?;
