@@ -5,6 +5,7 @@
 #![no_std]
 #![no_main]
 
+mod generator;
 mod maps;
 mod packet;
 

@@ -25,6 +25,8 @@ static SWITCH_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"
 pub const PROGRAM_SWITCH: &str = "fabric_switch";
 pub const PROGRAM_PASS: &str = "xdp_pass";
 pub const PROGRAM_BENCH_PARSE_REDIRECT: &str = "bench_parse_redirect";
+/// The traffic generator of `fabric bench forwarding` (BPF_PROG_TEST_RUN with live frames).
+pub const PROGRAM_GENERATOR: &str = "traffic_generator";
 
 /// Every map of the switch object (the names are the contract with `fabric-ebpf/src/maps.rs`).
 pub const MAP_NAMES: [&str; 8] =
@@ -48,7 +50,7 @@ impl SwitchDataplane {
         }
         crate::netns::require_capabilities()?;
         let mut ebpf = Ebpf::load(SWITCH_OBJECT).context("loading the fabric XDP object")?;
-        for name in [PROGRAM_SWITCH, PROGRAM_PASS, PROGRAM_BENCH_PARSE_REDIRECT] {
+        for name in [PROGRAM_SWITCH, PROGRAM_PASS, PROGRAM_BENCH_PARSE_REDIRECT, PROGRAM_GENERATOR] {
             let prog: &mut Xdp = ebpf
                 .program_mut(name)
                 .with_context(|| format!("program {name} missing from the object"))?
