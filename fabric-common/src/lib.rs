@@ -11,7 +11,9 @@
 //! - [`forward`]: the forwarding decision built from the above;
 //! - [`checksum`]: incremental Internet checksum updates;
 //! - [`counters`]: per-port counters and drop reasons;
-//! - [`icrc`]: the RoCEv2 invariant CRC.
+//! - [`icrc`]: the RoCEv2 invariant CRC;
+//! - [`queue`]: the modelled (phantom) egress queue and RED/ECN marking;
+//! - [`pfc`]: 802.1Qbb priority flow control frames.
 #![cfg_attr(not(test), no_std)]
 
 pub mod checksum;
@@ -21,6 +23,8 @@ pub mod forward;
 pub mod hash;
 pub mod icrc;
 pub mod parse;
+pub mod pfc;
+pub mod queue;
 pub mod route;
 pub mod wire;
 

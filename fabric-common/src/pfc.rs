@@ -1,0 +1,130 @@
+//! IEEE 802.1Qbb priority flow control frames: encode, decode, and pause quanta in time.
+//! Groundwork for the congestion model: not wired into the data plane yet.
+use crate::wire::{Field, ethernet};
+
+/// The MAC control multicast address PFC frames go to.
+pub const PFC_DST: [u8; 6] = [0x01, 0x80, 0xC2, 0x00, 0x00, 0x01];
+/// MAC control opcode of PFC (802.3x PAUSE is 0x0001).
+pub const OPCODE_PFC: u16 = 0x0101;
+/// A PFC frame is a minimum-size Ethernet frame (without FCS).
+pub const FRAME_LEN: usize = 60;
+/// Priority classes.
+pub const CLASSES: usize = 8;
+
+pub mod field {
+    use super::Field;
+    pub const OPCODE: Field = 14..16;
+    /// Reserved byte, then one enable bit per class (bit n = class n).
+    pub const CLASS_ENABLE: Field = 16..18;
+    /// Eight 16-bit pause times, class 0 first.
+    pub const TIMES: Field = 18..34;
+}
+
+/// A decoded PFC frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PauseFrame {
+    pub src: [u8; 6],
+    /// Bit n set: the time for class n applies.
+    pub class_enable: u8,
+    /// Pause time per class, in quanta of 512 bit times; 0 resumes at once.
+    pub quanta: [u16; CLASSES],
+}
+
+/// Why bytes are not a PFC frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PfcError {
+    Truncated,
+    NotMacControl,
+    NotPfc,
+}
+
+impl PauseFrame {
+    /// Decodes a frame (from its Ethernet header).
+    pub fn parse(frame: &[u8]) -> Result<Self, PfcError> {
+        if frame.len() < field::TIMES.end {
+            return Err(PfcError::Truncated);
+        }
+        let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+        if ethertype != ethernet::ETHERTYPE_MAC_CONTROL {
+            return Err(PfcError::NotMacControl);
+        }
+        if u16::from_be_bytes([frame[14], frame[15]]) != OPCODE_PFC {
+            return Err(PfcError::NotPfc);
+        }
+        let mut src = [0; 6];
+        src.copy_from_slice(&frame[ethernet::SRC]);
+        let mut quanta = [0; CLASSES];
+        for (c, q) in quanta.iter_mut().enumerate() {
+            let at = field::TIMES.start + 2 * c;
+            *q = u16::from_be_bytes([frame[at], frame[at + 1]]);
+        }
+        Ok(PauseFrame { src, class_enable: frame[field::CLASS_ENABLE.start + 1], quanta })
+    }
+
+    /// Encodes the frame, padded to the Ethernet minimum.
+    pub fn emit(&self) -> [u8; FRAME_LEN] {
+        let mut f = [0u8; FRAME_LEN];
+        f[ethernet::DST].copy_from_slice(&PFC_DST);
+        f[ethernet::SRC].copy_from_slice(&self.src);
+        f[ethernet::ETHERTYPE].copy_from_slice(&ethernet::ETHERTYPE_MAC_CONTROL.to_be_bytes());
+        f[field::OPCODE].copy_from_slice(&OPCODE_PFC.to_be_bytes());
+        f[field::CLASS_ENABLE.start + 1] = self.class_enable;
+        for (c, q) in self.quanta.iter().enumerate() {
+            let at = field::TIMES.start + 2 * c;
+            f[at..at + 2].copy_from_slice(&q.to_be_bytes());
+        }
+        f
+    }
+
+    /// The pause of `class`, if the frame enables it.
+    pub fn class_quanta(&self, class: usize) -> Option<u16> {
+        (class < CLASSES && self.class_enable & (1 << class) != 0).then(|| self.quanta[class])
+    }
+}
+
+/// The time `quanta` pause quanta (512 bit times each) last on a link of `rate_bps`.
+pub const fn quanta_to_ns(quanta: u16, rate_bps: u64) -> u64 {
+    ((quanta as u128 * 512 * 1_000_000_000) / rate_bps as u128) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_decode_round_trip_and_known_bytes() {
+        let mut quanta = [0; CLASSES];
+        quanta[3] = 0xFFFF;
+        let f = PauseFrame { src: [2, 0, 0, 0, 0, 1], class_enable: 1 << 3, quanta };
+        let bytes = f.emit();
+        assert_eq!(&bytes[..6], &PFC_DST);
+        assert_eq!(&bytes[12..18], &[0x88, 0x08, 0x01, 0x01, 0x00, 0x08]);
+        assert_eq!(&bytes[24..26], &[0xFF, 0xFF], "class 3's time");
+        assert_eq!(PauseFrame::parse(&bytes), Ok(f));
+        assert_eq!(f.class_quanta(3), Some(0xFFFF));
+        assert_eq!(f.class_quanta(2), None);
+    }
+
+    #[test]
+    fn rejects_what_is_not_pfc() {
+        let f = PauseFrame { src: [2; 6], class_enable: 1, quanta: [1; CLASSES] }.emit();
+        assert_eq!(PauseFrame::parse(&f[..33]), Err(PfcError::Truncated));
+        let mut pause = f;
+        pause[15] = 0x01; // 802.3x PAUSE
+        pause[14] = 0x00;
+        assert_eq!(PauseFrame::parse(&pause), Err(PfcError::NotPfc));
+        let mut ip = f;
+        ip[12..14].copy_from_slice(&[0x08, 0x00]);
+        assert_eq!(PauseFrame::parse(&ip), Err(PfcError::NotMacControl));
+    }
+
+    #[test]
+    fn quanta_in_time() {
+        // One quantum is 512 bit times: 5.12 ns at 100G, 1.28 ns at 400G, 512 ns at 1G.
+        assert_eq!(quanta_to_ns(1000, 100_000_000_000), 5_120);
+        assert_eq!(quanta_to_ns(1000, 400_000_000_000), 1_280);
+        assert_eq!(quanta_to_ns(1, 1_000_000_000), 512);
+        assert_eq!(quanta_to_ns(0xFFFF, 400_000_000_000), 83_884);
+        assert_eq!(quanta_to_ns(0, 1), 0);
+    }
+}
