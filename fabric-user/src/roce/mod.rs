@@ -12,6 +12,7 @@
 //! - [`segment`]: one message into packets at the path MTU.
 //! - [`pacer`]: the token bucket that sets the sending rate (the hook for DCQCN).
 //! - [`qp`]: the [`qp::Requester`] and [`qp::Responder`] state machines.
+pub mod dcqcn;
 pub mod icrc;
 pub mod pacer;
 pub mod psn;
