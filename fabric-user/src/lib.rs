@@ -2,6 +2,7 @@
 //! The `fabric` binary (src/main.rs) is the command line over this library.
 
 pub mod bench;
+pub mod bench_forwarding;
 pub mod capture;
 pub mod dataplane;
 pub mod endpoint;

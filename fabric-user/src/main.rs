@@ -155,6 +155,11 @@ enum BenchCommand {
         #[arg(long, default_value = "results/bench/dataplane.json")]
         json: PathBuf,
     },
+    /// Packets/s per core through RTSW-CTSW-RTSW: the XDP switch vs Linux kernel forwarding.
+    Forwarding {
+        #[arg(long, default_value = "results/bench/forwarding.json")]
+        json: PathBuf,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -293,6 +298,11 @@ fn run() -> Result<()> {
         Command::Bench { which: BenchCommand::Endpoint { json } } => {
             let report = bench::endpoint()?;
             bench::print_endpoint(&report);
+            write_json(&json, &report)?;
+        }
+        Command::Bench { which: BenchCommand::Forwarding { json } } => {
+            let report = fabric_user::bench_forwarding::forwarding()?;
+            fabric_user::bench_forwarding::print_forwarding(&report);
             write_json(&json, &report)?;
         }
         Command::Bench { which: BenchCommand::Dataplane { packets, rounds, json } } => {

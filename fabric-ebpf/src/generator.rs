@@ -1,0 +1,61 @@
+//! A traffic generator for `fabric bench forwarding`: run with BPF_PROG_TEST_RUN in live-frame
+//! mode, it sends every frame out of the generator's veth (XDP_TX) towards the first switch.
+//!
+//! Live-frame pages are recycled without being re-initialised, so a frame comes back to this
+//! program as the fabric left it (MACs rewritten, TTL decremented): the program writes the
+//! MACs and the TTL, and recomputes the IPv4 header checksum, every time.
+use aya_ebpf::{bindings::xdp_action, macros::{map, xdp}, maps::Array, programs::XdpContext};
+use fabric_common::wire::{ethernet, ipv4};
+
+use crate::packet::XdpPacket;
+
+/// What the generator writes into every frame (one entry, set by the benchmark):
+/// bytes 0..6 the destination MAC, 6..12 the source MAC, 12 the IPv4 TTL; 13..16 unused.
+#[map]
+pub static GENERATOR: Array<[u8; 16]> = Array::with_max_entries(1, 0);
+
+/// Version 4, a 20-byte header: the only shape the benchmark sends.
+const VERSION_IHL_NO_OPTIONS: u8 = 0x45;
+
+#[xdp]
+pub fn traffic_generator(ctx: XdpContext) -> u32 {
+    let pkt = XdpPacket::new(&ctx);
+    let Some(cfg) = GENERATOR.get(0) else {
+        return xdp_action::XDP_ABORTED;
+    };
+    let Some(eth) = pkt.bytes_mut::<{ ethernet::HEADER_LEN }>(0) else {
+        return xdp_action::XDP_ABORTED;
+    };
+    if eth[ethernet::ETHERTYPE] != ethernet::ETHERTYPE_IPV4.to_be_bytes() {
+        return xdp_action::XDP_ABORTED;
+    }
+    eth[ethernet::DST].copy_from_slice(&cfg[0..6]);
+    eth[ethernet::SRC].copy_from_slice(&cfg[6..12]);
+    let Some(ip) = pkt.bytes_mut::<{ ipv4::MIN_HEADER_LEN }>(ethernet::HEADER_LEN) else {
+        return xdp_action::XDP_ABORTED;
+    };
+    if ip[ipv4::VER_IHL] != VERSION_IHL_NO_OPTIONS {
+        return xdp_action::XDP_ABORTED;
+    }
+    ip[ipv4::TTL] = cfg[12];
+    ip[ipv4::CHECKSUM].copy_from_slice(&[0, 0]);
+    let sum = header_checksum(ip);
+    ip[ipv4::CHECKSUM].copy_from_slice(&sum.to_be_bytes());
+    xdp_action::XDP_TX
+}
+
+/// The checksum of a 20-byte IPv4 header whose checksum field is zero. Ten 16-bit words sum to
+/// less than 2^20, so two folds always suffice: a loop "until no carry", as in
+/// `fabric_common::checksum::internet_checksum`, is one the verifier cannot bound.
+#[inline(always)]
+fn header_checksum(ip: &[u8; ipv4::MIN_HEADER_LEN]) -> u16 {
+    let mut sum = 0u32;
+    let mut i = 0;
+    while i < ipv4::MIN_HEADER_LEN {
+        sum += u16::from_be_bytes([ip[i], ip[i + 1]]) as u32;
+        i += 2;
+    }
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    !(sum as u16)
+}
