@@ -114,16 +114,24 @@ pub fn parse_packet<P: PacketBytes + ?Sized>(p: &P) -> Result<ParsedPacket, Pars
         let hdr = p
             .bytes::<{ udp::HEADER_LEN }>(l4_offset)
             .ok_or(Malformed(DropReason::TruncatedUdp))?;
+        // Headers must lie inside the IP datagram, not in the Ethernet padding after it (a first
+        // fragment skips the UDP length check below, so this is its only guard).
+        let ip_payload = l3_len - (l4_offset - l3_offset);
+        if ip_payload < udp::HEADER_LEN {
+            return Err(Malformed(DropReason::TruncatedUdp));
+        }
         let src_port = u16::from_be_bytes([hdr[udp::SRC_PORT.start], hdr[udp::SRC_PORT.start + 1]]);
         let dst_port = u16::from_be_bytes([hdr[udp::DST_PORT.start], hdr[udp::DST_PORT.start + 1]]);
         let udp_len = u16::from_be_bytes([hdr[udp::LENGTH.start], hdr[udp::LENGTH.start + 1]]) as usize;
         ports = Some((src_port, dst_port));
         if dst_port == udp::ROCEV2_PORT {
             bth = Some(parse_bth(p, l4_offset + udp::HEADER_LEN)?);
+            if ip_payload < udp::HEADER_LEN + bth::HEADER_LEN {
+                return Err(Malformed(DropReason::TruncatedBth));
+            }
         }
         // The IP length was checked against the frame; the UDP length must fit in the IP payload.
         // (A first fragment carries the header of a datagram longer than itself.)
-        let ip_payload = l3_len - (l4_offset - l3_offset);
         if udp_len < udp::HEADER_LEN || (udp_len > ip_payload && fragment == Fragment::None) {
             return Err(Malformed(DropReason::BadUdpLength));
         }

@@ -82,8 +82,12 @@ impl PauseFrame {
     }
 }
 
-/// The time `quanta` pause quanta (512 bit times each) last on a link of `rate_bps`.
+/// The time `quanta` pause quanta (512 bit times each) last on a link of `rate_bps`
+/// (a link of rate 0 never resumes: `u64::MAX`).
 pub const fn quanta_to_ns(quanta: u16, rate_bps: u64) -> u64 {
+    if rate_bps == 0 {
+        return if quanta == 0 { 0 } else { u64::MAX };
+    }
     ((quanta as u128 * 512 * 1_000_000_000) / rate_bps as u128) as u64
 }
 
@@ -126,5 +130,6 @@ mod tests {
         assert_eq!(quanta_to_ns(1, 1_000_000_000), 512);
         assert_eq!(quanta_to_ns(0xFFFF, 400_000_000_000), 83_884);
         assert_eq!(quanta_to_ns(0, 1), 0);
+        assert_eq!(quanta_to_ns(5, 0), u64::MAX);
     }
 }

@@ -59,6 +59,10 @@ pub struct FixtureSwitch {
 impl FixtureSwitch {
     /// Call from a thread that has its own namespace ([`netns::unshare_thread`]).
     pub fn new(mode: HashMode, seed: u32) -> Result<Self> {
+        // No IPv6 autoconfiguration chatter (DAD, MLD, RS) from the veths: it would pass through
+        // the switch program and move the counters the tests check.
+        netns::sysctl("net/ipv6/conf/all/disable_ipv6", "1")?;
+        netns::sysctl("net/ipv6/conf/default/disable_ipv6", "1")?;
         let mut dp = SwitchDataplane::load()?;
         let mut ifindex = Vec::new();
         for port in 0..=UPLINKS {

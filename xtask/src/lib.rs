@@ -1,6 +1,7 @@
 //! The tasks behind `cargo xtask`.
 pub mod bench;
 pub mod demo;
+pub mod fuzz;
 pub mod setup;
 pub mod test;
 pub mod testbed;

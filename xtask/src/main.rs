@@ -2,7 +2,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use xtask::{bench, demo, setup, test, testbed, vm};
+use xtask::{bench, demo, fuzz, setup, test, testbed, vm};
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "fabric project tasks")]
@@ -35,6 +35,18 @@ enum Command {
         #[arg(last = true)]
         command: Vec<String>,
     },
+    /// Fuzz the parsers (cargo-fuzz, nightly): every target or one, N seconds each, from the
+    /// seed corpus; fails on a crash. Installs cargo-fuzz if missing.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Regenerate the seed corpus (fabric-common/fuzz/corpus/) from the rxe capture first.
+        #[arg(long)]
+        seeds: bool,
+        /// parse_packet, icrc, pfc or roce_wire (default: all).
+        target: Option<String>,
+    },
     /// Thin wrapper over `fabric up|down|status|...`.
     Testbed {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -48,6 +60,7 @@ fn main() -> Result<()> {
         Command::Test => test::run(),
         Command::Bench { name } => bench::run(name.as_deref()),
         Command::Demo => demo::run(),
+        Command::Fuzz { seconds, seeds, target } => fuzz::run(seconds, target.as_deref(), seeds),
         Command::Testbed { args } => testbed::run(&args),
         Command::Vm { kernel, command } => vm::run(kernel.as_deref(), &command),
     }
