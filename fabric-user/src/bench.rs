@@ -246,17 +246,11 @@ pub fn endpoint() -> Result<EndpointReport> {
         testbed::{State, down, up},
         topology::Topology,
     };
-    struct Teardown;
-    impl Drop for Teardown {
-        fn drop(&mut self) {
-            let _ = down("fbench");
-        }
-    }
     let mut topo = Topology::default_topology();
     topo.prefix = "fbench".into();
     let _ = down("fbench");
     up(&topo, true)?;
-    let _guard = Teardown;
+    let _guard = crate::testbed::DownOnDrop("fbench".into());
     let state = State::load("fbench")?;
     let plan = &state.plan;
     // Two racks apart: RTSW, CTSW, RTSW, as collective traffic crosses the fabric.
@@ -337,13 +331,7 @@ fn synthetic(hosts: u32) -> crate::topology::Topology {
 pub fn bringup() -> Result<BringupReport> {
     use crate::{testbed, topology::Topology};
     const PREFIX: &str = "fbup";
-    struct Teardown;
-    impl Drop for Teardown {
-        fn drop(&mut self) {
-            let _ = crate::testbed::down(PREFIX);
-        }
-    }
-    let _guard = Teardown;
+    let _guard = crate::testbed::DownOnDrop(PREFIX.into());
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed");
     let mut topologies = Vec::new();
     for f in ["default.toml", "two-zones.toml", "large.toml"] {

@@ -34,17 +34,7 @@ impl Which {
         if let Some(p) = &self.prefix {
             return Ok(p.clone());
         }
-        Ok(load_topology(self.topology.as_deref())?.prefix)
-    }
-}
-
-fn load_topology(path: Option<&std::path::Path>) -> Result<Topology> {
-    match path {
-        None => Ok(Topology::default_topology()),
-        Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| format!("reading topology {}", p.display()))?;
-            Ok(Topology::parse(&text, &p.display().to_string())?)
-        }
+        Ok(Topology::load(self.topology.as_deref())?.prefix)
     }
 }
 
@@ -185,7 +175,7 @@ fn run() -> Result<()> {
         .init();
     match Cli::parse().command {
         Command::Up { topology, prefix, quiet } => {
-            let mut topo = load_topology(topology.as_deref())?;
+            let mut topo = Topology::load(topology.as_deref())?;
             if let Some(p) = prefix {
                 topo.prefix = p;
                 topo = Topology::parse(&toml_of(&topo)?, "--prefix")?;

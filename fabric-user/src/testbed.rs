@@ -331,6 +331,16 @@ pub fn program_tables(
     Ok(())
 }
 
+/// Tears a testbed down when dropped, whatever happened: for tests and benchmarks that build
+/// their own.
+pub struct DownOnDrop(pub String);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        let _ = down(&self.0);
+    }
+}
+
 /// What `down` removed.
 #[derive(Debug, Default, Serialize)]
 pub struct DownSummary {

@@ -1,35 +1,21 @@
 //! Our RoCEv2 endpoints on a real testbed: collectives complete with every byte accounted for,
 //! the packets are RoCEv2 that tshark decodes, and QP scaling only adds ECMP entropy together
 //! with E-ECMP when the source port is fixed (the paper's point). Needs root.
+mod common;
+
 use std::{collections::BTreeMap, process::Command, time::Duration};
 
 use fabric_common::config::HashMode;
 use fabric_user::{
     endpoint::{EndpointOptions, SportPolicy},
-    netns,
     placement::Placement,
     run::{RunOptions, RunResult, run},
-    testbed::{self, State},
-    topology::Topology,
+    testbed::{DownOnDrop, State},
     workload::Collective,
 };
 
-struct Teardown(String);
-
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        let _ = testbed::down(&self.0);
-    }
-}
-
-fn testbed(tag: char) -> (Teardown, State) {
-    netns::require_capabilities().expect("this test needs root");
-    let prefix = format!("{tag}{}", std::process::id() % 100_000);
-    let guard = Teardown(prefix.clone());
-    let mut topo = Topology::default_topology();
-    topo.prefix = prefix.clone();
-    testbed::up(&topo, true).expect("up");
-    (guard, State::load(&prefix).unwrap())
+fn testbed(tag: char) -> (DownOnDrop, State) {
+    common::up(None, &common::unique_prefix(tag, 0))
 }
 
 fn opts(collective: Collective, qps: u32, sport: SportPolicy, hash: HashMode, seed: u32) -> RunOptions {

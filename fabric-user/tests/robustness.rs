@@ -1,56 +1,20 @@
 //! Hostile traffic in a live testbed, a controller killed mid-`up`, and testbeds side by side.
 //! Needs root.
+mod common;
+
 use std::{
-    collections::BTreeSet,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     time::Duration,
 };
 
+use common::{assert_all_reachable, assert_nothing_left as nothing_left, root_links, unique_prefix as prefix};
+
 use etherparse::PacketBuilder;
 use fabric_common::counters::{DropReason, PassReason, PortCounters};
 use fabric_user::{
-    netns, probe,
-    testbed::{self, State, bpf_dir},
-    topology::Topology,
+    netns,
+    testbed::{self, DownOnDrop},
 };
-
-struct Teardown(Vec<String>);
-
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = testbed::down(p);
-        }
-    }
-}
-
-fn prefix(tag: char, n: u32) -> String {
-    format!("{tag}{}{n}", std::process::id() % 10_000)
-}
-
-fn up(file: Option<&str>, prefix: &str) -> State {
-    let mut t = match file {
-        None => Topology::default_topology(),
-        Some(f) => {
-            let path = format!("{}/../testbed/{f}", env!("CARGO_MANIFEST_DIR"));
-            Topology::parse(&std::fs::read_to_string(&path).unwrap(), &path).unwrap()
-        }
-    };
-    t.prefix = prefix.into();
-    testbed::up(&t, true).unwrap_or_else(|e| panic!("{e:#}"));
-    State::load(prefix).unwrap()
-}
-
-fn assert_all_reachable(state: &State) {
-    let r = probe::all_pairs(state).unwrap();
-    assert_eq!(r.reachable, r.pairs, "unreachable: {:?}", r.unreachable);
-}
-
-fn nothing_left(prefix: &str) {
-    assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty(), "namespaces of {prefix} remain");
-    assert!(!bpf_dir(prefix).exists(), "pins of {prefix} remain");
-    assert!(State::load(prefix).is_err(), "state of {prefix} remains");
-}
 
 /// An AF_PACKET socket for injecting raw frames on `dev` (in the calling thread's namespace).
 fn raw_socket(dev: &str) -> (OwnedFd, libc::sockaddr_ll) {
@@ -104,8 +68,7 @@ fn fix_ipv4_checksum(f: &mut [u8]) {
 fn hostile_traffic_is_counted_and_good_traffic_keeps_flowing() {
     netns::require_capabilities().expect("this test needs root");
     let p = prefix('x', 0);
-    let _guard = Teardown(vec![p.clone()]);
-    let state = up(None, &p);
+    let (_guard, state) = common::up(None, &p);
     let plan = &state.plan;
     let bad_host = plan.node_by_name("z0r0h0").unwrap();
     let victim = plan.node_by_name("z0r3h1").unwrap();
@@ -197,10 +160,6 @@ fn hostile_traffic_is_counted_and_good_traffic_keeps_flowing() {
     nothing_left(&p);
 }
 
-fn root_links() -> BTreeSet<String> {
-    std::fs::read_dir("/sys/class/net").unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
-}
-
 /// `kill -9` of the controller at points all through `up`, then `down`: nothing remains.
 #[test]
 fn a_controller_killed_during_up_leaves_nothing_after_down() {
@@ -208,7 +167,7 @@ fn a_controller_killed_during_up_leaves_nothing_after_down() {
     let before = root_links();
     for (i, delay_ms) in [5u64, 40, 120, 250, 400, 700].into_iter().enumerate() {
         let p = prefix('k', i as u32);
-        let _guard = Teardown(vec![p.clone()]);
+        let _guard = DownOnDrop(p.clone());
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
             .args(["up", "--quiet", "--prefix", &p, "--topology"])
             .arg(format!("{}/../testbed/large.toml", env!("CARGO_MANIFEST_DIR")))
@@ -234,9 +193,8 @@ fn a_controller_killed_during_up_leaves_nothing_after_down() {
 fn two_testbeds_run_side_by_side() {
     netns::require_capabilities().expect("this test needs root");
     let (a, b) = (prefix('s', 1), prefix('s', 2));
-    let _guard = Teardown(vec![a.clone(), b.clone()]);
-    let sa = up(None, &a);
-    let sb = up(Some("two-zones.toml"), &b);
+    let (_ga, sa) = common::up(None, &a);
+    let (_gb, sb) = common::up(Some("two-zones.toml"), &b);
     assert_all_reachable(&sa);
     assert_all_reachable(&sb);
     testbed::down(&a).unwrap();

@@ -1,48 +1,13 @@
 //! The whole fabric in namespaces: bring a testbed up from a topology, reach every host pair
 //! through the XDP switches only, fail a spine link and keep reaching them, repair it, tear
 //! down, and check nothing is left. Needs root.
-use std::collections::BTreeSet;
+mod common;
 
+use common::{assert_all_reachable as all_reachable, assert_nothing_left, root_links, topology, unique_prefix};
 use fabric_user::{
-    netns, probe,
-    testbed::{self, State, bpf_dir},
-    topology::Topology,
+    netns,
+    testbed::{self, DownOnDrop as Teardown, State},
 };
-
-/// Tears the testbed down when dropped, whatever happened.
-struct Teardown(String);
-
-impl Drop for Teardown {
-    fn drop(&mut self) {
-        let _ = testbed::down(&self.0);
-    }
-}
-
-fn unique_prefix(tag: char) -> String {
-    format!("{tag}{}", std::process::id() % 100_000)
-}
-
-fn topology(file: Option<&str>, prefix: &str) -> Topology {
-    let mut t = match file {
-        None => Topology::default_topology(),
-        Some(f) => {
-            let path = format!("{}/../testbed/{f}", env!("CARGO_MANIFEST_DIR"));
-            Topology::parse(&std::fs::read_to_string(&path).unwrap(), &path).unwrap()
-        }
-    };
-    t.prefix = prefix.into();
-    t
-}
-
-fn root_links() -> BTreeSet<String> {
-    std::fs::read_dir("/sys/class/net").unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
-}
-
-fn all_reachable(state: &State) -> usize {
-    let r = probe::all_pairs(state).unwrap();
-    assert_eq!(r.reachable, r.pairs, "unreachable pairs: {:?}", r.unreachable);
-    r.pairs
-}
 
 /// Bytes sent on both ends of a link, from the switches' XDP counters.
 fn link_tx(state: &State, link: usize) -> u64 {
@@ -58,7 +23,7 @@ fn link_tx(state: &State, link: usize) -> u64 {
 fn default_testbed_forwards_only_through_xdp_survives_a_link_failure_and_leaves_nothing() {
     netns::require_capabilities().expect("this test needs root");
     let before = root_links();
-    let prefix = unique_prefix('t');
+    let prefix = unique_prefix('t', 0);
     let guard = Teardown(prefix.clone());
     let topo = topology(None, &prefix);
     let up = testbed::up(&topo, true).expect("up");
@@ -110,9 +75,7 @@ fn default_testbed_forwards_only_through_xdp_survives_a_link_failure_and_leaves_
     // Down removes everything, and is safe to repeat.
     let s = testbed::down(&prefix).unwrap();
     assert_eq!(s.namespaces, 16);
-    assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty());
-    assert!(!bpf_dir(&prefix).exists());
-    assert!(State::load(&prefix).is_err());
+    assert_nothing_left(&prefix);
     assert_eq!(testbed::down(&prefix).unwrap().namespaces, 0);
     assert_eq!(root_links(), before, "nothing was created in the root namespace");
     drop(guard);
@@ -123,7 +86,7 @@ fn default_testbed_forwards_only_through_xdp_survives_a_link_failure_and_leaves_
 fn two_zones_and_parallel_links_reach_every_host() {
     netns::require_capabilities().expect("this test needs root");
     for (tag, file) in [('z', "two-zones.toml"), ('r', "reference.toml")] {
-        let prefix = unique_prefix(tag);
+        let prefix = unique_prefix(tag, 0);
         let _guard = Teardown(prefix.clone());
         let topo = topology(Some(file), &prefix);
         testbed::up(&topo, true).unwrap_or_else(|e| panic!("{file}: {e:#}"));
@@ -139,7 +102,7 @@ fn two_zones_and_parallel_links_reach_every_host() {
 /// creates nothing.
 #[test]
 fn refuses_clearly_without_capabilities() {
-    let prefix = unique_prefix('c');
+    let prefix = unique_prefix('c', 0);
     let out = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
         .arg(env!("CARGO_BIN_EXE_fabric"))
@@ -155,7 +118,7 @@ fn refuses_clearly_without_capabilities() {
 #[test]
 fn a_half_built_testbed_is_removed_by_down() {
     netns::require_capabilities().expect("this test needs root");
-    let prefix = unique_prefix('h');
+    let prefix = unique_prefix('h', 0);
     let _guard = Teardown(prefix.clone());
     // What a crash part-way through `up` leaves: some namespaces, no state, no pins.
     for node in ["z0r0", "z0c0", "z0r0h0"] {

@@ -205,6 +205,18 @@ impl Topology {
         Ok(topo)
     }
 
+    /// Reads and validates a topology file, or the embedded default when `path` is `None`.
+    pub fn load(path: Option<&std::path::Path>) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        match path {
+            None => Ok(Self::default_topology()),
+            Some(p) => {
+                let text = std::fs::read_to_string(p).with_context(|| format!("reading topology {}", p.display()))?;
+                Ok(Self::parse(&text, &p.display().to_string())?)
+            }
+        }
+    }
+
     /// The embedded default topology.
     pub fn default_topology() -> Self {
         Self::parse(DEFAULT_TOPOLOGY, "<default topology>").expect("the embedded default is valid")

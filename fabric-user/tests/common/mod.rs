@@ -1,0 +1,48 @@
+//! Helpers shared by the namespace tests: testbeds with unique prefixes, torn down on drop.
+#![allow(dead_code, reason = "each test file uses its own subset")]
+
+use fabric_user::{
+    netns, probe,
+    testbed::{self, DownOnDrop, State},
+    topology::Topology,
+};
+
+/// A prefix no other test (or concurrent test process) uses: `tag`, then the pid.
+pub fn unique_prefix(tag: char, n: u32) -> String {
+    format!("{tag}{}{n}", std::process::id() % 10_000)
+}
+
+/// A shipped topology (`testbed/FILE`, or the embedded default) under another prefix.
+pub fn topology(file: Option<&str>, prefix: &str) -> Topology {
+    let path = file.map(|f| std::path::PathBuf::from(format!("{}/../testbed/{f}", env!("CARGO_MANIFEST_DIR"))));
+    let mut t = Topology::load(path.as_deref()).unwrap_or_else(|e| panic!("{e:#}"));
+    t.prefix = prefix.into();
+    t
+}
+
+/// Brings a testbed up; it is torn down when the guard drops, even on panic.
+pub fn up(file: Option<&str>, prefix: &str) -> (DownOnDrop, State) {
+    netns::require_capabilities().expect("this test needs root: it builds network namespaces");
+    let guard = DownOnDrop(prefix.into());
+    testbed::up(&topology(file, prefix), true).unwrap_or_else(|e| panic!("{e:#}"));
+    (guard, State::load(prefix).unwrap())
+}
+
+/// Every ordered host pair answers ICMP and ICMPv6 through the fabric; returns the pair count.
+pub fn assert_all_reachable(state: &State) -> usize {
+    let r = probe::all_pairs(state).unwrap();
+    assert_eq!(r.reachable, r.pairs, "unreachable pairs: {:?}", r.unreachable);
+    r.pairs
+}
+
+/// Nothing of the testbed is left: namespaces, pinned objects, state.
+pub fn assert_nothing_left(prefix: &str) {
+    assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty(), "namespaces of {prefix} remain");
+    assert!(!testbed::bpf_dir(prefix).exists(), "pins of {prefix} remain");
+    assert!(State::load(prefix).is_err(), "state of {prefix} remains");
+}
+
+/// The interfaces of the root namespace (which the project must never touch).
+pub fn root_links() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/sys/class/net").unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+}
