@@ -25,6 +25,7 @@ pub mod icrc;
 pub mod parse;
 pub mod pfc;
 pub mod queue;
+pub mod rng;
 pub mod route;
 pub mod wire;
 

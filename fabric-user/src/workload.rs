@@ -60,30 +60,8 @@ pub fn schedule(c: Collective, ranks: usize, message_bytes: u64, seed: u64) -> V
     }
 }
 
-/// A small deterministic PRNG (splitmix64): reproducible placements and permutations by seed.
-pub struct SplitMix64(pub u64);
-
-impl SplitMix64 {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in 0..n.
-    pub fn below(&mut self, n: usize) -> usize {
-        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
-    }
-
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i + 1);
-            v.swap(i, j);
-        }
-    }
-}
+/// Seeded randomness for placements and permutations.
+pub use fabric_common::rng::SplitMix64;
 
 /// A permutation of 0..n without fixed points (Sattolo's algorithm gives a single cycle).
 pub fn derangement(n: usize, seed: u64) -> Vec<usize> {

@@ -19,7 +19,6 @@
 //! match, rx_packets equals the cases fed and tx + drops + passes adds up to it.
 //!
 //! Needs root, like tests/xdp.rs: without it `FixtureSwitch` fails loudly (no skip).
-use anyhow::Context as _;
 use std::{
     collections::BTreeMap,
     net::{Ipv4Addr, Ipv6Addr},
@@ -51,17 +50,10 @@ const DEFAULT_CASES: usize = 100_000;
 /// How many failures are shown in full.
 const SHOWN_FAILURES: usize = 12;
 
-/// Runs `f` against a fresh fixture switch; panics with the error chain on failure.
-///
-/// IPv6 is disabled in the switch's namespace first: otherwise the veth peers send duplicate
-/// address detection, MLD reports and router solicitations through the attached switch program
-/// at moments of their own, and per-port counters would not be exactly the frames fed.
+/// Runs `f` against a fresh fixture switch (which turns IPv6 autoconfiguration chatter off, so
+/// per-port counters are exactly the frames fed); panics with the error chain on failure.
 fn with_switch(mode: HashMode, seed: u32, f: impl FnOnce(&mut FixtureSwitch) -> anyhow::Result<()> + Send) {
     in_private_netns(|| {
-        for conf in ["all", "default"] {
-            let knob = format!("/proc/sys/net/ipv6/conf/{conf}/disable_ipv6");
-            std::fs::write(&knob, "1").with_context(|| format!("writing {knob}"))?;
-        }
         let mut sw = FixtureSwitch::new(mode, seed)?;
         f(&mut sw)
     })
@@ -85,16 +77,12 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 // ---------------------------------------------------------------------------------------------
 // Deterministic randomness
 
-/// SplitMix64: small, fast, and the same sequence on every machine.
-struct Rng(u64);
+/// SplitMix64: the same sequence on every machine.
+struct Rng(fabric_common::rng::SplitMix64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in `lo..=hi`.
@@ -525,7 +513,7 @@ fn switch_program_agrees_with_the_host_on_fuzzed_frames() {
         let start = Instant::now();
         let tables = HostTables::fixture();
         let mut port_info: Vec<PortInfo> = (0..=UPLINKS).map(|p| PortInfo::new(p, port_mac(p))).collect();
-        let mut rng = Rng(seed);
+        let mut rng = Rng(fabric_common::rng::SplitMix64::new(seed));
         let mut report = Report::default();
         let ports = UPLINKS as usize + 1;
         let mut model = vec![PortCounters::default(); ports];

@@ -14,19 +14,15 @@ pub const ROCE_PORT: u16 = 4791;
 
 /// SplitMix64: a tiny, well-mixed, deterministic generator, so that every run sees the same
 /// "random" flows and a failure is reproducible.
-pub struct Rng(u64);
+pub struct Rng(fabric_common::rng::SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Rng(seed)
+        Rng(fabric_common::rng::SplitMix64::new(seed))
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     pub fn next_u32(&mut self) -> u32 {
