@@ -23,10 +23,15 @@ pub enum DropReason {
     RedirectFailed = 12,
     /// From a host port, with a source address that is not that host's.
     SpoofedSource = 13,
+    /// The modelled egress queue of a lossy class was full.
+    BufferOverflow = 14,
+    /// A MAC control frame (EtherType 0x8808) that is not a valid PFC frame. MAC control frames
+    /// are link-local: a valid one is consumed (it pauses the port), never forwarded.
+    BadMacControl = 15,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 16;
 
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::TruncatedEthernet,
@@ -43,6 +48,8 @@ impl DropReason {
         Self::EmptyGroup,
         Self::RedirectFailed,
         Self::SpoofedSource,
+        Self::BufferOverflow,
+        Self::BadMacControl,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -61,6 +68,8 @@ impl DropReason {
             Self::EmptyGroup => "empty_group",
             Self::RedirectFailed => "redirect_failed",
             Self::SpoofedSource => "spoofed_source",
+            Self::BufferOverflow => "buffer_overflow",
+            Self::BadMacControl => "bad_mac_control",
         }
     }
 }
@@ -106,11 +115,13 @@ pub struct PortCounters {
     /// Received RoCEv2 packets (UDP 4791 with a complete BTH).
     pub rx_roce_packets: u64,
     pub tx_roce_packets: u64,
+    /// PFC frames received (and consumed) on this port.
+    pub rx_pfc_frames: u64,
     pub drops: [u64; DropReason::COUNT],
     pub passes: [u64; PassReason::COUNT],
 }
 
-const _: () = assert!(core::mem::size_of::<PortCounters>() == 8 * (6 + DropReason::COUNT + PassReason::COUNT));
+const _: () = assert!(core::mem::size_of::<PortCounters>() == 8 * (7 + DropReason::COUNT + PassReason::COUNT));
 
 impl PortCounters {
     pub fn total_drops(&self) -> u64 {
@@ -129,6 +140,7 @@ impl PortCounters {
         self.tx_bytes += other.tx_bytes;
         self.rx_roce_packets += other.rx_roce_packets;
         self.tx_roce_packets += other.tx_roce_packets;
+        self.rx_pfc_frames += other.rx_pfc_frames;
         for (a, b) in self.drops.iter_mut().zip(other.drops.iter()) {
             *a += *b;
         }

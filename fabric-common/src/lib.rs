@@ -12,7 +12,8 @@
 //! - [`checksum`]: incremental Internet checksum updates;
 //! - [`counters`]: per-port counters and drop reasons;
 //! - [`icrc`]: the RoCEv2 invariant CRC;
-//! - [`queue`]: the modelled (phantom) egress queue and RED/ECN marking;
+//! - [`queue`]: the modelled (phantom) egress queue, ingress accounting, RED/ECN marking;
+//! - [`qos`]: priority classes, buffer limits, thresholds and the per-packet queue verdict;
 //! - [`pfc`]: 802.1Qbb priority flow control frames.
 #![cfg_attr(not(test), no_std)]
 
@@ -24,6 +25,7 @@ pub mod hash;
 pub mod icrc;
 pub mod parse;
 pub mod pfc;
+pub mod qos;
 pub mod queue;
 pub mod rng;
 pub mod route;

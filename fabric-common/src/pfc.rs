@@ -1,6 +1,6 @@
 //! IEEE 802.1Qbb priority flow control frames: encode, decode, and pause quanta in time.
-//! Groundwork for the congestion model: not wired into the data plane yet.
-use crate::wire::{Field, ethernet};
+//! The switch consumes received frames in XDP ([`PauseFrame::read`]); its agent emits them.
+use crate::wire::{Field, PacketBytes, ethernet};
 
 /// The MAC control multicast address PFC frames go to.
 pub const PFC_DST: [u8; 6] = [0x01, 0x80, 0xC2, 0x00, 0x00, 0x01];
@@ -41,24 +41,29 @@ pub enum PfcError {
 impl PauseFrame {
     /// Decodes a frame (from its Ethernet header).
     pub fn parse(frame: &[u8]) -> Result<Self, PfcError> {
-        if frame.len() < field::TIMES.end {
+        Self::read(frame)
+    }
+
+    /// Decodes a frame through the packet accessor, as the XDP program does.
+    #[inline(always)]
+    pub fn read<P: PacketBytes + ?Sized>(frame: &P) -> Result<Self, PfcError> {
+        let Some(times) = frame.bytes::<16>(field::TIMES.start) else {
             return Err(PfcError::Truncated);
-        }
-        let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+        };
+        let ethertype = frame.u16_at(ethernet::ETHERTYPE.start).ok_or(PfcError::Truncated)?;
         if ethertype != ethernet::ETHERTYPE_MAC_CONTROL {
             return Err(PfcError::NotMacControl);
         }
-        if u16::from_be_bytes([frame[14], frame[15]]) != OPCODE_PFC {
+        if frame.u16_at(field::OPCODE.start).ok_or(PfcError::Truncated)? != OPCODE_PFC {
             return Err(PfcError::NotPfc);
         }
-        let mut src = [0; 6];
-        src.copy_from_slice(&frame[ethernet::SRC]);
+        let src = *frame.bytes::<6>(ethernet::SRC.start).ok_or(PfcError::Truncated)?;
         let mut quanta = [0; CLASSES];
         for (c, q) in quanta.iter_mut().enumerate() {
-            let at = field::TIMES.start + 2 * c;
-            *q = u16::from_be_bytes([frame[at], frame[at + 1]]);
+            *q = u16::from_be_bytes([times[2 * c], times[2 * c + 1]]);
         }
-        Ok(PauseFrame { src, class_enable: frame[field::CLASS_ENABLE.start + 1], quanta })
+        let class_enable = frame.u8_at(field::CLASS_ENABLE.start + 1).ok_or(PfcError::Truncated)?;
+        Ok(PauseFrame { src, class_enable, quanta })
     }
 
     /// Encodes the frame, padded to the Ethernet minimum.
@@ -84,11 +89,19 @@ impl PauseFrame {
 
 /// The time `quanta` pause quanta (512 bit times each) last on a link of `rate_bps`
 /// (a link of rate 0 never resumes: `u64::MAX`).
+/// u64 throughout (at most 65535 x 512 x 10^9, far below 2^64): the XDP program calls it.
+#[inline(always)]
 pub const fn quanta_to_ns(quanta: u16, rate_bps: u64) -> u64 {
     if rate_bps == 0 {
         return if quanta == 0 { 0 } else { u64::MAX };
     }
-    ((quanta as u128 * 512 * 1_000_000_000) / rate_bps as u128) as u64
+    (quanta as u64 * 512 * 1_000_000_000) / rate_bps
+}
+
+/// The quanta that pause a link of `rate_bps` for `ns` (saturating at the field's maximum).
+pub const fn ns_to_quanta(ns: u64, rate_bps: u64) -> u16 {
+    let q = (ns as u128 * rate_bps as u128) / (512 * 1_000_000_000);
+    if q > u16::MAX as u128 { u16::MAX } else { q as u16 }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! `aya::Pod` for the map value types: all are `repr(C)`, padding-free and valid for any bytes.
 use crate::config::{PortInfo, SwitchConfig};
 use crate::counters::{MemberCounters, PortCounters};
+use crate::qos::{ClassCounters, PfcEvent, QosConfig};
+use crate::queue::{EgressQueue, IngressAccount};
 use crate::route::{EcmpGroup, GroupMember};
 
 // SAFETY: repr(C) structs of integers and byte arrays with no implicit padding (size asserted
@@ -16,3 +18,13 @@ unsafe impl aya::Pod for MemberCounters {}
 unsafe impl aya::Pod for EcmpGroup {}
 // SAFETY: as above.
 unsafe impl aya::Pod for GroupMember {}
+// SAFETY: as above.
+unsafe impl aya::Pod for QosConfig {}
+// SAFETY: as above.
+unsafe impl aya::Pod for ClassCounters {}
+// SAFETY: as above.
+unsafe impl aya::Pod for PfcEvent {}
+// SAFETY: as above.
+unsafe impl aya::Pod for EgressQueue {}
+// SAFETY: as above.
+unsafe impl aya::Pod for IngressAccount {}

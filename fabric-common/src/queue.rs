@@ -1,78 +1,165 @@
-//! The modelled egress queue of a switch port and class, and RED/ECN marking on it.
+//! The modelled egress queue of a switch port and class, RED/ECN marking on it, and the
+//! per-ingress accounting that PFC decisions read.
 //!
 //! An XDP program cannot hold a packet, so a switch keeps a *phantom* queue per egress port and
 //! class (HULL, NSDI 2012): every packet sent to the port adds its bytes, and the depth drains at
-//! the port's (time-scaled) line rate by elapsed time. ECN marks and PFC thresholds read this
-//! depth. Pure arithmetic here; the XDP glue keeps one per port and class in a map.
-//! Groundwork for the congestion model: not wired into the data plane yet.
+//! the port's (time-scaled) line rate by elapsed time. Packets are still forwarded at once; ECN
+//! marks, drops and PFC thresholds read the modelled depth (design A of
+//! `shared/design/`: a paused upstream *switch* keeps forwarding, and the bytes it sends while
+//! paused are counted as the model's error).
+//!
+//! The queue is kept as one number, [`EgressQueue::tail_ns`]: the time its last queued byte
+//! leaves. Enqueueing is `tail = max(tail, now, paused_until) + transmit time`, and the depth at
+//! `now` is the bytes the port sends between `max(now, paused_until)` and `tail`. One number
+//! means every CPU can update it with a single compare-and-swap, and draining needs no writer
+//! at all. Pure arithmetic here; the XDP glue keeps one [`EgressQueue`] per port and class.
 
-/// One modelled queue.
+/// One modelled egress queue, shared by every CPU that forwards to the port.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
-pub struct PhantomQueue {
-    pub depth_bytes: u64,
-    /// When the depth was last brought up to date.
-    pub updated_ns: u64,
-    /// While paused (PFC), the queue does not drain.
+pub struct EgressQueue {
+    /// Monotonic time (ns) at which the last byte queued so far leaves the port. Updated with
+    /// compare-and-swap by every forwarding CPU; shifted by pauses.
+    pub tail_ns: u64,
+    /// PFC: the class may not transmit before this time. Written only by the port's own
+    /// receive path (the PFC frame arrives on the port it pauses), so one writer.
     pub paused_until_ns: u64,
-    /// Deepest the queue has been.
+    /// When the current pause began (meaningful while `paused_until_ns > now`).
+    pub paused_since_ns: u64,
+    /// Total time paused, ns (one writer, as `paused_until_ns`).
+    pub paused_total_ns: u64,
+    /// Deepest the modelled queue has been, bytes (atomic max).
     pub max_depth_bytes: u64,
+    /// PFC frames received for this class on this port.
+    pub pauses_received: u64,
 }
 
-/// What became of a packet offered to a queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Admission {
-    /// Queued; the depth after it.
-    Queued { depth_bytes: u64 },
-    /// The buffer limit would be exceeded: a lossy class drops it.
-    Overflow,
-}
+const _: () = assert!(core::mem::size_of::<EgressQueue>() == 48);
 
-/// Bytes a port at `rate_bps` sends in `ns` nanoseconds (u128: no overflow at any rate).
+// The arithmetic below runs in the XDP program, where LLVM's BPF target has no 128-bit
+// arithmetic (not even the overflow check of a 64-bit multiply): it stays in u64 by computing in
+// kbit/s (rates are whole kbit/s) and splitting products so that no factor can overflow.
+
+/// Bytes a port at `rate_bps` sends in `ns` nanoseconds: `ns x kbps / 8e6`, split into whole
+/// 8 ms periods and the rest (each product < 2^63 for any rate below 10^12 kbit/s).
 #[inline(always)]
 pub const fn bytes_in(ns: u64, rate_bps: u64) -> u64 {
-    ((ns as u128 * rate_bps as u128) / 8_000_000_000) as u64
+    const PERIOD: u64 = 8_000_000;
+    let kbps = rate_bps / 1000;
+    (ns / PERIOD) * kbps + ((ns % PERIOD) * kbps) / PERIOD
 }
 
-impl PhantomQueue {
-    /// Drains the queue for the time since the last update, except the time it was paused.
+/// Nanoseconds a port at `rate_bps` takes to send `bytes` (a port slower than 1 kbit/s never
+/// finishes; at most 2^40 bytes are counted).
+#[inline(always)]
+pub const fn transmit_ns(bytes: u64, rate_bps: u64) -> u64 {
+    let kbps = rate_bps / 1000;
+    if kbps == 0 {
+        return u64::MAX / 4;
+    }
+    let bytes = if bytes > 1 << 40 { 1 << 40 } else { bytes };
+    (bytes * 8_000_000) / kbps
+}
+
+#[inline(always)]
+const fn max(a: u64, b: u64) -> u64 {
+    if a > b { a } else { b }
+}
+
+/// Depth in bytes at `now_ns` of a queue whose tail is `tail_ns`, paused until
+/// `paused_until_ns`: what is left after the port resumes and sends until `tail_ns`.
+#[inline(always)]
+pub const fn depth_bytes(tail_ns: u64, paused_until_ns: u64, now_ns: u64, rate_bps: u64) -> u64 {
+    let from = max(now_ns, paused_until_ns);
+    if tail_ns <= from { 0 } else { bytes_in(tail_ns - from, rate_bps) }
+}
+
+/// The new tail after a packet that takes `transmit_ns` joins the queue at `now_ns`. An idle
+/// queue starts at `now` (or at the end of a pause); a busy one grows from its tail.
+#[inline(always)]
+pub const fn enqueue_tail(tail_ns: u64, paused_until_ns: u64, now_ns: u64, transmit_ns: u64) -> u64 {
+    max(max(tail_ns, now_ns), paused_until_ns) + transmit_ns
+}
+
+/// What a PFC frame does to a queue: how far its tail (and its paused time) moves. A pause that
+/// extends the paused interval delays every queued byte by the extension; an early resume
+/// (quanta 0) brings them forward. An empty queue does not move. The result is a wrapping
+/// (two's complement) delta so that the XDP code can apply it with one atomic add.
+#[inline(always)]
+pub const fn pause_shift(tail_ns: u64, old_until_ns: u64, new_until_ns: u64, now_ns: u64) -> u64 {
+    let old_from = max(now_ns, old_until_ns);
+    let new_from = max(now_ns, new_until_ns);
+    if tail_ns <= old_from {
+        return 0;
+    }
+    new_from.wrapping_sub(old_from)
+}
+
+/// The paused interval a PFC frame adds (or, wrapping, removes) to the paused-time total.
+#[inline(always)]
+pub const fn paused_time_delta(old_until_ns: u64, new_until_ns: u64, now_ns: u64) -> u64 {
+    max(now_ns, new_until_ns).wrapping_sub(max(now_ns, old_until_ns))
+}
+
+/// Bytes held in the switch's buffer on behalf of one ingress port and class: what PFC's Xoff
+/// and Xon compare against. Written only by that ingress port's receive path (one NAPI
+/// context per veth queue), so it needs no atomics.
+///
+/// The exact figure would need a record per queued packet. The model keeps the bytes held at the
+/// last update and the time the last of them leaves its egress queue, and lets them drain
+/// linearly in between: exact for a single egress queue fed by this ingress alone, and the
+/// average for a FIFO queue shared fairly with other ingresses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct IngressAccount {
+    pub held_bytes: u64,
+    pub updated_ns: u64,
+    /// When the last byte held for this ingress leaves the switch.
+    pub drained_by_ns: u64,
+    /// Deepest the account has been.
+    pub max_held_bytes: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<IngressAccount>() == 32);
+
+impl IngressAccount {
+    /// Bytes still held at `now_ns`.
     #[inline(always)]
-    pub fn drain(&mut self, now_ns: u64, rate_bps: u64) {
+    pub const fn held_at(&self, now_ns: u64) -> u64 {
+        if now_ns >= self.drained_by_ns || self.held_bytes == 0 {
+            return 0;
+        }
         if now_ns <= self.updated_ns {
-            return;
+            return self.held_bytes;
         }
-        let from = if self.paused_until_ns > self.updated_ns { self.paused_until_ns } else { self.updated_ns };
-        if now_ns > from {
-            let sent = bytes_in(now_ns - from, rate_bps);
-            self.depth_bytes = self.depth_bytes.saturating_sub(sent);
-        }
-        self.updated_ns = now_ns;
+        // held x left / span in 16-bit fixed point (no 128-bit products in BPF).
+        const CAP: u64 = 1 << 47;
+        let left = self.drained_by_ns - now_ns;
+        let span = self.drained_by_ns - self.updated_ns;
+        let left = if left > CAP { CAP } else { left };
+        let fraction = (left << 16) / span;
+        let held = if self.held_bytes > CAP { CAP } else { self.held_bytes };
+        (held * fraction) >> 16
     }
 
-    /// Offers a packet of `len` bytes at `now_ns`, with a buffer of `limit_bytes`.
+    /// A packet of `len` bytes from this ingress was queued at `now_ns` and leaves the switch at
+    /// `departs_ns`. Returns the bytes held after it.
     #[inline(always)]
-    pub fn offer(&mut self, now_ns: u64, rate_bps: u64, len: u64, limit_bytes: u64) -> Admission {
-        self.drain(now_ns, rate_bps);
-        if self.depth_bytes + len > limit_bytes {
-            return Admission::Overflow;
+    pub fn admit(&mut self, now_ns: u64, len: u64, departs_ns: u64) -> u64 {
+        let held = self.held_at(now_ns) + len;
+        self.held_bytes = held;
+        self.updated_ns = now_ns;
+        self.drained_by_ns = max(max(self.drained_by_ns, departs_ns), now_ns + 1);
+        if held > self.max_held_bytes {
+            self.max_held_bytes = held;
         }
-        self.depth_bytes += len;
-        if self.depth_bytes > self.max_depth_bytes {
-            self.max_depth_bytes = self.depth_bytes;
-        }
-        Admission::Queued { depth_bytes: self.depth_bytes }
-    }
-
-    /// Pauses draining until `until_ns` (a PFC pause; 0 quanta resumes at once).
-    pub fn pause(&mut self, now_ns: u64, rate_bps: u64, until_ns: u64) {
-        self.drain(now_ns, rate_bps);
-        self.paused_until_ns = until_ns;
+        held
     }
 }
 
 /// RED marking on the instantaneous depth, as DCQCN switches do: no marks below `kmin`, a
 /// probability rising linearly to `pmax` at `kmax`, every packet above `kmax`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct RedParams {
     pub kmin_bytes: u32,
@@ -83,6 +170,12 @@ pub struct RedParams {
 }
 
 impl RedParams {
+    /// Kmin/Kmax in bytes and Pmax as a fraction in 0..=1.
+    pub fn new(kmin_bytes: u32, kmax_bytes: u32, pmax: f64) -> Self {
+        let pmax = (pmax.clamp(0.0, 1.0) * u32::MAX as f64) as u32;
+        RedParams { kmin_bytes, kmax_bytes, pmax, _reserved: 0 }
+    }
+
     /// The probability as a fraction of 2^32 for a given depth.
     #[inline(always)]
     pub const fn probability(&self, depth_bytes: u64) -> u64 {
@@ -125,6 +218,14 @@ pub const fn mark_ce_ipv4(ver_ihl: u8, tos: u8, checksum: u16) -> (u8, u16) {
     (new_tos, crate::checksum::update_word(checksum, old, new))
 }
 
+/// Sets CE in the first two bytes of an IPv6 header (version, traffic class, flow label high
+/// nibble). IPv6 has no header checksum, and the RoCEv2 ICRC masks the traffic class.
+#[inline(always)]
+pub const fn mark_ce_ipv6(first_two: [u8; 2]) -> [u8; 2] {
+    // The traffic class straddles the bytes: its ECN bits are bits 5..4 of byte 1.
+    [first_two[0], first_two[1] | (ECN_CE << 4)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,29 +234,67 @@ mod tests {
 
     #[test]
     fn drains_at_the_line_rate_and_not_while_paused() {
-        let mut q = PhantomQueue::default();
-        // 100 Gbit/s drains 12.5 bytes per ns.
-        assert_eq!(q.offer(0, 100 * GBPS, 10_000, 1 << 20), Admission::Queued { depth_bytes: 10_000 });
-        q.drain(400, 100 * GBPS);
-        assert_eq!(q.depth_bytes, 5_000);
-        q.pause(400, 100 * GBPS, 1_400);
-        q.drain(1_000, 100 * GBPS);
-        assert_eq!(q.depth_bytes, 5_000, "paused: no drain");
-        q.drain(1_600, 100 * GBPS);
-        assert_eq!(q.depth_bytes, 2_500, "drains only the 200 ns after the pause");
-        q.drain(100_000, 100 * GBPS);
-        assert_eq!(q.depth_bytes, 0);
-        assert_eq!(q.max_depth_bytes, 10_000);
+        // 100 Gbit/s sends 12.5 bytes per ns: 10 000 bytes take 800 ns.
+        let rate = 100 * GBPS;
+        assert_eq!(transmit_ns(10_000, rate), 800);
+        let tail = enqueue_tail(0, 0, 1_000, transmit_ns(10_000, rate));
+        assert_eq!(tail, 1_800);
+        assert_eq!(depth_bytes(tail, 0, 1_000, rate), 10_000);
+        assert_eq!(depth_bytes(tail, 0, 1_400, rate), 5_000);
+        // A pause from 1400 until 2400 delays the 5000 bytes left by 1000 ns.
+        let shift = pause_shift(tail, 0, 2_400, 1_400);
+        assert_eq!(shift, 1_000);
+        let tail = tail.wrapping_add(shift);
+        assert_eq!(depth_bytes(tail, 2_400, 2_000, rate), 5_000, "paused: no drain");
+        assert_eq!(depth_bytes(tail, 2_400, 2_600, rate), 2_500, "drains only after the pause");
+        assert_eq!(depth_bytes(tail, 2_400, 10_000, rate), 0);
+        assert_eq!(paused_time_delta(0, 2_400, 1_400), 1_000);
     }
 
     #[test]
-    fn overflow_at_the_buffer_limit() {
-        let mut q = PhantomQueue::default();
-        assert!(matches!(q.offer(0, GBPS, 1_000, 1_500), Admission::Queued { .. }));
-        assert_eq!(q.offer(0, GBPS, 1_000, 1_500), Admission::Overflow);
-        assert_eq!(q.depth_bytes, 1_000, "an overflowing packet adds nothing");
-        // 8 µs later at 1 Gbit/s, 1000 bytes have left.
-        assert!(matches!(q.offer(8_000, GBPS, 1_000, 1_500), Admission::Queued { depth_bytes: 1_000 }));
+    fn an_early_resume_brings_the_bytes_forward() {
+        let rate = 100 * GBPS;
+        // 8000 bytes queued at 0 behind a pause until 10 000: they leave by 10 640.
+        let tail = enqueue_tail(0, 10_000, 0, transmit_ns(8_000, rate));
+        assert_eq!(tail, 10_640);
+        assert_eq!(depth_bytes(tail, 10_000, 5_000, rate), 8_000);
+        // Quanta 0 at 5000: resume now.
+        let shift = pause_shift(tail, 10_000, 0, 5_000);
+        let tail = tail.wrapping_add(shift);
+        assert_eq!(tail, 5_640);
+        assert_eq!(depth_bytes(tail, 0, 5_320, rate), 4_000);
+        assert_eq!(paused_time_delta(10_000, 0, 5_000) as i64, -5_000);
+        // An empty queue does not move.
+        assert_eq!(pause_shift(100, 0, 9_000, 200), 0);
+    }
+
+    #[test]
+    fn a_busy_queue_grows_from_its_tail() {
+        let rate = GBPS; // 1 byte per 8 ns
+        let mut tail = 0;
+        for _ in 0..4 {
+            tail = enqueue_tail(tail, 0, 0, transmit_ns(1_000, rate));
+        }
+        assert_eq!(depth_bytes(tail, 0, 0, rate), 4_000);
+        assert_eq!(depth_bytes(tail, 0, 16_000, rate), 2_000);
+        // An idle queue restarts at now.
+        assert_eq!(enqueue_tail(tail, 0, 1_000_000, 8), 1_000_008);
+    }
+
+    #[test]
+    fn ingress_accounts_drain_linearly_until_the_last_byte_leaves() {
+        let mut a = IngressAccount::default();
+        assert_eq!(a.admit(1_000, 1_000, 2_000), 1_000);
+        assert_eq!(a.held_at(1_500), 500);
+        assert_eq!(a.held_at(2_000), 0);
+        assert_eq!(a.admit(1_500, 1_000, 3_500), 1_500);
+        assert_eq!(a.held_at(2_500), 750);
+        assert_eq!(a.max_held_bytes, 1_500);
+        // A packet that leaves at once still counts until then.
+        let mut b = IngressAccount::default();
+        assert_eq!(b.admit(10, 64, 10), 64);
+        assert_eq!(b.held_at(10), 64);
+        assert_eq!(b.held_at(11), 0);
     }
 
     #[test]
@@ -171,6 +310,7 @@ mod tests {
         assert!((40..=60).contains(&marks), "{marks} marks of 10000 at p = 0.5%");
         assert!(!red.should_mark(1_000, 0));
         assert!(red.should_mark(300_000, u32::MAX));
+        assert_eq!(RedParams::new(1, 2, 1.0).pmax, u32::MAX);
     }
 
     #[test]
@@ -185,5 +325,17 @@ mod tests {
         h[10..12].copy_from_slice(&csum.to_be_bytes());
         assert_eq!(tos & ECN_MASK, ECN_CE);
         assert_eq!(crate::checksum::internet_checksum(&h), 0, "checksum still valid");
+    }
+
+    #[test]
+    fn ce_marking_an_ipv6_traffic_class() {
+        // Version 6, traffic class 0x6A (DSCP 26, ECT(0)), flow label 0x12345.
+        let first = [0x66, 0xA1];
+        let tc = |b: [u8; 2]| ((b[0] & 0x0F) << 4) | (b[1] >> 4);
+        assert_eq!(tc(first), 0x6A);
+        let marked = mark_ce_ipv6(first);
+        assert_eq!(tc(marked), 0x6B);
+        assert_eq!(marked[0] >> 4, 6, "version untouched");
+        assert_eq!(marked[1] & 0x0F, 0x1, "flow label untouched");
     }
 }

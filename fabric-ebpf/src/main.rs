@@ -4,7 +4,11 @@
 //! decide, then apply the decision (rewrite, redirect) and count.
 #![no_std]
 #![no_main]
+// Atomic compare-and-swap on the modelled queues: the BPF target has no `AtomicU64::compare_exchange`.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
+mod congestion;
 mod generator;
 mod maps;
 mod packet;
@@ -37,6 +41,14 @@ pub fn fabric_switch(ctx: XdpContext) -> u32 {
     };
     rx.rx_packets += 1;
     rx.rx_bytes += len;
+    // MAC control frames are link-local: a PFC frame pauses this port, and none is forwarded.
+    if pkt.u16_at(ethernet::ETHERTYPE.start) == Some(ethernet::ETHERTYPE_MAC_CONTROL) {
+        if !congestion::receive_pause(&pkt, port.index) {
+            return drop(rx, DropReason::BadMacControl);
+        }
+        rx.rx_pfc_frames += 1;
+        return xdp_action::XDP_DROP;
+    }
     switch_packet(&pkt, port, rx, len)
 }
 
@@ -58,6 +70,12 @@ fn switch_packet(pkt: &XdpPacket, port: &PortInfo, rx: &mut PortCounters, len: u
         Decision::Pass(reason) => return pass(rx, reason),
         Decision::Drop(reason) => return drop(rx, reason),
     };
+
+    // The modelled egress queue: may drop (a full lossy class) or mark CE; before the TTL
+    // rewrite, which reads the checksum that marking updates.
+    if let Err(reason) = congestion::offer(pkt, &parsed, port.index, member.port, len) {
+        return drop(rx, reason);
+    }
 
     // Rewrite: MACs, then TTL / hop limit (IPv4 checksum updated incrementally).
     let Some(eth) = pkt.bytes_mut::<{ ethernet::HEADER_LEN }>(0) else {

@@ -2,12 +2,15 @@
 //! Names are the contract with the controller (`fabric_user::dataplane`).
 use aya_ebpf::{
     macros::map,
-    maps::{Array, DevMap, PerCpuArray, lpm_trie::{Key, LpmTrie}},
+    maps::{Array, DevMap, PerCpuArray, RingBuf, lpm_trie::{Key, LpmTrie}},
 };
 use fabric_common::{
     config::{MAX_IFINDEX, MAX_PORTS, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
     forward::ForwardingTables,
+    pfc::CLASSES,
+    qos::{ClassCounters, QosConfig},
+    queue::{EgressQueue, IngressAccount},
     route::{EcmpGroup, MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_ROUTES, RouteTarget},
 };
 
@@ -59,3 +62,38 @@ impl ForwardingTables for Tables {
         GROUPS.get(id)
     }
 }
+
+// ---- The congestion model (see `fabric_common::qos` and `fabric_common::queue`) ----
+
+/// The switch's congestion settings (one entry; `enabled == 0` turns the model off).
+#[map]
+pub static QOS: Array<QosConfig> = Array::with_max_entries(1, 0);
+
+/// Port index -> modelled (time-scaled) line rate in bit/s.
+#[map]
+pub static PORT_RATE: Array<u64> = Array::with_max_entries(MAX_PORTS, 0);
+
+/// Egress port/class -> modelled queue, shared by all CPUs (updated atomically).
+#[map]
+pub static QUEUES: Array<EgressQueue> = Array::with_max_entries(MAX_PORTS * CLASSES as u32, 0);
+
+/// Ingress port/class -> bytes held on its behalf (written by that port's receive path only).
+#[map]
+pub static ACCOUNTS: Array<IngressAccount> = Array::with_max_entries(MAX_PORTS * CLASSES as u32, 0);
+
+/// Ingress port/class -> when the agent was asked for a pause (0: none outstanding). Set here
+/// with compare-and-swap, cleared by the agent once it has sent the resume.
+#[map]
+pub static PFC_XOFF: Array<u64> = Array::with_max_entries(MAX_PORTS * CLASSES as u32, 0);
+
+/// Bytes in use in the shared pool, sampled by the agent (shared buffer mode).
+#[map]
+pub static POOL_USED: Array<u64> = Array::with_max_entries(1, 0);
+
+#[map]
+pub static CLASS_COUNTERS: PerCpuArray<ClassCounters> =
+    PerCpuArray::with_max_entries(MAX_PORTS * CLASSES as u32, 0);
+
+/// XOFF requests for the agent, which sends the PFC frames.
+#[map]
+pub static PFC_EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024, 0);

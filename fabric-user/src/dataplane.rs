@@ -14,6 +14,9 @@ use aya::{
 use fabric_common::{
     config::{MAX_IFINDEX, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
+    pfc::CLASSES,
+    qos::{ClassCounters, QosConfig, class_slot},
+    queue::{EgressQueue, IngressAccount},
     route::{EcmpGroup, MAX_GROUP_MEMBERS, RouteTarget},
 };
 
@@ -29,8 +32,24 @@ pub const PROGRAM_BENCH_PARSE_REDIRECT: &str = "bench_parse_redirect";
 pub const PROGRAM_GENERATOR: &str = "traffic_generator";
 
 /// Every map of the switch object (the names are the contract with `fabric-ebpf/src/maps.rs`).
-pub const MAP_NAMES: [&str; 8] =
-    ["CONFIG", "PORTS", "EGRESS", "ROUTES_V4", "ROUTES_V6", "GROUPS", "PORT_COUNTERS", "MEMBER_COUNTERS"];
+pub const MAP_NAMES: [&str; 16] = [
+    "CONFIG",
+    "PORTS",
+    "EGRESS",
+    "ROUTES_V4",
+    "ROUTES_V6",
+    "GROUPS",
+    "PORT_COUNTERS",
+    "MEMBER_COUNTERS",
+    "QOS",
+    "PORT_RATE",
+    "QUEUES",
+    "ACCOUNTS",
+    "PFC_XOFF",
+    "POOL_USED",
+    "CLASS_COUNTERS",
+    "PFC_EVENTS",
+];
 
 /// A switch's maps with typed access, and (when freshly loaded) its programs. A dataplane
 /// reopened from pins has maps only: enough to reroute and to read counters.
@@ -192,5 +211,85 @@ impl SwitchDataplane {
             total.accumulate(c);
         }
         Ok(total)
+    }
+
+    /// The congestion model's settings (`enabled == 0` turns it off).
+    pub fn set_qos(&mut self, cfg: QosConfig) -> Result<()> {
+        let mut m: Array<&mut MapData, QosConfig> = self.map("QOS")?;
+        m.set(0, cfg, 0)?;
+        Ok(())
+    }
+
+    /// The modelled (time-scaled) line rate of a port, bit/s.
+    pub fn set_port_rate(&mut self, port: u32, rate_bps: u64) -> Result<()> {
+        let mut m: Array<&mut MapData, u64> = self.map("PORT_RATE")?;
+        m.set(port, rate_bps, 0).with_context(|| format!("rate of port {port}"))?;
+        Ok(())
+    }
+
+    pub fn port_rate(&mut self, port: u32) -> Result<u64> {
+        let m: Array<&mut MapData, u64> = self.map("PORT_RATE")?;
+        Ok(m.get(&port, 0)?)
+    }
+
+    pub fn qos(&mut self) -> Result<QosConfig> {
+        let m: Array<&mut MapData, QosConfig> = self.map("QOS")?;
+        Ok(m.get(&0, 0)?)
+    }
+
+    /// The modelled egress queue of a port and class.
+    pub fn queue(&mut self, port: u32, class: usize) -> Result<EgressQueue> {
+        let m: Array<&mut MapData, EgressQueue> = self.map("QUEUES")?;
+        Ok(m.get(&class_slot(port, class), 0)?)
+    }
+
+    /// The bytes held for an ingress port and class.
+    pub fn account(&mut self, port: u32, class: usize) -> Result<IngressAccount> {
+        let m: Array<&mut MapData, IngressAccount> = self.map("ACCOUNTS")?;
+        Ok(m.get(&class_slot(port, class), 0)?)
+    }
+
+    /// When the XDP program asked for a pause on an ingress port/class (0: none outstanding).
+    pub fn xoff_flag(&mut self, port: u32, class: usize) -> Result<u64> {
+        let m: Array<&mut MapData, u64> = self.map("PFC_XOFF")?;
+        Ok(m.get(&class_slot(port, class), 0)?)
+    }
+
+    /// Clears the pause request of an ingress port/class once the agent has resumed it.
+    pub fn clear_xoff(&mut self, port: u32, class: usize) -> Result<()> {
+        let mut m: Array<&mut MapData, u64> = self.map("PFC_XOFF")?;
+        m.set(class_slot(port, class), 0, 0)?;
+        Ok(())
+    }
+
+    pub fn set_pool_used(&mut self, bytes: u64) -> Result<()> {
+        let mut m: Array<&mut MapData, u64> = self.map("POOL_USED")?;
+        m.set(0, bytes, 0)?;
+        Ok(())
+    }
+
+    /// A port/class's counters summed over CPUs.
+    pub fn class_counters(&mut self, port: u32, class: usize) -> Result<ClassCounters> {
+        let m: PerCpuArray<&mut MapData, ClassCounters> = self.map("CLASS_COUNTERS")?;
+        let mut total = ClassCounters::default();
+        for c in m.get(&class_slot(port, class), 0)?.iter() {
+            total.accumulate(c);
+        }
+        Ok(total)
+    }
+
+    /// All classes of a port.
+    pub fn port_class_counters(&mut self, port: u32) -> Result<[ClassCounters; CLASSES]> {
+        let mut out = [ClassCounters::default(); CLASSES];
+        for (class, c) in out.iter_mut().enumerate() {
+            *c = self.class_counters(port, class)?;
+        }
+        Ok(out)
+    }
+
+    /// The ring buffer of XOFF requests (the agent's input). Takes the map out of this dataplane.
+    pub fn take_pfc_events(&mut self) -> Result<aya::maps::RingBuf<aya::maps::MapData>> {
+        let map = self.maps.remove("PFC_EVENTS").context("map PFC_EVENTS missing (taken already?)")?;
+        Ok(aya::maps::RingBuf::try_from(map)?)
     }
 }

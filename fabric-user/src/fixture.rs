@@ -206,3 +206,19 @@ pub fn frame(spec: &FrameSpec) -> Vec<u8> {
     b.write(&mut out, &payload).expect("writing to a Vec");
     out
 }
+
+/// Sets the TOS (IPv4, header checksum recomputed) or traffic class (IPv6) of an untagged
+/// fixture frame.
+pub fn set_tos(frame: &mut [u8], tos: u8) {
+    let l3 = 14;
+    if frame[l3] >> 4 == 4 {
+        frame[l3 + 1] = tos;
+        frame[l3 + 10..l3 + 12].fill(0);
+        let ihl = usize::from(frame[l3] & 0x0F) * 4;
+        let c = fabric_common::checksum::internet_checksum(&frame[l3..l3 + ihl]);
+        frame[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+    } else {
+        frame[l3] = (frame[l3] & 0xF0) | (tos >> 4);
+        frame[l3 + 1] = (frame[l3 + 1] & 0x0F) | (tos << 4);
+    }
+}

@@ -136,6 +136,12 @@ impl Plan {
     }
 }
 
+/// A switch's own hash seed, from a base (its tier's seed, or a run's `--hash-seed`) and its node
+/// id: what `up` installs and `testbed::set_hash_mode` derives, and what the simulator uses.
+pub fn switch_seed(base: u32, node: NodeId) -> u32 {
+    fabric_common::hash::fmix32(base ^ (node as u32).wrapping_mul(0x9E37_79B9))
+}
+
 /// The namespace name of a node of a testbed.
 pub fn netns_name(prefix: &str, node: &str) -> String {
     format!("{prefix}-{node}")
@@ -159,7 +165,7 @@ impl Builder<'_> {
         let id = self.nodes.len();
         // Each switch its own seed: tier seed mixed with the node id, so that neither tiers nor
         // switches of one tier make correlated choices.
-        let seed = fabric_common::hash::fmix32(tier.seed ^ (id as u32).wrapping_mul(0x9E37_79B9));
+        let seed = switch_seed(tier.seed, id);
         self.nodes.push(Node { name, role, zone, rack, ports: Vec::new(), hash: tier.hash, seed });
         id
     }

@@ -22,6 +22,78 @@ pub struct PortStats {
     pub drops: BTreeMap<&'static str, u64>,
     /// Non-zero reasons for handing packets to the kernel.
     pub to_kernel: BTreeMap<&'static str, u64>,
+    pub rx_pfc_frames: u64,
+    /// The congestion model per priority class (classes that saw anything).
+    pub classes: Vec<ClassStats>,
+}
+
+/// One port and priority class of the congestion model: the egress queue's counters and depth,
+/// and the ingress side's pause requests.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClassStats {
+    pub class: usize,
+    pub queued_packets: u64,
+    pub queued_bytes: u64,
+    pub ecn_marked: u64,
+    pub overflow_drops: u64,
+    pub over_headroom: u64,
+    pub sent_while_paused: u64,
+    /// Modelled depth now and at most, bytes.
+    pub depth_bytes: u64,
+    pub max_depth_bytes: u64,
+    /// PFC frames received for this class (this egress was paused), and for how long (wall ns).
+    pub pauses_received: u64,
+    pub paused_ns: u64,
+    /// Ingress side: XOFF requests raised, and held bytes at most.
+    pub xoff_events: u64,
+    pub max_held_bytes: u64,
+}
+
+impl ClassStats {
+    fn is_idle(&self) -> bool {
+        self.queued_packets == 0 && self.pauses_received == 0 && self.xoff_events == 0 && self.overflow_drops == 0
+    }
+}
+
+/// Totals of the congestion model over a testbed, or over a run (see [`CongestionTotals::since`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct CongestionTotals {
+    pub ecn_marked: u64,
+    /// Lossy packets dropped on a full queue.
+    pub overflow_drops: u64,
+    /// Lossless packets above limit + headroom (a real switch would have dropped them).
+    pub over_headroom: u64,
+    /// Packets forwarded into a paused egress: the phantom-queue model's error.
+    pub sent_while_paused: u64,
+    pub pfc_frames_received: u64,
+    /// Wall ns of paused egress port/classes, summed.
+    pub paused_ns: u64,
+    /// PFC frames the switch agents sent: XOFF, refreshes, XON.
+    pub pfc_xoff_sent: u64,
+    pub pfc_refresh_sent: u64,
+    pub pfc_xon_sent: u64,
+    pub watchdog_storms: u64,
+    /// Deepest modelled queue seen anywhere, bytes.
+    pub max_depth_bytes: u64,
+}
+
+impl CongestionTotals {
+    /// What happened between `before` and `self` (the max depth is the later figure).
+    pub fn since(&self, before: &CongestionTotals) -> CongestionTotals {
+        CongestionTotals {
+            ecn_marked: self.ecn_marked - before.ecn_marked.min(self.ecn_marked),
+            overflow_drops: self.overflow_drops.saturating_sub(before.overflow_drops),
+            over_headroom: self.over_headroom.saturating_sub(before.over_headroom),
+            sent_while_paused: self.sent_while_paused.saturating_sub(before.sent_while_paused),
+            pfc_frames_received: self.pfc_frames_received.saturating_sub(before.pfc_frames_received),
+            paused_ns: self.paused_ns.saturating_sub(before.paused_ns),
+            pfc_xoff_sent: self.pfc_xoff_sent.saturating_sub(before.pfc_xoff_sent),
+            pfc_refresh_sent: self.pfc_refresh_sent.saturating_sub(before.pfc_refresh_sent),
+            pfc_xon_sent: self.pfc_xon_sent.saturating_sub(before.pfc_xon_sent),
+            watchdog_storms: self.watchdog_storms.saturating_sub(before.watchdog_storms),
+            max_depth_bytes: self.max_depth_bytes,
+        }
+    }
 }
 
 impl PortStats {
@@ -42,6 +114,8 @@ impl PortStats {
             tx_roce_packets: c.tx_roce_packets,
             drops: nonzero(&drop_names, &c.drops),
             to_kernel: nonzero(&pass_names, &c.passes),
+            rx_pfc_frames: c.rx_pfc_frames,
+            classes: Vec::new(),
         }
     }
 }
@@ -68,8 +142,14 @@ pub struct UplinkLoad {
 #[derive(Debug, Clone, Serialize)]
 pub struct StatsReport {
     pub testbed: String,
+    /// Modelled rates are real rates / time_scale; modelled times are wall times / time_scale.
+    pub time_scale: u64,
     pub switches: Vec<SwitchStats>,
     pub uplinks: Vec<UplinkLoad>,
+    pub congestion: CongestionTotals,
+    /// What the switch agents report: PFC frames sent, XOFF delay, watchdog storms, sampled
+    /// queue depth distributions.
+    pub agents: Vec<crate::agent::SwitchTelemetry>,
 }
 
 /// max/mean and Jain's index of a load vector.
@@ -92,9 +172,35 @@ pub fn collect(state: &State) -> Result<StatsReport> {
         let node = &plan.nodes[sw];
         let mut dp = state.dataplane(sw)?;
         let mut ports = Vec::new();
+        let now = crate::agent::monotonic_ns();
         for (i, port) in node.ports.iter().enumerate() {
             let c = dp.port_counters(i as u32)?;
-            ports.push(PortStats::new(&port.ifname, !state.down_links.contains(&port.link), &c));
+            let mut p = PortStats::new(&port.ifname, !state.down_links.contains(&port.link), &c);
+            let rate = dp.port_rate(i as u32)?;
+            for class in 0..fabric_common::pfc::CLASSES {
+                let (cc, q, acc) = (dp.class_counters(i as u32, class)?, dp.queue(i as u32, class)?, dp.account(i as u32, class)?);
+                // A pause still in force counts up to now.
+                let pending = if q.paused_until_ns > now { q.paused_until_ns - now } else { 0 };
+                let cs = ClassStats {
+                    class,
+                    queued_packets: cc.packets,
+                    queued_bytes: cc.bytes,
+                    ecn_marked: cc.ecn_marked,
+                    overflow_drops: cc.overflow_drops,
+                    over_headroom: cc.over_headroom,
+                    sent_while_paused: cc.sent_while_paused,
+                    depth_bytes: fabric_common::queue::depth_bytes(q.tail_ns, q.paused_until_ns, now, rate),
+                    max_depth_bytes: q.max_depth_bytes,
+                    pauses_received: q.pauses_received,
+                    paused_ns: q.paused_total_ns.saturating_sub(pending),
+                    xoff_events: cc.xoff_events,
+                    max_held_bytes: acc.max_held_bytes,
+                };
+                if !cs.is_idle() {
+                    p.classes.push(cs);
+                }
+            }
+            ports.push(p);
         }
         if node.role == Role::Rtsw {
             let up = plan.uplinks(sw);
@@ -105,7 +211,38 @@ pub fn collect(state: &State) -> Result<StatsReport> {
         }
         switches.push(SwitchStats { switch: node.name.clone(), role: node.role, ports });
     }
-    Ok(StatsReport { testbed: plan.topology.prefix.clone(), switches, uplinks })
+    let agents = crate::agent::read_telemetry(&plan.topology.prefix);
+    let congestion = totals(&switches, &agents);
+    Ok(StatsReport { testbed: plan.topology.prefix.clone(), time_scale: plan.topology.time_scale, switches, uplinks, congestion, agents })
+}
+
+fn totals(switches: &[SwitchStats], agents: &[crate::agent::SwitchTelemetry]) -> CongestionTotals {
+    let mut t = CongestionTotals::default();
+    for p in switches.iter().flat_map(|s| &s.ports) {
+        t.pfc_frames_received += p.rx_pfc_frames;
+        for c in &p.classes {
+            t.ecn_marked += c.ecn_marked;
+            t.overflow_drops += c.overflow_drops;
+            t.over_headroom += c.over_headroom;
+            t.sent_while_paused += c.sent_while_paused;
+            t.paused_ns += c.paused_ns;
+            t.max_depth_bytes = t.max_depth_bytes.max(c.max_depth_bytes);
+        }
+    }
+    for a in agents {
+        for p in &a.pfc {
+            t.pfc_xoff_sent += p.xoff_sent;
+            t.pfc_refresh_sent += p.refresh_sent;
+            t.pfc_xon_sent += p.xon_sent;
+        }
+        t.watchdog_storms += a.storms.len() as u64;
+    }
+    t
+}
+
+/// The congestion totals of a testbed now (switch counters and agent reports).
+pub fn congestion_totals(state: &State) -> Result<CongestionTotals> {
+    Ok(collect(state)?.congestion)
 }
 
 pub fn print(r: &StatsReport) {
@@ -136,6 +273,49 @@ pub fn print(r: &StatsReport) {
                 extra.join(" ")
             );
         }
+    }
+    let busy: Vec<(&str, &PortStats, &ClassStats)> =
+        r.switches.iter().flat_map(|s| s.ports.iter().flat_map(move |p| p.classes.iter().map(move |c| (s.switch.as_str(), p, c)))).collect();
+    if !busy.is_empty() {
+        println!();
+        println!("congestion model (time scale {}: modelled time = wall time / {})", r.time_scale, r.time_scale);
+        println!(
+            "{:<8} {:<10} {:>2} {:>10} {:>9} {:>8} {:>8} {:>10} {:>10} {:>11} {:>7} {:>10} {:>6}",
+            "switch", "port", "tc", "queued", "ecn", "drops", "hdroom!", "sent-psd", "depth KiB", "max KiB", "pauses", "paused ms", "xoff"
+        );
+        for (sw, p, c) in busy {
+            println!(
+                "{:<8} {:<10} {:>2} {:>10} {:>9} {:>8} {:>8} {:>10} {:>10.1} {:>11.1} {:>7} {:>10.1} {:>6}",
+                sw,
+                p.port,
+                c.class,
+                c.queued_packets,
+                c.ecn_marked,
+                c.overflow_drops,
+                c.over_headroom,
+                c.sent_while_paused,
+                c.depth_bytes as f64 / 1024.0,
+                c.max_depth_bytes as f64 / 1024.0,
+                c.pauses_received,
+                c.paused_ns as f64 / 1e6,
+                c.xoff_events
+            );
+        }
+    }
+    for a in r.agents.iter().filter(|a| !a.pfc.is_empty() || !a.storms.is_empty()) {
+        let sent: Vec<String> = a
+            .pfc
+            .iter()
+            .map(|p| format!("{}/tc{}: xoff {} refresh {} xon {} ({:.1} ms)", p.ifname, p.class, p.xoff_sent, p.refresh_sent, p.xon_sent, p.pausing_ns as f64 / 1e6))
+            .collect();
+        println!(
+            "agent {:<6} PFC sent: {}; XOFF delay median {:.0} µs max {:.0} µs; watchdog storms {}",
+            a.node,
+            sent.join(", "),
+            a.xoff_delay.median_ns as f64 / 1e3,
+            a.xoff_delay.max_ns as f64 / 1e3,
+            a.storms.len()
+        );
     }
     println!();
     println!("{:<8} {:>9} {:>6}  tx bytes per uplink", "rtsw", "max/mean", "jain");

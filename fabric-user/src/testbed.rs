@@ -41,8 +41,13 @@ pub fn link_pin_name(ifname: &str) -> String {
     format!("link-{}", ifname.replace('.', "_"))
 }
 
-fn state_path(prefix: &str) -> PathBuf {
-    PathBuf::from(STATE_DIR).join(prefix).join("state.json")
+/// Where a testbed's state (and its agent's files) live.
+pub fn state_dir(prefix: &str) -> PathBuf {
+    PathBuf::from(STATE_DIR).join(prefix)
+}
+
+pub fn state_path(prefix: &str) -> PathBuf {
+    state_dir(prefix).join("state.json")
 }
 
 /// What `up` saves for the other commands.
@@ -152,7 +157,13 @@ pub fn up(topo: &Topology, quiet: bool) -> Result<UpSummary> {
     ensure_bpffs()?;
     let start = Instant::now();
     let plan = Plan::new(topo);
-    let result = build(&plan, quiet);
+    let result = build(&plan, quiet).and_then(|()| {
+        // The switch agent sends the PFC frames the data plane asks for.
+        if topo.congestion.enabled {
+            crate::agent::spawn(prefix)?;
+        }
+        Ok(())
+    });
     if let Err(e) = result {
         let _ = down(prefix);
         return Err(e.context(format!("bringing up testbed {prefix:?} failed; everything it created was removed")));
@@ -286,6 +297,7 @@ fn install_switch(plan: &Plan, n: NodeId, tables: &SwitchTables) -> Result<()> {
             ifindexes.push(idx);
         }
         dp.set_config(SwitchConfig { hash_mode: node.hash as u32, seed: node.seed, pin_shift: 1, _reserved: 0 })?;
+        program_qos(&mut dp, plan, n)?;
         program_tables(&mut dp, plan, n, None, tables)?;
         dp.pin_maps(&dir)?;
         for (port, idx) in node.ports.iter().zip(ifindexes) {
@@ -293,6 +305,27 @@ fn install_switch(plan: &Plan, n: NodeId, tables: &SwitchTables) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Writes a switch's congestion model: its tier's buffers, ECN and PFC settings, and the
+/// modelled (time-scaled) rate of each port's link.
+pub fn program_qos(dp: &mut SwitchDataplane, plan: &Plan, n: NodeId) -> Result<()> {
+    let topo = &plan.topology;
+    dp.set_qos(topo.congestion.qos_config(switch_qos(plan, n)))?;
+    for (i, port) in plan.nodes[n].ports.iter().enumerate() {
+        dp.set_port_rate(i as u32, topo.modelled_rate_bps(plan.links[port.link].rate_gbps))?;
+    }
+    Ok(())
+}
+
+/// The congestion settings of a switch's tier.
+pub fn switch_qos(plan: &Plan, n: NodeId) -> &crate::topology::SwitchQos {
+    let c = &plan.topology.congestion;
+    match plan.nodes[n].role {
+        Role::Ctsw => &c.ctsw,
+        Role::Atsw => &c.atsw,
+        _ => &c.rtsw,
+    }
 }
 
 /// Writes `new` into a switch's maps, removing what `old` had and `new` has not. Groups are
@@ -347,6 +380,7 @@ pub struct DownSummary {
     pub namespaces: usize,
     pub pins_removed: bool,
     pub state_removed: bool,
+    pub agent_stopped: bool,
 }
 
 /// Removes every namespace (and so every veth), pinned object and state file of the testbed.
@@ -354,6 +388,7 @@ pub struct DownSummary {
 pub fn down(prefix: &str) -> Result<DownSummary> {
     netns::require_capabilities()?;
     let mut summary = DownSummary::default();
+    summary.agent_stopped = crate::agent::stop(prefix)?;
     let namespaces = netns::list_named(&format!("{prefix}-"))?;
     for ns in &namespaces {
         netns::delete_named(ns)?;

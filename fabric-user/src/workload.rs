@@ -39,23 +39,35 @@ pub struct Transfer {
 /// the previous one has completed (for a ring this is the usual synchronous model: step k's
 /// chunk cannot be forwarded before it has arrived).
 pub fn schedule(c: Collective, ranks: usize, message_bytes: u64, seed: u64) -> Vec<Vec<Transfer>> {
+    schedule_runs(c, ranks, message_bytes, seed)
+        .into_iter()
+        .flat_map(|(step, times)| std::iter::repeat_n(step, times))
+        .collect()
+}
+
+/// [`schedule`] with runs of identical consecutive steps given once, with their count: a ring's
+/// 2(N-1) steps are one step repeated, which the simulator computes once (and a 24K-rank ring
+/// would not fit in memory step by step).
+pub fn schedule_runs(c: Collective, ranks: usize, message_bytes: u64, seed: u64) -> Vec<(Vec<Transfer>, usize)> {
     assert!(ranks >= 2, "a collective needs at least two ranks");
     let chunk = message_bytes.div_ceil(ranks as u64).max(1);
     match c {
-        Collective::Allreduce => (0..2 * (ranks - 1))
-            .map(|_| (0..ranks).map(|r| Transfer { src: r, dst: (r + 1) % ranks, bytes: chunk }).collect())
-            .collect(),
-        Collective::Alltoall => vec![
+        Collective::Allreduce => vec![(
+            (0..ranks).map(|r| Transfer { src: r, dst: (r + 1) % ranks, bytes: chunk }).collect(),
+            2 * (ranks - 1),
+        )],
+        Collective::Alltoall => vec![(
             (0..ranks)
                 .flat_map(|s| (0..ranks).filter(move |&d| d != s).map(move |d| Transfer { src: s, dst: d, bytes: chunk }))
                 .collect(),
-        ],
+            1,
+        )],
         Collective::Incast => {
-            vec![(1..ranks).map(|s| Transfer { src: s, dst: 0, bytes: message_bytes }).collect()]
+            vec![((1..ranks).map(|s| Transfer { src: s, dst: 0, bytes: message_bytes }).collect(), 1)]
         }
         Collective::Permutation => {
             let perm = derangement(ranks, seed);
-            vec![(0..ranks).map(|s| Transfer { src: s, dst: perm[s], bytes: message_bytes }).collect()]
+            vec![((0..ranks).map(|s| Transfer { src: s, dst: perm[s], bytes: message_bytes }).collect(), 1)]
         }
     }
 }

@@ -68,6 +68,8 @@ fn default_file_is_the_embedded_default() {
         tiers: Tiers::default(),
         zones: vec![Zone { name: "z0".into(), racks: 4, hosts_per_rack: 2, spines: 4, uplinks_per_spine: 1 }],
         atsw: None,
+        time_scale: fabric_user::topology::DEFAULT_TIME_SCALE,
+        congestion: Default::default(),
     };
     assert_eq!(topo, expected);
     assert_eq!(Topology::default_topology(), expected);

@@ -4,6 +4,13 @@
 //! A step of a collective is a set of transfers (host to host, bytes); each is striped over
 //! `qps` QPs, one message per QP, as a collective library does with
 //! `NCCL_IB_QPS_PER_CONNECTION`. A step ends when every requester has every message acknowledged.
+//!
+//! Congestion handling, as a RoCE NIC and collective library do it (the sans-IO parts are in
+//! [`crate::roce`]): packets carry a DSCP (the switches' priority class is `DSCP >> 3`) and ECT(0);
+//! each host obeys the PFC frames its rack switch sends ([`crate::roce::pause`]); `cc` adds
+//! DCQCN ([`crate::roce::cc`]) or receiver-driven admission ([`crate::roce::cts`]) on top.
+//! Time is slowed by `time_scale` S as the fabric models it: rates divided by S, timers times S.
+pub mod downlink;
 pub mod engine;
 pub mod socket;
 
@@ -45,6 +52,51 @@ pub fn fixed_udp_sport(a: std::net::Ipv4Addr, b: std::net::Ipv4Addr) -> u16 {
     0xC000 | ((fabric_common::hash::fmix32(x) & 0x3FFF) as u16)
 }
 
+/// Congestion control on top of PFC.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CcMode {
+    /// PFC only: senders pace at their configured rate (Meta's production choice).
+    #[default]
+    None,
+    /// DCQCN: CE marks -> CNPs -> rate cuts at the sender.
+    Dcqcn,
+    /// Receiver-driven admission: a sender writes a chunk only after the receiver's clear to send.
+    Cts,
+}
+
+impl CcMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CcMode::None => "none",
+            CcMode::Dcqcn => "dcqcn",
+            CcMode::Cts => "cts",
+        }
+    }
+}
+
+/// A host that behaves like a NIC whose receive buffer is full: for `duration_ns` from the start
+/// of the run it sends PFC XOFF for the data class to its rack switch and takes in nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlowReceiver {
+    pub host: String,
+    pub duration_ns: u64,
+}
+
+impl SlowReceiver {
+    /// `HOST[:SECONDS]` (default 1 s).
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (host, secs) = match s.split_once(':') {
+            Some((h, t)) => (h, t.parse::<f64>().map_err(|e| format!("{t:?}: {e}"))?),
+            None => (s, 1.0),
+        };
+        if host.is_empty() || !(secs.is_finite() && secs > 0.0) {
+            return Err(format!("{s:?}: expected HOST[:SECONDS] with SECONDS > 0"));
+        }
+        Ok(SlowReceiver { host: host.into(), duration_ns: (secs * 1e9) as u64 })
+    }
+}
+
 /// Endpoint settings of a run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct EndpointOptions {
@@ -52,15 +104,31 @@ pub struct EndpointOptions {
     pub sport: SportPolicy,
     /// RoCE path MTU in bytes (256..=4096, must fit the link MTU).
     pub path_mtu: u32,
-    /// Sending rate of one transfer (all its QPs together), bits/s.
+    /// Sending rate of one transfer (all its QPs together), bits/s; 0: the host link's modelled
+    /// rate (`tiers.host.rate_gbps` / `time_scale`).
     pub rate_bps: u64,
     /// The responder ACKs every this many packets (and at message end).
     pub ack_every: u32,
     /// Outstanding packets per QP.
     pub window: u32,
+    /// In unslowed time (multiplied by `time_scale`, then capped at 1 s of wall time).
     pub retransmit_timeout_ns: u64,
-    /// Give up on a step after this long.
+    /// Give up on a step after this long (wall time).
     pub step_timeout_ns: u64,
+    /// DSCP of data, ACKs and NAKs (CNPs and CTS messages use 48).
+    pub dscp: u8,
+    /// Data, ACKs and NAKs are ECN-capable (ECT(0)), so switches mark rather than drop.
+    pub ecn: bool,
+    pub cc: CcMode,
+    /// DCQCN parameters in unslowed time (the engine applies `DcqcnParams::scaled`).
+    pub dcqcn: crate::roce::dcqcn::DcqcnParams,
+    /// CTS: chunks granted at once per receiver.
+    pub cts_channels: u32,
+    /// CTS: bytes of one chunk; in flight toward a receiver <= channels x this.
+    pub cts_buffer_bytes: u64,
+    /// S: the fabric's slowdown (the topology's); rates / S, timers x S.
+    pub time_scale: u64,
+    pub slow_receiver: Option<SlowReceiver>,
 }
 
 impl Default for EndpointOptions {
@@ -71,10 +139,19 @@ impl Default for EndpointOptions {
             path_mtu: 1024,
             rate_bps: 100_000_000,
             ack_every: 4,
-            window: 128,
+            window: 4096,
             // 64 ms: what a RoCE NIC waits with the usual local ACK timeout exponent (14).
             retransmit_timeout_ns: 64_000_000,
             step_timeout_ns: 60_000_000_000,
+            dscp: crate::roce::traffic_class::DSCP_ROCE,
+            ecn: true,
+            cc: CcMode::None,
+            dcqcn: crate::roce::dcqcn::DcqcnParams::default(),
+            // Four 256 KiB staging buffers, NCCL's default channel buffer size.
+            cts_channels: 4,
+            cts_buffer_bytes: 256 * 1024,
+            time_scale: 1,
+            slow_receiver: None,
         }
     }
 }
@@ -89,5 +166,17 @@ mod tests {
         assert_ne!(rxe_udp_sport(0x11, 0x12), rxe_udp_sport(0x13, 0x14));
         let (a, b) = ("198.18.0.1".parse().unwrap(), "198.18.0.9".parse().unwrap());
         assert_eq!(fixed_udp_sport(a, b), fixed_udp_sport(b, a));
+    }
+
+    #[test]
+    fn slow_receiver_flag() {
+        assert_eq!(
+            SlowReceiver::parse("z0r0h1:2.5"),
+            Ok(SlowReceiver { host: "z0r0h1".into(), duration_ns: 2_500_000_000 })
+        );
+        assert_eq!(SlowReceiver::parse("z0r0h1").unwrap().duration_ns, 1_000_000_000);
+        assert!(SlowReceiver::parse("z0r0h1:0").is_err());
+        assert!(SlowReceiver::parse(":3").is_err());
+        assert!(SlowReceiver::parse("h:x").is_err());
     }
 }

@@ -12,10 +12,17 @@
 //! - [`segment`]: one message into packets at the path MTU.
 //! - [`pacer`]: the token bucket that sets the sending rate (the hook for DCQCN).
 //! - [`qp`]: the [`qp::Requester`] and [`qp::Responder`] state machines.
+//! - [`dcqcn`]: DCQCN's reaction and notification points; [`cc`] wires them to the QPs.
+//! - [`traffic_class`]: DSCP and ECN of each kind of packet; [`pause`]: PFC obedience;
+//!   [`cts`]: receiver-driven admission (clear to send).
+pub mod cc;
+pub mod cts;
 pub mod dcqcn;
 pub mod icrc;
 pub mod pacer;
+pub mod pause;
 pub mod psn;
 pub mod qp;
 pub mod segment;
+pub mod traffic_class;
 pub mod wire;

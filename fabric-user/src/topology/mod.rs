@@ -8,7 +8,10 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use fabric_common::config::HashMode;
 use serde::{Deserialize, Serialize};
 
+mod congestion;
 mod validate;
+
+pub use congestion::{BufferKind, Congestion, SwitchQos};
 
 /// The embedded default: one zone, 4 racks x 2 hosts, 4 CTSWs, one uplink from every RTSW to
 /// every CTSW.
@@ -38,6 +41,14 @@ pub struct Topology {
     /// Optional aggregation layer joining the zones' CTSWs.
     #[serde(default)]
     pub atsw: Option<AtswLayer>,
+    /// Slowed time: every modelled rate is divided by this and every timer (queue drain, pause
+    /// quanta, CNP interval, DCQCN timers, ACK timeout) multiplied by it; packet and buffer
+    /// sizes stay real. The default keeps the default testbed's endpoints at line rate here.
+    #[serde(default = "default_time_scale")]
+    pub time_scale: u64,
+    /// Queues, ECN marking and PFC of the switches.
+    #[serde(default)]
+    pub congestion: Congestion,
 }
 
 /// Address plan: every link gets a /31 (IPv4) and a /127 (IPv6) carved out of these.
@@ -122,6 +133,12 @@ fn default_prefix() -> String {
 /// 1500 carries RoCE with a 1024-byte path MTU (what rxe picks on a 1500-byte link).
 fn default_mtu() -> u32 {
     1500
+}
+/// 400 Gbit/s / 4000 = 100 Mbit/s per link: what one of our endpoints sends comfortably on
+/// one core of a small machine, so incasts congest the fabric, not the CPU.
+pub const DEFAULT_TIME_SCALE: u64 = 4000;
+fn default_time_scale() -> u64 {
+    DEFAULT_TIME_SCALE
 }
 fn default_rate() -> f64 {
     400.0
@@ -220,6 +237,16 @@ impl Topology {
     /// The embedded default topology.
     pub fn default_topology() -> Self {
         Self::parse(DEFAULT_TOPOLOGY, "<default topology>").expect("the embedded default is valid")
+    }
+
+    /// A link's modelled line rate in bit/s after the time scale.
+    pub fn modelled_rate_bps(&self, rate_gbps: f64) -> u64 {
+        ((rate_gbps * 1e9) / self.time_scale.max(1) as f64).round() as u64
+    }
+
+    /// A modelled duration (ns of the real network) in wall-clock ns on the testbed.
+    pub fn wall_ns(&self, modelled_ns: f64) -> u64 {
+        (modelled_ns * self.time_scale.max(1) as f64).round() as u64
     }
 
     pub fn hosts(&self) -> u32 {

@@ -46,6 +46,12 @@ impl Topology {
         let zones_ok = self.check_zones(&mut errs);
         let atsw_ok = self.check_atsw(&mut errs);
         self.check_tiers(&mut errs);
+        if !(1..=1_000_000).contains(&self.time_scale) {
+            errs.push("time_scale", format!("{} is not allowed; must be 1..=1000000", self.time_scale));
+        }
+        for (path, message) in self.congestion.check() {
+            errs.push(&path, message);
+        }
         // The derived checks need sane counts; without them they would only repeat the above.
         if zones_ok && atsw_ok {
             self.check_groups_and_ports(&mut errs);

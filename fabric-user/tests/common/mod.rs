@@ -23,9 +23,18 @@ pub fn topology(file: Option<&str>, prefix: &str) -> Topology {
 /// Brings a testbed up; it is torn down when the guard drops, even on panic.
 pub fn up(file: Option<&str>, prefix: &str) -> (DownOnDrop, State) {
     netns::require_capabilities().expect("this test needs root: it builds network namespaces");
+    use_fabric_binary();
     let guard = DownOnDrop(prefix.into());
     testbed::up(&topology(file, prefix), true).unwrap_or_else(|e| panic!("{e:#}"));
     (guard, State::load(prefix).unwrap())
+}
+
+/// `up` starts the switch agent as `fabric agent`; tests are not that binary, so point it there.
+pub fn use_fabric_binary() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: set once, before any test of this process reads the environment concurrently
+    // (std's env lock serialises it with other getenv/setenv calls from Rust).
+    ONCE.call_once(|| unsafe { std::env::set_var("FABRIC_BIN", env!("CARGO_BIN_EXE_fabric")) });
 }
 
 /// Every ordered host pair answers ICMP and ICMPv6 through the fabric; returns the pair count.
