@@ -29,6 +29,8 @@ use crate::packet::XdpPacket;
 /// Compare-and-swap attempts on a queue's tail before falling back to an atomic add (which is
 /// exact whenever the queue is busy, the only time CPUs collide on it).
 const CAS_TRIES: usize = 4;
+/// `BPF_RB_FORCE_WAKEUP` of bpf_ringbuf_output.
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
 
 #[inline(always)]
 fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
@@ -160,7 +162,8 @@ fn account_ingress(ingress: u32, class: usize, now: u64, len: u64, departs: u64,
         return;
     }
     let event = PfcEvent { time_ns: now, held_bytes: held, port: ingress, class: class as u32 };
-    let sent = PFC_EVENTS.output::<PfcEvent>(&event, 0).is_ok();
+    // Wake the agent at once: an XOFF is rare and late is costly.
+    let sent = PFC_EVENTS.output::<PfcEvent>(&event, BPF_RB_FORCE_WAKEUP).is_ok();
     if let Some(c) = class_counters(slot) {
         if sent {
             c.xoff_events += 1;

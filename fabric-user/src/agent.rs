@@ -35,8 +35,11 @@ use crate::{
 /// pause is outstanding, and when all is quiet (wall time).
 const BUSY_TICK: Duration = Duration::from_micros(200);
 const IDLE_TICK: Duration = Duration::from_millis(5);
-/// Queue depth samples and telemetry file writes.
+/// Queue depth samples (of the queues known to carry traffic), the scan for such queues, and
+/// telemetry file writes. Each map read is a syscall: scanning every port/class of every switch
+/// each sample would keep a small machine's CPU busy.
 const SAMPLE_EVERY_NS: u64 = 10_000_000;
+const SCAN_EVERY_NS: u64 = 1_000_000_000;
 const REPORT_EVERY_NS: u64 = 100_000_000;
 
 /// The monotonic clock, as `bpf_ktime_get_ns` reads it.
@@ -256,6 +259,9 @@ struct SwitchAgent<'p> {
     histograms: BTreeMap<(u32, usize), Vec<u64>>,
     /// Pause episodes the watchdog already reported, by (port, class) -> paused_since.
     storms_seen: BTreeMap<(u32, usize), u64>,
+    /// Egress queues that have carried traffic or been paused: the ones sampled.
+    busy_queues: std::collections::BTreeSet<(u32, usize)>,
+    next_scan_ns: u64,
 }
 
 impl<'p> SwitchAgent<'p> {
@@ -286,6 +292,8 @@ impl<'p> SwitchAgent<'p> {
             pfc_stats: BTreeMap::new(),
             histograms: BTreeMap::new(),
             storms_seen: BTreeMap::new(),
+            busy_queues: Default::default(),
+            next_scan_ns: 0,
         })
     }
 
@@ -386,13 +394,22 @@ impl<'p> SwitchAgent<'p> {
 
     /// Pool use, watchdog and depth samples, from every egress queue.
     fn sample(&mut self, now: u64) -> Result<()> {
-        let mut pool = 0;
-        for port in 0..self.rates.len() as u32 {
-            for class in 0..CLASSES {
-                let q = self.dp.queue(port, class)?;
-                if q.max_depth_bytes == 0 && q.pauses_received == 0 {
-                    continue;
+        if now >= self.next_scan_ns {
+            for port in 0..self.rates.len() as u32 {
+                for class in 0..CLASSES {
+                    let q = self.dp.queue(port, class)?;
+                    if q.max_depth_bytes > 0 || q.pauses_received > 0 {
+                        self.busy_queues.insert((port, class));
+                    }
                 }
+            }
+            self.next_scan_ns = now + SCAN_EVERY_NS;
+        }
+        let mut pool = 0;
+        let busy: Vec<(u32, usize)> = self.busy_queues.iter().copied().collect();
+        for (port, class) in busy {
+            {
+                let q = self.dp.queue(port, class)?;
                 let depth = depth_bytes(q.tail_ns, q.paused_until_ns, now, self.rates[port as usize]);
                 pool += depth;
                 let h = self.histograms.entry((port, class)).or_insert_with(|| vec![0; 41]);

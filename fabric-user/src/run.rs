@@ -259,8 +259,10 @@ pub struct RunOptions {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct IterationResult {
-    /// Collective completion time, ns.
+    /// Collective completion time, wall-clock ns.
     pub completion_ns: u64,
+    /// The same in the modelled network's time (wall / `RunResult::time_scale`).
+    pub modelled_completion_ns: f64,
     pub step_ns: Vec<u64>,
 }
 
@@ -399,7 +401,9 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
             flows.extend(r.flows);
             bar.inc(1);
         }
-        iterations.push(IterationResult { completion_ns: step_ns.iter().sum(), step_ns });
+        let completion_ns: u64 = step_ns.iter().sum();
+        let modelled_completion_ns = completion_ns as f64 / plan.topology.time_scale.max(1) as f64;
+        iterations.push(IterationResult { completion_ns, modelled_completion_ns, step_ns });
     }
     bar.finish_and_clear();
     let uplinks = UplinkBytes::read(state)?.since(&before);
@@ -452,7 +456,13 @@ pub fn print(r: &RunResult) {
         r.hash
     );
     for (i, it) in r.iterations.iter().enumerate() {
-        println!("  iteration {}: completion {:.2} ms", i + 1, it.completion_ns as f64 / 1e6);
+        println!(
+            "  iteration {}: completion {:.2} ms wall = {:.2} µs modelled (time scale {})",
+            i + 1,
+            it.completion_ns as f64 / 1e6,
+            it.completion_ns as f64 / 1e3 / r.time_scale.max(1) as f64,
+            r.time_scale
+        );
     }
     println!("{:<8} {:>9} {:>6}  bytes per uplink (this run)", "rtsw", "max/mean", "jain");
     for u in &r.uplinks {

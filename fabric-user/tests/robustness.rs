@@ -137,7 +137,19 @@ fn hostile_traffic_is_counted_and_good_traffic_keeps_flowing() {
     assert_eq!(d(DropReason::TruncatedBth), N, "half a BTH");
     assert_eq!(d(DropReason::BadUdpLength), N, "UDP length beyond the packet");
     assert_eq!(d(DropReason::SpoofedSource), N, "another host's source address");
-    assert!(c1.passes[PassReason::NotIp as usize] - c0.passes[PassReason::NotIp as usize] >= N, "PFC frames stay with the RTSW");
+    // PFC from a host is consumed by its RTSW: it pauses the RTSW's port towards that host (all
+    // eight classes) and goes no further, so a host cannot pause a spine it is not attached to.
+    assert_eq!(c1.rx_pfc_frames - c0.rx_pfc_frames, N, "PFC frames stay with the RTSW");
+    let mut rdp = state.dataplane(rtsw).unwrap();
+    for class in 0..8 {
+        assert!(rdp.queue(rtsw_port, class).unwrap().pauses_received >= N, "class {class} of the host port paused");
+    }
+    for sw in plan.switches().filter(|&n| n != rtsw) {
+        let mut dp = state.dataplane(sw).unwrap();
+        for (i, _) in plan.nodes[sw].ports.iter().enumerate() {
+            assert_eq!(dp.port_counters(i as u32).unwrap().rx_pfc_frames, 0, "{} saw a host's PFC", plan.nodes[sw].name);
+        }
+    }
     assert!(!sent_jumbo, "a frame over the MTU does not leave the host");
     // Only the pings reached the uplinks: none of the 4 x 300 hostile frames did.
     let pings_out = uplink_tx() - tx0;

@@ -125,6 +125,8 @@ fn reference_file_parses_and_documents_the_defaults() {
     assert_eq!(t.mtu, minimal.mtu);
     assert_eq!(t.addressing, minimal.addressing);
     assert_eq!(t.tiers, minimal.tiers);
+    assert_eq!(t.time_scale, minimal.time_scale);
+    assert_eq!(t.congestion, minimal.congestion);
     assert!(text.contains(&format!("Default \"{}\"", minimal.prefix)), "documents the default prefix");
     // Every field of the format appears in it as `key = ...`.
     let value: toml::Table = toml::from_str(&toml::to_string(&t).expect("serialises")).expect("reparses");
@@ -537,4 +539,53 @@ fn bad_files() {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The congestion model's section.
+
+#[test]
+fn congestion_settings_are_validated_field_by_field() {
+    expect_err(&one_zone("time_scale = 0", ""), &["time_scale", "1..=1000000"]);
+    expect_err(&one_zone("", "[congestion]\nlossless_classes = [3, 9]\n"), &["congestion.lossless_classes", "class 9"]);
+    expect_err(&one_zone("", "[congestion]\npause_quanta = 0\n"), &["congestion.pause_quanta"]);
+    expect_err(&one_zone("", "[congestion]\nwatchdog_us = -1.0\n"), &["congestion.watchdog_us"]);
+    let tier = |body: &str| {
+        one_zone(
+            "",
+            &format!(
+                "[congestion.ctsw]\nbuffer = \"static\"\nbuffer_kb = 100\necn_kmin_kb = 10\necn_kmax_kb = 40\n\
+                 ecn_pmax = 0.1\nxoff_kb = 50\nxon_kb = 20\nheadroom_kb = 30\n{body}"
+            ),
+        )
+    };
+    expect_ok(&tier(""));
+    expect_err(&tier("alpha = 0.0\n"), &["congestion.ctsw.alpha"]);
+    let bad = one_zone(
+        "",
+        "[congestion.rtsw]\nbuffer = \"shared\"\nbuffer_kb = 0\necn_kmin_kb = 50\necn_kmax_kb = 40\n\
+         ecn_pmax = 1.5\nxoff_kb = 50\nxon_kb = 50\nheadroom_kb = 30\n",
+    );
+    let msg = expect_err(&bad, &["congestion.rtsw.buffer_kb", "congestion.rtsw.ecn_kmin_kb", "congestion.rtsw.ecn_pmax", "congestion.rtsw.xon_kb"]);
+    assert!(msg.contains("4 problems"), "{msg}");
+    expect_err(&one_zone("", "[congestion.rtsw]\nbuffer = \"deep\"\n"), &["congestion.rtsw"]);
+    expect_err(&one_zone("", "[congestion]\nenabeld = false\n"), &["enabeld"]);
+}
+
+#[test]
+fn congestion_settings_become_what_the_switch_reads() {
+    let t = expect_ok(&one_zone("time_scale = 1000", "[congestion]\nlossless_classes = [3, 4]\n"));
+    let q = t.congestion.qos_config(&t.congestion.rtsw);
+    assert_eq!(q.enabled, 1);
+    assert_eq!(q.lossless_classes, 0b1_1000);
+    assert_eq!((q.xoff_bytes, q.xon_bytes, q.headroom_bytes), (512 * 1024, 256 * 1024, 256 * 1024));
+    assert_eq!(q.buffer_mode, fabric_common::qos::BufferMode::Shared as u32);
+    assert_eq!(q.pool_bytes, 32 << 20);
+    assert_eq!(q.alpha_x256, 256);
+    assert_eq!((q.red.kmin_bytes, q.red.kmax_bytes), (100 * 1024, 400 * 1024));
+    let c = t.congestion.qos_config(&t.congestion.ctsw);
+    assert_eq!((c.buffer_mode, c.port_buffer_bytes), (fabric_common::qos::BufferMode::Static as u32, 16 << 20));
+    // 400 Gbit/s at time scale 1000 is 400 Mbit/s; 1 modelled µs is 1 ms of wall time.
+    assert_eq!(t.modelled_rate_bps(400.0), 400_000_000);
+    assert_eq!(t.wall_ns(1_000.0), 1_000_000);
 }
