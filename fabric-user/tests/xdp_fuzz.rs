@@ -170,6 +170,8 @@ impl ForwardingTables for HostTables {
 /// The host's prediction for one frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fate {
+    /// A valid PFC frame: consumed (it pauses the port), counted in `rx_pfc_frames`.
+    PfcConsumed,
     Pass(PassReason),
     Drop(DropReason),
     Forward { group: u32, member_index: u32, port: u32 },
@@ -179,13 +181,20 @@ impl Fate {
     fn action(self) -> u32 {
         match self {
             Fate::Pass(_) => XDP_PASS,
-            Fate::Drop(_) => XDP_DROP,
+            Fate::Drop(_) | Fate::PfcConsumed => XDP_DROP,
             Fate::Forward { .. } => XDP_REDIRECT,
         }
     }
 }
 
 fn predict(tables: &HostTables, cfg: &SwitchConfig, port: &PortInfo, f: &[u8]) -> (Fate, bool) {
+    // MAC control frames never reach the parser: PFC is consumed, anything else dropped.
+    if f.len() >= ethernet::HEADER_LEN && f[12..14] == ethernet::ETHERTYPE_MAC_CONTROL.to_be_bytes() {
+        return match fabric_common::pfc::PauseFrame::parse(f) {
+            Ok(_) => (Fate::PfcConsumed, false),
+            Err(_) => (Fate::Drop(DropReason::BadMacControl), false),
+        };
+    }
     match parse_packet(f) {
         Err(ParseError::NotIp { .. }) => (Fate::Pass(PassReason::NotIp), false),
         Err(ParseError::Malformed(reason)) => (Fate::Drop(reason), false),
@@ -242,6 +251,15 @@ enum Kind {
 fn random_frame(rng: &mut Rng, ingress: u32, ip_like: bool) -> Vec<u8> {
     let len = rng.range(ethernet::HEADER_LEN, 1500);
     let mut f = rng.bytes(len);
+    // Now and then a MAC control frame: PFC (valid when long enough and the opcode is right)
+    // or some other MAC control frame.
+    if !ip_like && rng.chance(5) {
+        f[12..14].copy_from_slice(&ethernet::ETHERTYPE_MAC_CONTROL.to_be_bytes());
+        if rng.chance(70) && len >= 16 {
+            f[14..16].copy_from_slice(&fabric_common::pfc::OPCODE_PFC.to_be_bytes());
+        }
+        return f;
+    }
     if ip_like {
         if rng.chance(80) {
             f[ethernet::DST].copy_from_slice(&port_mac(ingress));
@@ -469,6 +487,7 @@ fn counter_diff(expected: &PortCounters, got: &PortCounters) -> Vec<String> {
     field("tx_bytes", expected.tx_bytes, got.tx_bytes);
     field("rx_roce_packets", expected.rx_roce_packets, got.rx_roce_packets);
     field("tx_roce_packets", expected.tx_roce_packets, got.tx_roce_packets);
+    field("rx_pfc_frames", expected.rx_pfc_frames, got.rx_pfc_frames);
     for r in DropReason::ALL {
         field(r.as_str(), expected.drops[r as usize], got.drops[r as usize]);
     }
@@ -586,6 +605,7 @@ fn switch_program_agrees_with_the_host_on_fuzzed_frames() {
             m.rx_bytes += f.len() as u64;
             m.rx_roce_packets += roce as u64;
             match fate {
+                Fate::PfcConsumed => m.rx_pfc_frames += 1,
                 Fate::Pass(r) => m.passes[r as usize] += 1,
                 Fate::Drop(r) => m.drops[r as usize] += 1,
                 Fate::Forward { group, member_index, port } => {
@@ -614,6 +634,7 @@ fn switch_program_agrees_with_the_host_on_fuzzed_frames() {
         let tx: u64 = got.iter().map(|c| c.tx_packets).sum();
         let drops: u64 = got.iter().map(|c| c.total_drops()).sum();
         let passes: u64 = got.iter().map(|c| c.total_passes()).sum();
+        let pfc: u64 = got.iter().map(|c| c.rx_pfc_frames).sum();
         let mut member_total = 0;
         for (group, len) in [(GROUP_UPLINKS, UPLINKS), (GROUP_HOST_A, 1)] {
             for i in 0..len {
@@ -632,15 +653,15 @@ fn switch_program_agrees_with_the_host_on_fuzzed_frames() {
         let elapsed = start.elapsed();
         println!(
             "xdp fuzz: seed {seed:#x}, {fed} cases in {elapsed:.1?} ({:?}); host fates {:?}; \
-             rx {rx}, tx {tx}, drops {drops}, passes {passes}; failures {:?}",
+             rx {rx}, tx {tx}, drops {drops}, passes {passes}, pfc {pfc}; failures {:?}",
             report.fed, report.outcomes, report.failures
         );
         let mut problems = Vec::new();
         if rx != fed {
             problems.push(format!("rx_packets {rx} != cases fed {fed}"));
         }
-        if tx + drops + passes != fed {
-            problems.push(format!("tx {tx} + drops {drops} + passes {passes} != cases fed {fed}"));
+        if tx + drops + passes + pfc != fed {
+            problems.push(format!("tx {tx} + drops {drops} + passes {passes} + pfc {pfc} != cases fed {fed}"));
         }
         if member_total != tx {
             problems.push(format!("member counters {member_total} != tx {tx}"));
