@@ -179,20 +179,23 @@ pub fn spawn(prefix: &str) -> Result<u32> {
     Ok(child.id())
 }
 
+/// The pid of the testbed's agent if it runs (the pid file names a live `fabric agent` process
+/// for this prefix, not a recycled pid).
+pub fn running(prefix: &str) -> Option<i32> {
+    let pid = std::fs::read_to_string(pid_path(prefix)).ok()?.trim().parse::<i32>().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let ours = args.windows(2).any(|w| w[0] == b"--prefix" && w[1] == prefix.as_bytes())
+        && args.iter().any(|a| *a == b"agent");
+    // A zombie (exited, not yet reaped) is not running.
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|st| st.rsplit(") ").next().is_some_and(|rest| rest.starts_with('Z')));
+    (ours && !zombie).then_some(pid)
+}
+
 /// Stops the testbed's agent, if one runs. Checks that the pid is still our agent first.
 pub fn stop(prefix: &str) -> Result<bool> {
-    let Ok(text) = std::fs::read_to_string(pid_path(prefix)) else { return Ok(false) };
-    let Ok(pid) = text.trim().parse::<i32>() else { return Ok(false) };
-    let is_ours = std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|c| {
-            let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
-            args.windows(2).any(|w| w[0] == b"--prefix" && w[1] == prefix.as_bytes())
-                && args.iter().any(|a| *a == b"agent")
-        })
-        .unwrap_or(false);
-    if !is_ours {
-        return Ok(false);
-    }
+    let Some(pid) = running(prefix) else { return Ok(false) };
     // SAFETY: plain signals to a process we started.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     for _ in 0..100 {

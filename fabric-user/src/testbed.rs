@@ -381,6 +381,8 @@ pub struct DownSummary {
     pub pins_removed: bool,
     pub state_removed: bool,
     pub agent_stopped: bool,
+    /// rxe devices, policy rules and host veths removed from the initial namespace.
+    pub rxe_removed: usize,
 }
 
 /// Removes every namespace (and so every veth), pinned object and state file of the testbed.
@@ -389,6 +391,8 @@ pub fn down(prefix: &str) -> Result<DownSummary> {
     netns::require_capabilities()?;
     let mut summary = DownSummary::default();
     summary.agent_stopped = crate::agent::stop(prefix)?;
+    // rxe hosts (`up --endpoints rxe`) live outside the testbed's namespaces.
+    summary.rxe_removed = crate::rxe::down(prefix)?;
     let namespaces = netns::list_named(&format!("{prefix}-"))?;
     for ns in &namespaces {
         netns::delete_named(ns)?;
@@ -421,6 +425,9 @@ pub struct Status {
     pub xdp_links_expected: usize,
     pub xdp_links_pinned: usize,
     pub down_links: Vec<String>,
+    /// The switch agent (PFC frames, watchdog) runs when the congestion model is on.
+    pub agent_expected: bool,
+    pub agent_running: bool,
     pub healthy: bool,
 }
 
@@ -429,14 +436,19 @@ pub fn status(prefix: &str) -> Result<Status> {
     let state = State::load(prefix).ok();
     let (expected, links_expected, links_pinned, down_links) = match &state {
         Some(s) => {
-            let expected: Vec<String> = (0..s.plan.nodes.len()).map(|n| s.plan.netns(n)).collect();
+            // rxe hosts (`up --endpoints rxe`) have no namespace; their veth has another name.
+            let rxe = crate::rxe::RxeLayout::load(prefix).ok().filter(|l| !l.per_host_netns);
+            let moved = |n: NodeId| rxe.as_ref().and_then(|l| l.hosts.iter().find(|h| h.node == n));
+            let expected: Vec<String> =
+                (0..s.plan.nodes.len()).filter(|&n| moved(n).is_none()).map(|n| s.plan.netns(n)).collect();
             let mut pinned = 0;
             let mut wanted = 0;
-            for node in &s.plan.nodes {
+            for (n, node) in s.plan.nodes.iter().enumerate() {
                 let dir = bpf_dir(prefix).join(&node.name);
                 for port in &node.ports {
                     wanted += 1;
-                    pinned += dir.join(link_pin_name(&port.ifname)).exists() as usize;
+                    let ifname = moved(n).map_or(&port.ifname, |h| &h.ifname);
+                    pinned += dir.join(link_pin_name(ifname)).exists() as usize;
                 }
             }
             let down = s.down_links.iter().map(|&l| link_label(&s.plan, l)).collect();
@@ -446,7 +458,13 @@ pub fn status(prefix: &str) -> Result<Status> {
     };
     let missing: Vec<String> = expected.iter().filter(|n| !present.contains(n)).cloned().collect();
     let unexpected: Vec<String> = present.iter().filter(|n| !expected.contains(n)).cloned().collect();
-    let healthy = state.is_some() && missing.is_empty() && unexpected.is_empty() && links_pinned == links_expected;
+    let agent_expected = state.as_ref().is_some_and(|s| s.plan.topology.congestion.enabled);
+    let agent_running = crate::agent::running(prefix).is_some();
+    let healthy = state.is_some()
+        && missing.is_empty()
+        && unexpected.is_empty()
+        && links_pinned == links_expected
+        && agent_running == agent_expected;
     Ok(Status {
         prefix: prefix.into(),
         state_file: state.is_some(),
@@ -457,6 +475,8 @@ pub fn status(prefix: &str) -> Result<Status> {
         xdp_links_expected: links_expected,
         xdp_links_pinned: links_pinned,
         down_links,
+        agent_expected,
+        agent_running,
         healthy,
     })
 }

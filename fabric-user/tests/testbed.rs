@@ -130,3 +130,37 @@ fn a_half_built_testbed_is_removed_by_down() {
     assert_eq!(testbed::down(&prefix).unwrap().namespaces, 3);
     assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty());
 }
+
+/// The switch agent lives and dies with its testbed: `up` starts it, `status` notices when it is
+/// gone (a crash), `down` stops it and still cleans up after a crash; with the congestion model
+/// off there is none.
+#[test]
+fn the_switch_agent_follows_its_testbed() {
+    netns::require_capabilities().expect("this test needs root");
+    common::use_fabric_binary();
+    let prefix = unique_prefix('g', 0);
+    let _guard = Teardown(prefix.clone());
+    testbed::up(&topology(None, &prefix), true).expect("up");
+    let s = testbed::status(&prefix).unwrap();
+    assert!(s.agent_expected && s.agent_running && s.healthy, "{s:?}");
+    // A crashed agent: the testbed is no longer healthy, and `down` still removes everything.
+    let pid = fabric_user::agent::running(&prefix).expect("an agent pid");
+    // SAFETY: signalling the agent this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: reaping our own child (the agent was spawned by this process).
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+    let s = testbed::status(&prefix).unwrap();
+    assert!(!s.agent_running && !s.healthy, "{s:?}");
+    testbed::down(&prefix).unwrap();
+    assert_nothing_left(&prefix);
+
+    // With the congestion model off, no agent is started and the testbed is healthy without one.
+    let mut topo = topology(None, &prefix);
+    topo.congestion.enabled = false;
+    testbed::up(&topo, true).expect("up");
+    let s = testbed::status(&prefix).unwrap();
+    assert!(!s.agent_expected && !s.agent_running && s.healthy, "{s:?}");
+    testbed::down(&prefix).unwrap();
+    assert_nothing_left(&prefix);
+}

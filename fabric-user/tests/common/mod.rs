@@ -49,6 +49,16 @@ pub fn assert_nothing_left(prefix: &str) {
     assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty(), "namespaces of {prefix} remain");
     assert!(!testbed::bpf_dir(prefix).exists(), "pins of {prefix} remain");
     assert!(State::load(prefix).is_err(), "state of {prefix} remains");
+    let agents = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| {
+            let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+            args.contains(&&b"agent"[..]) && args.windows(2).any(|w| w[0] == b"--prefix" && w[1] == prefix.as_bytes())
+        })
+        .count();
+    assert_eq!(agents, 0, "the switch agent of {prefix} still runs");
 }
 
 /// The interfaces of the root namespace (which the project must never touch).
