@@ -80,17 +80,21 @@ pub enum Path {
     Baseline,
     /// Three XDP switches (the project's `fabric_switch`).
     Xdp,
+    /// The same with the congestion model on (default RTSW settings at real line rate, so the
+    /// modelled queues stay short and nothing is dropped: the model's common path).
+    XdpCongestion,
     /// Three namespaces forwarding with the Linux kernel.
     Kernel,
 }
 
 impl Path {
-    const ALL: [Path; 3] = [Path::Baseline, Path::Xdp, Path::Kernel];
+    const ALL: [Path; 4] = [Path::Baseline, Path::Xdp, Path::XdpCongestion, Path::Kernel];
 
     fn tag(self) -> &'static str {
         match self {
             Path::Baseline => "b",
             Path::Xdp => "x",
+            Path::XdpCongestion => "q",
             Path::Kernel => "k",
         }
     }
@@ -99,6 +103,7 @@ impl Path {
         match self {
             Path::Baseline => "baseline: gen -> sink (0 hops)",
             Path::Xdp => "XDP switch x3 (fabric_switch, eecmp)",
+            Path::XdpCongestion => "XDP switch x3 + congestion model",
             Path::Kernel => "Linux kernel x3 (nexthop group x2, L4)",
         }
     }
@@ -180,7 +185,7 @@ fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane) 
     let mut kernel_routes = None;
     match path {
         Path::Baseline => {}
-        Path::Xdp => {
+        Path::Xdp | Path::XdpCongestion => {
             for (k, node) in nodes.iter().enumerate().take(last).skip(1) {
                 let mut dp = SwitchDataplane::load()?;
                 in_named(node, || {
@@ -194,6 +199,12 @@ fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane) 
                     dp.set_group(1, &EcmpGroup::from_members(&[to_gen]).expect("fits"))?;
                     dp.set_route_v4(SINK_PREFIX, 24, 0)?;
                     dp.set_route_v4(GEN_HOST, 32, 1)?;
+                    if path == Path::XdpCongestion {
+                        let c = crate::topology::Congestion::default();
+                        dp.set_qos(c.qos_config(&c.rtsw))?;
+                        dp.set_port_rate(0, 400_000_000_000)?;
+                        dp.set_port_rate(1, 400_000_000_000)?;
+                    }
                     dp.attach(west)?;
                     dp.attach(east)?;
                     Ok(())
@@ -509,6 +520,8 @@ pub struct ForwardingRatio {
     pub xdp_vs_kernel_per_core_median_of_rounds: f64,
     /// Kernel ns per hop / XDP ns per hop (generator and sink costs removed).
     pub xdp_vs_kernel_forwarding_only: Option<f64>,
+    /// The same end-to-end ratio with the congestion model on in the XDP switches.
+    pub xdp_congestion_vs_kernel_per_core: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -626,6 +639,7 @@ fn run(guard: &mut Namespaces) -> Result<ForwardingReport> {
         }
         let row = |p: Path| rows.iter().find(|r| r.path == p && r.frame_bytes == size).expect("row");
         let (x, k) = (row(Path::Xdp), row(Path::Kernel));
+        let xq = row(Path::XdpCongestion);
         ratios.push(ForwardingRatio {
             frame_bytes: size,
             xdp_vs_kernel_per_core: x.pps_per_core / k.pps_per_core,
@@ -637,6 +651,7 @@ fn run(guard: &mut Namespaces) -> Result<ForwardingReport> {
                 (Some(xh), Some(kh)) => Some(kh / xh),
                 _ => None,
             },
+            xdp_congestion_vs_kernel_per_core: xq.pps_per_core / k.pps_per_core,
         });
     }
     let worst_ratio = ratios.iter().map(|r| r.xdp_vs_kernel_per_core).fold(f64::INFINITY, f64::min);
@@ -709,12 +724,13 @@ pub fn print_forwarding(r: &ForwardingReport) {
     for q in &r.ratios {
         println!(
             "XDP / kernel, {:>4}-byte frames: {:.2}x packets per core end to end (per-round median {:.2}x, \
-             /proc/stat {:.2}x){}",
+             /proc/stat {:.2}x){}; with the congestion model {:.2}x",
             q.frame_bytes,
             q.xdp_vs_kernel_per_core,
             q.xdp_vs_kernel_per_core_median_of_rounds,
             q.xdp_vs_kernel_per_core_proc_stat,
             q.xdp_vs_kernel_forwarding_only.map_or(String::new(), |v| format!("; {v:.2}x per hop, forwarding only")),
+            q.xdp_congestion_vs_kernel_per_core,
         );
     }
     let verdict = if r.meets_target { "meets" } else { "MISSES" };

@@ -5,7 +5,7 @@ use anyhow::{Result, bail};
 
 use crate::util::{build_fabric, run as run_cmd, workspace_root};
 
-const BENCHES: &[&str] = &["dataplane", "endpoint", "bringup", "forwarding"];
+const BENCHES: &[&str] = &["dataplane", "endpoint", "bringup", "forwarding", "sim"];
 
 pub fn run(name: Option<&str>) -> Result<()> {
     let selected: Vec<&str> = match name {

@@ -43,5 +43,7 @@ pub fn is_root() -> bool {
 /// Builds the controller in release mode and returns the path of the `fabric` binary.
 pub fn build_fabric() -> Result<PathBuf> {
     run(Command::new("cargo").current_dir(workspace_root()).args(["build", "--release", "-p", "fabric-user"]))?;
-    Ok(workspace_root().join("target/release/fabric"))
+    // Where cargo put it: CARGO_TARGET_DIR (relative to the workspace) if set.
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), |d| workspace_root().join(d));
+    Ok(target.join("release/fabric"))
 }

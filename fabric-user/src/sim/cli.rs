@@ -1,0 +1,153 @@
+//! The command line of `fabric sim`.
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use fabric_common::config::HashMode;
+use serde::Serialize;
+
+use super::{
+    SimOptions, SimResult,
+    fabric::{Scale, SimFabric},
+    print, simulate,
+};
+use crate::{
+    endpoint::{EndpointOptions, SportPolicy},
+    placement::Placement,
+    plan::Plan,
+    run::parse_size,
+    topology::Topology,
+    workload::Collective,
+};
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct SimArgs {
+    /// Topology file (default: the embedded default testbed).
+    #[arg(long, conflicts_with = "scale")]
+    pub topology: Option<PathBuf>,
+    /// A synthetic fabric: 1k, 4k or 24k (= meta: 8 zones x 192 racks x 16 GPUs).
+    #[arg(long, value_enum)]
+    pub scale: Option<Scale>,
+    #[arg(long, value_enum, default_value = "allreduce")]
+    pub workload: Collective,
+    /// Hash mode(s) to simulate (repeatable; default: five-tuple, eecmp and pin).
+    #[arg(long)]
+    pub hash: Vec<String>,
+    /// QPs per connection (repeatable; default: 1 and 8).
+    #[arg(long)]
+    pub qps: Vec<u32>,
+    #[arg(long, value_enum, default_value = "per-qp")]
+    pub sport: SportPolicy,
+    /// Message size per rank (K, M, G = x1000; Ki, Mi, Gi = x1024).
+    #[arg(long, default_value = "256Mi")]
+    pub size: String,
+    /// Ranks (default: every host).
+    #[arg(long)]
+    pub ranks: Option<usize>,
+    /// contiguous, fragmented, random:SEED or hosts:H1,H2,...
+    #[arg(long, default_value = "contiguous")]
+    pub placement: String,
+    /// Workload seed (permutation).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Re-seed every switch's hash, as `fabric run --hash-seed`.
+    #[arg(long)]
+    pub hash_seed: Option<u32>,
+    /// RoCE path MTU.
+    #[arg(long, default_value_t = 4096)]
+    pub path_mtu: u32,
+    #[arg(long, default_value_t = 4)]
+    pub ack_every: u32,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SimReport {
+    pub schema: &'static str,
+    /// Seconds to build the fabric description (plan and groups).
+    pub build_s: f64,
+    pub results: Vec<SimResult>,
+}
+
+/// The fabric of `--topology` / `--scale`: the controller's tables for small fabrics, the Clos
+/// structure for large ones.
+pub fn build_fabric(topology: Option<&std::path::Path>, scale: Option<Scale>) -> Result<SimFabric> {
+    let topo = match scale {
+        Some(s) => s.topology(),
+        None => Topology::load(topology)?,
+    };
+    let plan = Plan::new(&topo);
+    let hosts = plan.hosts().count();
+    if hosts <= 512 {
+        Ok(SimFabric::from_controller(&plan, &Default::default()))
+    } else {
+        SimFabric::clos(plan)
+    }
+}
+
+pub fn run(a: &SimArgs) -> Result<SimReport> {
+    let t = std::time::Instant::now();
+    let mut fabric = build_fabric(a.topology.as_deref(), a.scale)?;
+    let build_s = t.elapsed().as_secs_f64();
+    let modes: Vec<HashMode> = if a.hash.is_empty() {
+        HashMode::ALL.to_vec()
+    } else {
+        a.hash
+            .iter()
+            .map(|h| {
+                HashMode::parse(h).with_context(|| {
+                    format!("--hash: unknown mode {h:?}; five-tuple, eecmp or pin")
+                })
+            })
+            .collect::<Result<_>>()?
+    };
+    let qps = if a.qps.is_empty() {
+        vec![1, 8]
+    } else {
+        a.qps.clone()
+    };
+    let mut results = Vec::new();
+    for &hash in &modes {
+        for &q in &qps {
+            let o = SimOptions {
+                collective: a.workload,
+                ranks: a.ranks,
+                message_bytes: parse_size(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?,
+                placement: Placement::parse(&a.placement)?,
+                seed: a.seed,
+                hash,
+                hash_seed: a.hash_seed,
+                endpoint: EndpointOptions {
+                    qps: q,
+                    sport: a.sport,
+                    path_mtu: a.path_mtu,
+                    ack_every: a.ack_every,
+                    ..Default::default()
+                },
+            };
+            results.push(simulate(&mut fabric, &o)?);
+        }
+    }
+    Ok(SimReport {
+        schema: "fabric.sim/1",
+        build_s,
+        results,
+    })
+}
+
+/// `fabric sim`: run, print, write JSON.
+pub fn main(a: &SimArgs) -> Result<()> {
+    let report = run(a)?;
+    print(&report.results);
+    println!("fabric description built in {:.3} s", report.build_s);
+    if let Some(path) = &a.json {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

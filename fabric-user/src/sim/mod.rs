@@ -1,0 +1,350 @@
+//! `fabric sim`: the workloads of `fabric run` on a flow-level model of a fabric of any size,
+//! with the data path's own hash and the controller's own group layout.
+//!
+//! What is shared with the real thing, so that at testbed scale the prediction is exact
+//! (`tests/sim.rs` checks it against the XDP member counters, packet for packet):
+//! - the fabric: [`crate::plan::Plan`] (node ids, ports, addresses, per-switch seeds via
+//!   [`crate::plan::switch_seed`]) and the controller's ECMP groups in installed order
+//!   ([`fabric::SimFabric`]);
+//! - the member choice: [`fabric_common::hash::select_member`] on the packet the switch parses,
+//!   under the [`fabric_common::config::SwitchConfig`] `fabric run --hash --hash-seed` installs;
+//! - the flows: [`crate::endpoint::engine::plan_qps`] (QP numbers, UDP source ports, striping),
+//!   [`crate::workload::schedule`] and [`crate::placement::Placement`]; both directions of
+//!   every QP (WRITEs and ACKs), with the frames the RoCE state machines emit ([`flows::qp_wire`]).
+//!
+//! The model behind the times (an estimate, not a packet simulation):
+//! - flow level: a QP's data direction is one fluid flow, all flows of a step start together,
+//!   a step ends when its last flow ends (the engine's step barrier), steps run back to back;
+//! - no queueing, no loss, no PFC/ECN, no pacing and no CPU limits: every flow takes its
+//!   max-min fair share of every link (progressive filling, recomputed as flows finish), i.e.
+//!   an ideal congestion control over the links' rates as the topology states them;
+//! - ACKs count towards the link loads and member counters but not towards the fair share;
+//! - a hash collision costs what it costs a fluid flow: the colliding flows split the link.
+//!
+//! Imbalance is reported per tier, over every ECMP group with two or more members that carried
+//! bytes: max/mean and Jain's index of the bytes on its members, averaged over groups, and the
+//! worst group's max/mean.
+pub mod bench;
+pub mod cli;
+pub mod fabric;
+pub mod fairshare;
+pub mod flows;
+pub mod route;
+
+use std::time::Instant;
+
+use anyhow::{Context as _, Result, ensure};
+use fabric_common::config::HashMode;
+use serde::Serialize;
+
+use self::{
+    fabric::SimFabric,
+    fairshare::{Paths, completion_time},
+    flows::{Direction, step_flows},
+};
+use crate::{
+    endpoint::{EndpointOptions, engine::HostTransfer},
+    placement::Placement,
+    plan::{NodeId, Role},
+    stats::imbalance,
+    workload::{Collective, Transfer, schedule_runs},
+};
+
+/// One simulated case.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimOptions {
+    pub collective: Collective,
+    /// Ranks (default: every host).
+    pub ranks: Option<usize>,
+    pub message_bytes: u64,
+    pub placement: Placement,
+    /// Workload seed (permutation).
+    pub seed: u64,
+    #[serde(with = "crate::topology::hash_mode_serde")]
+    pub hash: HashMode,
+    /// Re-seed the switches as `fabric run --hash-seed` does (default: the topology's seeds).
+    pub hash_seed: Option<u32>,
+    pub endpoint: EndpointOptions,
+}
+
+/// Load per ECMP group member: packets and frame bytes, indexed by [`SimFabric::slot`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberLoad {
+    pub packets: Vec<u64>,
+    pub bytes: Vec<u64>,
+}
+
+impl MemberLoad {
+    pub fn new(fabric: &SimFabric) -> Self {
+        MemberLoad {
+            packets: vec![0; fabric.slot_count()],
+            bytes: vec![0; fabric.slot_count()],
+        }
+    }
+}
+
+/// Balance of one tier's ECMP groups.
+#[derive(Clone, Debug, Serialize)]
+pub struct TierBalance {
+    pub tier: &'static str,
+    /// Groups of two or more members that carried bytes.
+    pub groups: usize,
+    pub mean_max_over_mean: f64,
+    pub worst_max_over_mean: f64,
+    pub mean_jain: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SimResult {
+    pub case: String,
+    pub topology: String,
+    pub hosts: usize,
+    pub ranks: usize,
+    pub collective: &'static str,
+    pub hash: &'static str,
+    pub qps: u32,
+    pub sport: &'static str,
+    pub message_bytes: u64,
+    pub steps: usize,
+    /// Steps that differ from their predecessor (the others reuse its result).
+    pub distinct_steps: usize,
+    /// QPs of the largest step.
+    pub qps_per_step: usize,
+    pub tiers: Vec<TierBalance>,
+    /// Modelled completion time of one iteration, seconds.
+    pub completion_s: f64,
+    /// Modelled duration of each distinct step, seconds.
+    pub step_s: Vec<f64>,
+    /// Fair-share recomputations over all distinct steps.
+    pub fair_share_rounds: usize,
+    /// Wall time of this simulation, seconds.
+    pub wall_s: f64,
+}
+
+/// How many QPs one step may have before we refuse (memory: ~100 bytes per QP and direction).
+pub const MAX_QPS_PER_STEP: usize = 20_000_000;
+
+/// Traces one step's flows: adds their packets and bytes (times `repeat`) to `load` and returns
+/// the data flows' paths and sizes in bits.
+pub fn trace_step(
+    fabric: &SimFabric,
+    transfers: &[HostTransfer],
+    endpoint: &EndpointOptions,
+    repeat: u64,
+    load: &mut MemberLoad,
+) -> Result<(Paths, Vec<f64>, usize)> {
+    let flows = step_flows(&fabric.plan, transfers, endpoint);
+    let mut paths = Paths::new();
+    let mut bits = Vec::new();
+    for f in &flows {
+        let data = f.direction == Direction::Data;
+        if data {
+            paths.start_flow();
+            bits.push(8.0 * f.frame_bytes as f64);
+        }
+        route::trace(
+            fabric,
+            f,
+            |h| {
+                let s = fabric.slot(h.switch, h.group, h.member);
+                load.packets[s] += f.packets * repeat;
+                load.bytes[s] += f.frame_bytes * repeat;
+            },
+            |l| {
+                if data {
+                    paths.extend_last(l);
+                }
+            },
+        )?;
+    }
+    Ok((paths, bits, flows.len() / 2))
+}
+
+/// The ranks' hosts and the steps (host to host) of a case.
+/// Runs of identical steps: (step, how many times in a row).
+pub type StepRuns = Vec<(Vec<Transfer>, usize)>;
+
+/// Steps come as runs: (step, how many times in a row).
+pub fn steps_of(fabric: &SimFabric, o: &SimOptions) -> Result<(Vec<NodeId>, StepRuns)> {
+    let ranks = o.ranks.unwrap_or_else(|| fabric.plan.hosts().count());
+    let hosts = o.placement.place(&fabric.plan, ranks)?;
+    let transfers = match o.collective {
+        Collective::Alltoall => ranks * (ranks - 1),
+        _ => ranks,
+    };
+    ensure!(
+        transfers * o.endpoint.qps.max(1) as usize <= MAX_QPS_PER_STEP,
+        "{} ranks x {} QPs: {} QPs in one step is more than the simulator holds ({MAX_QPS_PER_STEP}); use --ranks",
+        ranks,
+        o.endpoint.qps,
+        transfers * o.endpoint.qps.max(1) as usize
+    );
+    Ok((
+        hosts,
+        schedule_runs(o.collective, ranks, o.message_bytes, o.seed),
+    ))
+}
+
+/// Member loads of `iterations` iterations of a case: what the XDP member counters of a
+/// lossless `fabric run` with the same options add up.
+pub fn predict_member_load(
+    fabric: &SimFabric,
+    o: &SimOptions,
+    iterations: u32,
+) -> Result<MemberLoad> {
+    let mut fabric = fabric.clone();
+    fabric.set_hash(o.hash, o.hash_seed);
+    let (hosts, steps) = steps_of(&fabric, o)?;
+    let mut load = MemberLoad::new(&fabric);
+    for (step, times) in &steps {
+        let t: Vec<HostTransfer> = step
+            .iter()
+            .map(|t| HostTransfer {
+                src: hosts[t.src],
+                dst: hosts[t.dst],
+                bytes: t.bytes,
+            })
+            .collect();
+        trace_step(
+            &fabric,
+            &t,
+            &o.endpoint,
+            u64::from(iterations) * *times as u64,
+            &mut load,
+        )?;
+    }
+    Ok(load)
+}
+
+/// Per-tier balance of member loads.
+pub fn tier_balance(fabric: &SimFabric, load: &MemberLoad) -> Vec<TierBalance> {
+    let mut out = Vec::new();
+    for role in [Role::Rtsw, Role::Ctsw, Role::Atsw] {
+        let mut figures = Vec::new();
+        for sw in fabric
+            .plan
+            .switches()
+            .filter(|&s| fabric.plan.nodes[s].role == role)
+        {
+            for g in 0..fabric.group_count(sw) as u32 {
+                let n = fabric.members(sw, g).len() as u32;
+                if n < 2 {
+                    continue;
+                }
+                let bytes: Vec<u64> = (0..n).map(|m| load.bytes[fabric.slot(sw, g, m)]).collect();
+                if bytes.iter().any(|&b| b > 0) {
+                    figures.push(imbalance(&bytes));
+                }
+            }
+        }
+        if figures.is_empty() {
+            continue;
+        }
+        let k = figures.len() as f64;
+        out.push(TierBalance {
+            tier: role.as_str(),
+            groups: figures.len(),
+            mean_max_over_mean: figures.iter().map(|f| f.0).sum::<f64>() / k,
+            worst_max_over_mean: figures.iter().map(|f| f.0).fold(0.0, f64::max),
+            mean_jain: figures.iter().map(|f| f.1).sum::<f64>() / k,
+        });
+    }
+    out
+}
+
+/// Capacity of every directed link, bits/s.
+pub fn capacities(fabric: &SimFabric) -> Vec<f64> {
+    fabric
+        .plan
+        .links
+        .iter()
+        .flat_map(|l| [l.rate_gbps * 1e9; 2])
+        .collect()
+}
+
+/// Simulates one case: loads, balance and the modelled completion time of one iteration.
+pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
+    let start = Instant::now();
+    fabric.set_hash(o.hash, o.hash_seed);
+    let (hosts, steps) = steps_of(fabric, o)?;
+    let capacity = capacities(fabric);
+    let mut load = MemberLoad::new(fabric);
+    let mut step_s = Vec::new();
+    let mut completion_s = 0.0;
+    let mut rounds = 0;
+    let mut qps_per_step = 0;
+    let mut step_count = 0;
+    // Runs of identical steps (a ring's 2(N-1) steps are one) are simulated once.
+    for (i, (step, repeat)) in steps.iter().enumerate() {
+        let t: Vec<HostTransfer> = step
+            .iter()
+            .map(|t| HostTransfer {
+                src: hosts[t.src],
+                dst: hosts[t.dst],
+                bytes: t.bytes,
+            })
+            .collect();
+        let (paths, bits, qps) = trace_step(fabric, &t, &o.endpoint, *repeat as u64, &mut load)
+            .with_context(|| format!("step {i}"))?;
+        qps_per_step = qps_per_step.max(qps);
+        let (s, r) = completion_time(&capacity, &paths, &bits, 64);
+        rounds += r;
+        step_s.push(s);
+        completion_s += s * *repeat as f64;
+        step_count += repeat;
+    }
+    let e = &o.endpoint;
+    Ok(SimResult {
+        case: format!(
+            "{} {} qps={} sport={}",
+            o.collective.as_str(),
+            o.hash.as_str(),
+            e.qps,
+            e.sport.as_str()
+        ),
+        topology: fabric.plan.topology.name.clone(),
+        hosts: fabric.plan.hosts().count(),
+        ranks: hosts.len(),
+        collective: o.collective.as_str(),
+        hash: o.hash.as_str(),
+        qps: e.qps,
+        sport: e.sport.as_str(),
+        message_bytes: o.message_bytes,
+        steps: step_count,
+        distinct_steps: step_s.len(),
+        qps_per_step,
+        tiers: tier_balance(fabric, &load),
+        completion_s,
+        step_s,
+        fair_share_rounds: rounds,
+        wall_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The table `fabric sim` prints.
+pub fn print(results: &[SimResult]) {
+    let Some(first) = results.first() else { return };
+    println!(
+        "{} ({} hosts), {} ranks, {} bytes per rank; flow-level model, max-min fair share, no queueing",
+        first.topology, first.hosts, first.ranks, first.message_bytes
+    );
+    let tiers: Vec<&str> = ["rtsw", "ctsw", "atsw"]
+        .into_iter()
+        .filter(|t| results.iter().any(|r| r.tiers.iter().any(|b| b.tier == *t)))
+        .collect();
+    let mut head = format!("{:<36}", "case");
+    for t in &tiers {
+        head += &format!(" {:>13} {:>7}", format!("{t} max/mean"), "jain");
+    }
+    println!("{head} {:>14} {:>9}", "completion (s)", "wall (s)");
+    for r in results {
+        let mut line = format!("{:<36}", r.case);
+        for t in &tiers {
+            match r.tiers.iter().find(|b| b.tier == *t) {
+                Some(b) => line += &format!(" {:>13.2} {:>7.3}", b.mean_max_over_mean, b.mean_jain),
+                None => line += &format!(" {:>13} {:>7}", "-", "-"),
+            }
+        }
+        println!("{line} {:>14.6} {:>9.3}", r.completion_s, r.wall_s);
+    }
+}
