@@ -10,10 +10,16 @@ pub enum HashMode {
     Eecmp = 1,
     /// Path pinning: the member is chosen by the destination alone.
     Pin = 2,
+    /// Centralised traffic engineering: the controller installs a member per flow (see
+    /// [`crate::te`]); a flow without an entry is hashed as in `eecmp`.
+    Te = 3,
 }
 
 impl HashMode {
+    /// The modes that choose by a hash of the packet alone.
     pub const ALL: [HashMode; 3] = [Self::FiveTuple, Self::Eecmp, Self::Pin];
+    /// Every routing mode a switch can be set to.
+    pub const ROUTING: [HashMode; 4] = [Self::FiveTuple, Self::Eecmp, Self::Pin, Self::Te];
 
     /// Decodes a map value; unknown values fall back to the five-tuple.
     #[inline(always)]
@@ -21,6 +27,7 @@ impl HashMode {
         match v {
             1 => Self::Eecmp,
             2 => Self::Pin,
+            3 => Self::Te,
             _ => Self::FiveTuple,
         }
     }
@@ -30,11 +37,12 @@ impl HashMode {
             Self::FiveTuple => "five-tuple",
             Self::Eecmp => "eecmp",
             Self::Pin => "pin",
+            Self::Te => "te",
         }
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|m| m.as_str() == s)
+        Self::ROUTING.into_iter().find(|m| m.as_str() == s)
     }
 }
 

@@ -1,10 +1,11 @@
 //! The forwarding decision of one switch for one packet, over abstract tables so that the XDP
 //! program (map lookups), the controller and the simulator all run the same code.
-use crate::config::{PortInfo, SwitchConfig};
+use crate::config::{HashMode, PortInfo, SwitchConfig};
 use crate::counters::{DropReason, PassReason};
 use crate::hash::select_member;
 use crate::parse::{IpHeader, ParsedPacket};
 use crate::route::{EcmpGroup, GroupMember, MAX_GROUP_MEMBERS, ROUTE_LOCAL, RouteTarget};
+use crate::te::{TeEntry, TeKey, te_key};
 use crate::wire::ethernet;
 
 /// The switch's routing state: the XDP program backs it with maps, tests with plain structs.
@@ -12,6 +13,10 @@ pub trait ForwardingTables {
     fn route_v4(&self, dst: &[u8; 4]) -> Option<RouteTarget>;
     fn route_v6(&self, dst: &[u8; 16]) -> Option<RouteTarget>;
     fn group(&self, id: u32) -> Option<&EcmpGroup>;
+    /// The TE table (read only in `te` mode); tables without one have no entries.
+    fn te_entry(&self, _key: &TeKey) -> Option<TeEntry> {
+        None
+    }
 }
 
 /// What happens to a packet.
@@ -69,7 +74,15 @@ pub fn decide<'a, T: ForwardingTables>(
     if n == 0 || n as usize > MAX_GROUP_MEMBERS {
         return Decision::Drop(DropReason::EmptyGroup);
     }
-    let member_index = verifier_mask(select_member(cfg, pkt, n), MAX_GROUP_MEMBERS as u32 - 1);
+    let chosen = match HashMode::from_u32(cfg.hash_mode) {
+        // The controller's choice, if it still fits the group; else the hash.
+        HashMode::Te => match tables.te_entry(&te_key(pkt)) {
+            Some(e) if e.group == group_id && e.member_index < n => e.member_index,
+            _ => select_member(cfg, pkt, n),
+        },
+        _ => select_member(cfg, pkt, n),
+    };
+    let member_index = verifier_mask(chosen, MAX_GROUP_MEMBERS as u32 - 1);
     match group.members.get(member_index as usize) {
         Some(member) => Decision::Forward { group: group_id, member_index, member },
         None => Decision::Drop(DropReason::EmptyGroup),

@@ -8,6 +8,7 @@
 //! - [`hash`]: the switch hash (CRC32 + avalanche) and ECMP member selection per mode;
 //! - [`config`]: per-switch settings (hash mode, seed) and port descriptors;
 //! - [`route`]: the LPM and ECMP-group map layouts;
+//! - [`te`]: per-flow entries of centralised traffic engineering;
 //! - [`forward`]: the forwarding decision built from the above;
 //! - [`checksum`]: incremental Internet checksum updates;
 //! - [`counters`]: per-port counters and drop reasons;
@@ -29,6 +30,7 @@ pub mod qos;
 pub mod queue;
 pub mod rng;
 pub mod route;
+pub mod te;
 pub mod wire;
 
 #[cfg(feature = "user")]

@@ -4,6 +4,7 @@ use crate::counters::{MemberCounters, PortCounters};
 use crate::qos::{ClassCounters, PfcEvent, QosConfig};
 use crate::queue::{EgressQueue, IngressAccount};
 use crate::route::{EcmpGroup, GroupMember};
+use crate::te::TeEntry;
 
 // SAFETY: repr(C) structs of integers and byte arrays with no implicit padding (size asserted
 // next to each definition), so every bit pattern is a valid value.
@@ -28,3 +29,5 @@ unsafe impl aya::Pod for PfcEvent {}
 unsafe impl aya::Pod for EgressQueue {}
 // SAFETY: as above.
 unsafe impl aya::Pod for IngressAccount {}
+// SAFETY: as above.
+unsafe impl aya::Pod for TeEntry {}

@@ -8,6 +8,7 @@ use fabric_common::counters::{DropReason, PassReason};
 use fabric_common::forward::{Decision, ForwardingTables, decide, verifier_mask};
 use fabric_common::hash::select_member;
 use fabric_common::parse::{IpHeader, ParsedPacket};
+use fabric_common::te::{TeEntry, TeKey, te_key};
 use fabric_common::route::{
     EcmpGroup, GroupMember, MAX_GROUP_MEMBERS, ROUTE_LOCAL, RouteTarget, TooManyMembers,
 };
@@ -35,6 +36,7 @@ struct Tables {
     v4: Vec<([u8; 4], u8, RouteTarget)>,
     v6: Vec<([u8; 16], u8, RouteTarget)>,
     groups: Vec<(u32, EcmpGroup)>,
+    te: Vec<(TeKey, TeEntry)>,
 }
 
 /// True when the first `len` bits of `addr` and `prefix` agree.
@@ -70,6 +72,10 @@ impl ForwardingTables for Tables {
             .iter()
             .find(|(gid, _)| *gid == id)
             .map(|(_, g)| g)
+    }
+
+    fn te_entry(&self, key: &TeKey) -> Option<TeEntry> {
+        self.te.iter().find(|(k, _)| k == key).map(|(_, e)| *e)
     }
 }
 
@@ -116,6 +122,7 @@ fn tables() -> Tables {
             (3, EcmpGroup::default()),
             (5, group(5, 3)),
         ],
+        te: Vec::new(),
     }
 }
 
@@ -305,11 +312,13 @@ fn check_forward(t: &Tables, c: &SwitchConfig, p: &ParsedPacket, expect_group: u
     assert_eq!(gid, expect_group, "longest prefix decides the group");
     let g = t.group(gid).unwrap();
     assert!(member_index < g.len, "member {member_index} of {}", g.len);
-    assert_eq!(
-        member_index,
-        select_member(c, p, g.len),
-        "decide uses select_member"
-    );
+    if t.te.is_empty() || c.hash_mode != HashMode::Te as u32 {
+        assert_eq!(
+            member_index,
+            select_member(c, p, g.len),
+            "decide uses select_member"
+        );
+    }
     // The very member stored in the table, not a copy of another slot.
     assert!(std::ptr::eq(member, &g.members[member_index as usize]));
     assert_eq!(*member, self::member(gid, member_index));
@@ -415,4 +424,30 @@ fn host_ports_drop_spoofed_sources() {
     let other = PortInfo::host(1, PORT_MAC, [198, 18, 9, 9], [0; 16]);
     assert_eq!(decide(&t, &cfg, &other, &pkt), Decision::Drop(DropReason::SpoofedSource));
     assert!(matches!(decide(&t, &cfg, &PortInfo::new(1, PORT_MAC), &pkt), Decision::Forward { .. }));
+}
+
+#[test]
+fn te_mode_follows_the_controllers_entry_and_falls_back_to_eecmp() {
+    let mut t = tables();
+    let p = to([10, 200, 7, 7]); // group 1, 4 members
+    let te = cfg(HashMode::Te);
+    let hashed = select_member(&cfg(HashMode::Eecmp), &p, 4);
+    // No entry: exactly E-ECMP's choice (the TE mode hashes the eecmp key).
+    assert_eq!(check_forward(&t, &te, &p, 1), hashed);
+    assert_eq!(select_member(&te, &p, 4), hashed);
+    // An entry for this flow and group wins, whatever the hash says.
+    let want = (hashed + 1) % 4;
+    t.te.push((te_key(&p), TeEntry { group: 1, member_index: want }));
+    assert_eq!(check_forward(&t, &te, &p, 1), want);
+    // Other modes ignore the table.
+    assert_eq!(check_forward(&t, &cfg(HashMode::Eecmp), &p, 1), hashed);
+    // Another QP of the same five-tuple is another flow: no entry, hashed.
+    let mut other_qp = p;
+    other_qp.bth.as_mut().unwrap().dest_qp ^= 1;
+    assert_eq!(check_forward(&t, &te, &other_qp, 1), select_member(&cfg(HashMode::Eecmp), &other_qp, 4));
+    // A stale entry (another group, or a member the group no longer has) is ignored.
+    t.te[0].1 = TeEntry { group: 2, member_index: want };
+    assert_eq!(check_forward(&t, &te, &p, 1), hashed);
+    t.te[0].1 = TeEntry { group: 1, member_index: 4 };
+    assert_eq!(check_forward(&t, &te, &p, 1), hashed);
 }

@@ -195,9 +195,11 @@ fn hash_mode_encoding() {
     assert_eq!(HashMode::parse("five-tuple"), Some(HashMode::FiveTuple));
     assert_eq!(HashMode::parse("eecmp"), Some(HashMode::Eecmp));
     assert_eq!(HashMode::parse("pin"), Some(HashMode::Pin));
+    assert_eq!(HashMode::parse("te"), Some(HashMode::Te));
+    assert_eq!(HashMode::from_u32(3), HashMode::Te);
     assert_eq!(HashMode::parse("ecmp"), None);
     // Unknown map values fall back to the five-tuple, in select_member too.
-    assert_eq!(HashMode::from_u32(3), HashMode::FiveTuple);
+    assert_eq!(HashMode::from_u32(4), HashMode::FiveTuple);
     assert_eq!(HashMode::from_u32(u32::MAX), HashMode::FiveTuple);
     let unknown = SwitchConfig {
         hash_mode: 7,

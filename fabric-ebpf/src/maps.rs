@@ -2,7 +2,7 @@
 //! Names are the contract with the controller (`fabric_user::dataplane`).
 use aya_ebpf::{
     macros::map,
-    maps::{Array, DevMap, PerCpuArray, RingBuf, lpm_trie::{Key, LpmTrie}},
+    maps::{Array, DevMap, HashMap, PerCpuArray, RingBuf, lpm_trie::{Key, LpmTrie}},
 };
 use fabric_common::{
     config::{MAX_IFINDEX, MAX_PORTS, PortInfo, SwitchConfig},
@@ -12,6 +12,7 @@ use fabric_common::{
     qos::{ClassCounters, QosConfig},
     queue::{EgressQueue, IngressAccount},
     route::{EcmpGroup, MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_ROUTES, RouteTarget},
+    te::{MAX_TE_FLOWS, TeEntry, TeKey},
 };
 
 /// Switch-wide settings (one entry).
@@ -38,6 +39,10 @@ pub static GROUPS: Array<EcmpGroup> = Array::with_max_entries(MAX_GROUPS, 0);
 #[map]
 pub static PORT_COUNTERS: PerCpuArray<PortCounters> = PerCpuArray::with_max_entries(MAX_PORTS, 0);
 
+/// Centralised traffic engineering: the controller's member per flow (read in `te` mode).
+#[map]
+pub static TE_FLOWS: HashMap<TeKey, TeEntry> = HashMap::with_max_entries(MAX_TE_FLOWS, 0);
+
 /// Indexed by `group * MAX_GROUP_MEMBERS + member`.
 #[map]
 pub static MEMBER_COUNTERS: PerCpuArray<MemberCounters> =
@@ -60,6 +65,12 @@ impl ForwardingTables for Tables {
     #[inline(always)]
     fn group(&self, id: u32) -> Option<&EcmpGroup> {
         GROUPS.get(id)
+    }
+
+    #[inline(always)]
+    fn te_entry(&self, key: &TeKey) -> Option<TeEntry> {
+        // SAFETY: the value is copied out at once.
+        unsafe { TE_FLOWS.get(key) }.copied()
     }
 }
 

@@ -18,6 +18,7 @@ use fabric_common::{
     qos::{ClassCounters, QosConfig, class_slot},
     queue::{EgressQueue, IngressAccount},
     route::{EcmpGroup, MAX_GROUP_MEMBERS, RouteTarget},
+    te::{TeEntry, TeKey},
 };
 
 /// The compiled `fabric-ebpf` object, built by build.rs.
@@ -32,7 +33,7 @@ pub const PROGRAM_BENCH_PARSE_REDIRECT: &str = "bench_parse_redirect";
 pub const PROGRAM_GENERATOR: &str = "traffic_generator";
 
 /// Every map of the switch object (the names are the contract with `fabric-ebpf/src/maps.rs`).
-pub const MAP_NAMES: [&str; 16] = [
+pub const MAP_NAMES: [&str; 17] = [
     "CONFIG",
     "PORTS",
     "EGRESS",
@@ -49,6 +50,7 @@ pub const MAP_NAMES: [&str; 16] = [
     "POOL_USED",
     "CLASS_COUNTERS",
     "PFC_EVENTS",
+    "TE_FLOWS",
 ];
 
 /// A switch's maps with typed access, and (when freshly loaded) its programs. A dataplane
@@ -285,6 +287,25 @@ impl SwitchDataplane {
             *c = self.class_counters(port, class)?;
         }
         Ok(out)
+    }
+
+    /// Installs (or replaces) the TE table: exactly `entries`, nothing else.
+    pub fn set_te_flows(&mut self, entries: &[(TeKey, TeEntry)]) -> Result<()> {
+        let mut m: aya::maps::HashMap<&mut MapData, TeKey, TeEntry> = self.map("TE_FLOWS")?;
+        let keep: std::collections::HashSet<TeKey> = entries.iter().map(|e| e.0).collect();
+        let stale: Vec<TeKey> = m.keys().filter_map(|k| k.ok()).filter(|k| !keep.contains(k)).collect();
+        for k in stale {
+            m.remove(&k)?;
+        }
+        for (k, e) in entries {
+            m.insert(k, e, 0).context("TE table full")?;
+        }
+        Ok(())
+    }
+
+    pub fn te_flows(&mut self) -> Result<Vec<(TeKey, TeEntry)>> {
+        let m: aya::maps::HashMap<&mut MapData, TeKey, TeEntry> = self.map("TE_FLOWS")?;
+        Ok(m.iter().filter_map(|r| r.ok()).collect())
     }
 
     /// The ring buffer of XOFF requests (the agent's input). Takes the map out of this dataplane.

@@ -47,7 +47,8 @@ pub struct RunSpec {
     #[arg(long, value_enum, default_value = "per-qp")]
     #[serde(default = "RunSpec::default_sport")]
     pub sport: SportPolicy,
-    /// Set every switch's hash mode first: five-tuple, eecmp, pin.
+    /// Set every switch's routing mode first: five-tuple, eecmp, pin, or te (the controller places
+    /// this job's flows, greedy largest-first on the least-loaded link; see `fabric_user::te`).
     #[arg(long)]
     #[serde(default)]
     pub hash: Option<String>,
@@ -159,7 +160,7 @@ impl RunSpec {
         let hash = self
             .hash
             .as_deref()
-            .map(|h| HashMode::parse(h).with_context(|| format!("hash: unknown mode {h:?}; five-tuple, eecmp or pin")))
+            .map(|h| HashMode::parse(h).with_context(|| format!("hash: unknown mode {h:?}; five-tuple, eecmp, pin or te")))
             .transpose()?;
         Ok(RunOptions {
             collective: self.workload.context("no workload given")?,
@@ -298,6 +299,9 @@ pub struct RunResult {
     /// What the switches' congestion model did during the run: ECN marks, drops, pauses (the
     /// frames the agents sent and the switches received), paused time, the model's error.
     pub congestion: crate::stats::CongestionTotals,
+    /// With `hash = "te"`: how many flows the controller placed (their entries take precedence
+    /// over the hash in every switch).
+    pub te_flows: Option<usize>,
     pub cpu_limited: bool,
     /// Congestion control on top of PFC.
     pub cc: CcMode,
@@ -364,6 +368,17 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     let clock = RunClock { start: std::time::Instant::now() };
     let mut hosts_result = Vec::new();
     let steps = schedule(opts.collective, ranks, opts.message_bytes, opts.seed);
+    // Traffic engineering: the controller places this job's flows before it starts.
+    let te_flows = if opts.hash == Some(fabric_common::config::HashMode::Te) {
+        let host_steps: Vec<Vec<HostTransfer>> = steps
+            .iter()
+            .map(|s| s.iter().map(|t| HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes }).collect())
+            .collect();
+        let flows = crate::te::job_flows(plan, &host_steps, &opts.endpoint);
+        Some(crate::te::install(state, &flows)?.flows)
+    } else {
+        None
+    };
     let bar =
         if quiet { ProgressBar::hidden() } else { ProgressBar::new(u64::from(opts.iterations) * steps.len() as u64) };
     bar.set_style(
@@ -426,6 +441,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         achieved_over_intended,
         cpu_limited: achieved_over_intended < 0.8,
         congestion,
+        te_flows,
         cc: opts.endpoint.cc,
         time_scale: opts.endpoint.time_scale,
         hosts: {

@@ -537,6 +537,8 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     let label = link_label(plan, l);
     state.down_links = down_links;
     state.save()?;
+    // Traffic engineering recomputes its placement over the links that are left.
+    crate::te::reinstall(&state)?;
     Ok(label)
 }
 

@@ -40,6 +40,9 @@ pub struct SimFabric {
     slot_base: Vec<Vec<usize>>,
     slots: usize,
     lookup: Lookup,
+    /// In `te` mode: the controller's entries per (switch, flow key), as the TE_FLOWS maps hold
+    /// them.
+    pub te: HashMap<(NodeId, fabric_common::te::TeKey), fabric_common::te::TeEntry>,
 }
 
 impl SimFabric {
@@ -74,6 +77,7 @@ impl SimFabric {
             slot_base,
             slots,
             lookup,
+            te: HashMap::new(),
         }
     }
 

@@ -267,6 +267,25 @@ pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
     let start = Instant::now();
     fabric.set_hash(o.hash, o.hash_seed);
     let (hosts, steps) = steps_of(fabric, o)?;
+    fabric.te.clear();
+    if o.hash == HashMode::Te {
+        // The controller's placement of this job's flows (`fabric_user::te`), as `fabric run
+        // --hash te` installs it.
+        let mut by_key: std::collections::HashMap<(NodeId, NodeId, u16, u32), u64> = Default::default();
+        for (step, repeat) in &steps {
+            let t: Vec<HostTransfer> =
+                step.iter().map(|t| HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes }).collect();
+            for f in step_flows(&fabric.plan, &t, &o.endpoint) {
+                *by_key.entry((f.src, f.dst, f.sport, f.dest_qp)).or_default() += f.frame_bytes * *repeat as u64;
+            }
+        }
+        let flows: Vec<crate::te::TeFlow> = by_key
+            .into_iter()
+            .map(|((src, dst, sport, dest_qp), bytes)| crate::te::TeFlow { src, dst, sport, dest_qp, bytes })
+            .collect();
+        let placement = crate::te::assign_on(fabric, &flows)?;
+        fabric.te = placement.entries.into_iter().flat_map(|(n, es)| es.into_iter().map(move |(k, e)| ((n, k), e))).collect();
+    }
     let capacity = capacities(fabric);
     let mut load = MemberLoad::new(fabric);
     let mut step_s = Vec::new();

@@ -3,7 +3,9 @@
 //! under that switch's [`fabric_common::config::SwitchConfig`].
 use anyhow::{Result, bail};
 use fabric_common::{
+    config::HashMode,
     hash::select_member,
+    te::te_key,
     parse::{Bth, IpHeader, ParsedPacket},
     wire::{ipv4::PROTO_UDP, udp::ROCEV2_PORT},
 };
@@ -91,7 +93,13 @@ pub fn trace(
         if members.is_empty() {
             bail!("{}: empty group {group}", plan.nodes[at].name);
         }
-        let member = select_member(&fabric.configs[at], &pkt, members.len() as u32);
+        let n = members.len() as u32;
+        // As `forward::decide`: in `te` mode the controller's entry, if it fits; else the hash.
+        let te = (fabric.configs[at].hash_mode == HashMode::Te as u32)
+            .then(|| fabric.te.get(&(at, te_key(&pkt))))
+            .flatten()
+            .filter(|e| e.group == group && e.member_index < n);
+        let member = te.map_or_else(|| select_member(&fabric.configs[at], &pkt, n), |e| e.member_index);
         let port = members[member as usize];
         hop(Hop {
             switch: at,
