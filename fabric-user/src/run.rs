@@ -278,6 +278,8 @@ pub struct BalanceSummary {
 #[derive(Clone, Debug, Serialize)]
 pub struct RunResult {
     pub schema: &'static str,
+    /// The job this run was (`fabric report JOB`; `results/jobs/JOB.json`).
+    pub job_id: String,
     pub testbed: String,
     pub options: RunOptions,
     /// Host of each rank.
@@ -299,6 +301,8 @@ pub struct RunResult {
     /// What the switches' congestion model did during the run: ECN marks, drops, pauses (the
     /// frames the agents sent and the switches received), paused time, the model's error.
     pub congestion: crate::stats::CongestionTotals,
+    /// The job report's short diagnosis (see `fabric report`).
+    pub diagnosis: Vec<String>,
     /// With `hash = "te"`: how many flows the controller placed (their entries take precedence
     /// over the hash in every switch).
     pub te_flows: Option<usize>,
@@ -386,19 +390,24 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     );
 
     let before = UplinkBytes::read(state)?;
-    let congestion_before = crate::stats::congestion_totals(state)?;
+    let stats_before = crate::stats::collect(state)?;
+    let congestion_before = stats_before.congestion.clone();
+    let job = crate::job::JobClock::start(plan);
     let link_rate = crate::endpoint::engine::host_link_rate_bps(plan, plan.topology.time_scale);
     // Per flow: achieved goodput over what the flow could get, i.e. its intended rate capped by
     // a fair share of the busier of its two host links.
     let mut achieved = Vec::new();
     let mut iterations = Vec::new();
     let mut flows = Vec::new();
+    let mut last_step_uplinks = Vec::new();
     let mut bytes_needed = 0;
     let mut bytes_delivered = 0;
     for it in 0..opts.iterations {
         bar.set_message(format!("iteration {}", it + 1));
         let mut step_ns = Vec::new();
         flows.clear();
+        let mut step_uplinks = Vec::new();
+        let mut step_before = UplinkBytes::read_uplinks(state)?;
         for step in &steps {
             let transfers: Vec<HostTransfer> =
                 step.iter().map(|t| HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes }).collect();
@@ -414,8 +423,13 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
                 achieved.push(f.goodput_bps / (f.intended_bps as f64).min(fair).max(1.0));
             }
             flows.extend(r.flows);
+            // Per-step uplink load, for the job's report (which step was slow, and where).
+            let now = UplinkBytes::read_uplinks(state)?;
+            step_uplinks.push(now.since(&step_before));
+            step_before = now;
             bar.inc(1);
         }
+        last_step_uplinks = step_uplinks;
         let completion_ns: u64 = step_ns.iter().sum();
         let modelled_completion_ns = completion_ns as f64 / plan.topology.time_scale.max(1) as f64;
         iterations.push(IterationResult { completion_ns, modelled_completion_ns, step_ns });
@@ -426,7 +440,9 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     std::thread::sleep(std::time::Duration::from_millis(250));
     let congestion = crate::stats::congestion_totals(state)?.since(&congestion_before);
     let achieved_over_intended = achieved.iter().sum::<f64>() / achieved.len().max(1) as f64;
-    Ok(RunResult {
+    let stats_after = crate::stats::collect(state)?;
+    let mut result = RunResult {
+        job_id: job.id.clone(),
         schema: RESULTS_SCHEMA,
         testbed: plan.topology.prefix.clone(),
         options: opts.clone(),
@@ -450,7 +466,13 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         },
         cts_bound_bytes: (opts.endpoint.cc == CcMode::Cts)
             .then(|| u64::from(opts.endpoint.cts_channels) * opts.endpoint.cts_buffer_bytes),
-    })
+        diagnosis: Vec::new(),
+    };
+    // Every run is a job: its counters over its lifetime, joined with its completion times.
+    let record = job.finish(&result, &stats_before, &stats_after, last_step_uplinks);
+    result.diagnosis = record.diagnosis.clone();
+    record.save()?;
+    Ok(result)
 }
 
 pub fn print(r: &RunResult) {

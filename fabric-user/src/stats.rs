@@ -128,7 +128,7 @@ pub struct SwitchStats {
 }
 
 /// Load over one RTSW's uplinks.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct UplinkLoad {
     pub rtsw: String,
     /// Bytes sent on each uplink (by port name).
@@ -330,6 +330,21 @@ pub fn print(r: &StatsReport) {
 pub struct UplinkBytes(pub BTreeMap<String, Vec<(String, u64)>>);
 
 impl UplinkBytes {
+    /// The RTSW uplink counters only (cheap: what a per-step snapshot needs).
+    pub fn read_uplinks(state: &State) -> Result<Self> {
+        let plan = &state.plan;
+        let mut out = BTreeMap::new();
+        for sw in plan.switches().filter(|&s| plan.nodes[s].role == Role::Rtsw) {
+            let mut dp = state.dataplane(sw)?;
+            let mut v = Vec::new();
+            for p in plan.uplinks(sw) {
+                v.push((plan.nodes[sw].ports[p].ifname.clone(), dp.port_counters(p as u32)?.tx_bytes));
+            }
+            out.insert(plan.nodes[sw].name.clone(), v);
+        }
+        Ok(UplinkBytes(out))
+    }
+
     pub fn read(state: &State) -> Result<Self> {
         let r = collect(state)?;
         Ok(UplinkBytes(r.uplinks.into_iter().map(|u| (u.rtsw, u.tx_bytes)).collect()))
