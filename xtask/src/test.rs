@@ -21,7 +21,7 @@ pub fn run() -> Result<()> {
     // the run ends with one total (the last binary alone may well have no tests).
     let mut child = Command::new("cargo")
         .current_dir(workspace_root())
-        .args(["test", "--locked"])
+        .args(["test", "--locked", "--no-fail-fast"])
         .stdout(Stdio::piped())
         .spawn()
         .context("running cargo test")?;
