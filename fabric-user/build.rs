@@ -10,6 +10,11 @@ fn main() -> anyhow::Result<()> {
         fs::write(out_dir.join("fabric-switch"), [])?;
     }
     let root = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    // The Chakra execution-trace schema (src/trace): protox compiles it in Rust, so no protoc.
+    let proto = root.join("proto/et_def.proto");
+    println!("cargo:rerun-if-changed={}", proto.display());
+    let fds = protox::compile([&proto], [root.join("proto")])?;
+    prost_build::Config::new().compile_fds(fds)?;
     let ebpf_dir = root.parent().expect("workspace root").join("fabric-ebpf");
     println!("cargo:rerun-if-changed={}", root.parent().unwrap().join("fabric-common/src").display());
     aya_build::build_ebpf(

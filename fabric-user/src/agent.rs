@@ -209,6 +209,7 @@ pub fn stop(prefix: &str) -> Result<bool> {
     }
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGKILL) };
+    // SAFETY: non-blocking waitpid on a pid.
     unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
     Ok(true)
 }

@@ -59,11 +59,22 @@ enum Command {
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
+        /// Host endpoints: own (our RoCEv2 endpoints, a namespace per host) or rxe (the kernel's
+        /// soft-RoCE; host veths in the initial namespace with policy routing, see src/rxe.rs).
+        #[arg(long, value_enum, default_value = "own")]
+        endpoints: fabric_user::rxe::Endpoints,
     },
     /// Remove every namespace, link and pinned object of a testbed (safe to repeat).
     Down {
         #[command(flatten)]
         which: Which,
+    },
+    /// The switch agent of a testbed (started by `up`, stopped by `down`): sends the PFC
+    /// frames its XDP data plane asks for, samples queues, runs the PFC watchdog.
+    #[command(hide = true)]
+    Agent {
+        #[arg(long)]
+        prefix: String,
     },
     /// What exists of a testbed and whether it is healthy.
     Status {
@@ -88,10 +99,28 @@ enum Command {
         /// Refresh every N seconds until interrupted.
         #[arg(long, value_name = "SECONDS")]
         watch: Option<u64>,
+        /// Print the counters in the Prometheus text format instead.
+        #[arg(long, conflicts_with = "json")]
+        prometheus: bool,
     },
+    /// Serve the testbed's counters in the Prometheus text format at http://ADDR/metrics
+    /// (loopback addresses only).
+    Exporter {
+        #[command(flatten)]
+        which: Which,
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        listen: std::net::SocketAddr,
+    },
+    /// A job's report: its completion times joined with the network's counters over its
+    /// lifetime, and a short diagnosis (JOB: an id from `fabric run`, or a job JSON file).
+    Report { job: String },
     /// Run a collective with the project's RoCEv2 endpoints and report completion times and
     /// uplink balance.
+    /// `fabric run trace FILE` replays a Chakra or PARAM trace (testbed/traces/README.md).
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Run {
+        #[command(subcommand)]
+        trace: Option<fabric_user::trace::replay::RunSub>,
         #[command(flatten)]
         spec: fabric_user::run::RunSpec,
         /// Read the run from a workload file (testbed/workloads/*.toml) instead of the flags.
@@ -99,7 +128,7 @@ enum Command {
         file: Option<PathBuf>,
         #[command(flatten)]
         which: Which,
-        /// Write the result (JSON, schema fabric.run/1) here; default results/run-<workload>-<time>.json.
+        /// Write the result (JSON, schema fabric.run/2) here; default results/run-<workload>-<time>.json.
         #[arg(long)]
         json: Option<PathBuf>,
         #[arg(long)]
@@ -112,8 +141,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Simulate a collective on a flow-level model of a fabric of any size (same hash, groups
+    /// and flows as the XDP switches and endpoints): uplink balance and fair-share times.
+    Sim(fabric_user::sim::cli::SimArgs),
+    /// RoCEv2 flows and QPs of a pcap/pcapng capture, their ECMP entropy per hash mode and the
+    /// predicted load per uplink (the switch's own parser and hash).
+    Analyze(fabric_user::analyze::AnalyzeArgs),
     /// Load the XDP switch program through the verifier and report whether this kernel runs it.
     Check,
+    /// Experiments that reproduce the paper's results in kind, with reports and charts under
+    /// results/NAME/: `fabric experiment list`, `fabric experiment NAME`, `fabric experiment all`.
+    Experiment(fabric_user::experiment::cli::ExperimentArgs),
+    /// Topology-aware rank placement: a rank-to-host map that minimises the traffic crossing
+    /// zones (min-cut partitioning of the job's traffic graph).
+    Place(fabric_user::partition::PlaceArgs),
+    /// Workloads on rxe hosts (`up --endpoints rxe`): perftest point to point, the smoke test.
+    Rxe(fabric_user::rxe_run::RxeArgs),
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -145,6 +188,11 @@ enum BenchCommand {
         #[arg(long, default_value = "results/bench/dataplane.json")]
         json: PathBuf,
     },
+    /// Wall time of `fabric sim` on 1K, 4K and 24K GPUs (ring AllReduce, eecmp, 8 QPs).
+    Sim {
+        #[arg(long, default_value = "results/bench/sim.json")]
+        json: PathBuf,
+    },
     /// Packets/s per core through RTSW-CTSW-RTSW: the XDP switch vs Linux kernel forwarding.
     Forwarding {
         #[arg(long, default_value = "results/bench/forwarding.json")]
@@ -174,13 +222,16 @@ fn run() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Up { topology, prefix, quiet } => {
+        Command::Up { topology, prefix, quiet, endpoints } => {
             let mut topo = Topology::load(topology.as_deref())?;
             if let Some(p) = prefix {
                 topo.prefix = p;
                 topo = Topology::parse(&toml_of(&topo)?, "--prefix")?;
             }
-            let s = testbed::up(&topo, quiet)?;
+            let s = match endpoints {
+                fabric_user::rxe::Endpoints::Own => testbed::up(&topo, quiet)?,
+                fabric_user::rxe::Endpoints::Rxe => fabric_user::rxe_run::up_and_report(&topo, quiet)?,
+            };
             println!(
                 "testbed {:?} (prefix {}) is up: {} switches, {} hosts, {} links in {:.2} s",
                 s.name, s.prefix, s.switches, s.hosts, s.links, s.seconds
@@ -190,19 +241,22 @@ fn run() -> Result<()> {
             let prefix = which.prefix()?;
             let s = testbed::down(&prefix)?;
             println!(
-                "testbed {prefix}: removed {} namespaces{}{}",
+                "testbed {prefix}: removed {} namespaces{}{}{}{}",
                 s.namespaces,
+                if s.rxe_removed > 0 { format!(", {} rxe devices/rules/veths", s.rxe_removed) } else { String::new() },
+                if s.agent_stopped { ", the switch agent" } else { "" },
                 if s.pins_removed { ", pinned XDP objects" } else { "" },
                 if s.state_removed { ", state" } else { "" }
             );
         }
+        Command::Agent { prefix } => fabric_user::agent::run(&prefix)?,
         Command::Status { which, json } => {
             let s = testbed::status(&which.prefix()?)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&s)?);
             } else {
                 println!(
-                    "testbed {}: {} ({} of {} namespaces, {} of {} XDP links pinned{}{})",
+                    "testbed {}: {} ({} of {} namespaces, {} of {} XDP links pinned{}{}{})",
                     s.prefix,
                     if s.healthy { "healthy" } else if s.namespaces_present == 0 && !s.state_file { "absent" } else { "NOT healthy" },
                     s.namespaces_present,
@@ -211,6 +265,12 @@ fn run() -> Result<()> {
                     s.xdp_links_expected,
                     if s.down_links.is_empty() { String::new() } else { format!("; links down: {}", s.down_links.join(", ")) },
                     if s.missing_namespaces.is_empty() { String::new() } else { format!("; missing: {}", s.missing_namespaces.join(", ")) },
+                    match (s.agent_expected, s.agent_running) {
+                        (true, true) => "; switch agent running",
+                        (true, false) => "; switch agent NOT running (PFC frames cannot be sent)",
+                        (false, true) => "; a switch agent runs although the congestion model is off",
+                        (false, false) => "",
+                    },
                 );
             }
             if !s.healthy {
@@ -226,11 +286,18 @@ fn run() -> Result<()> {
             let label = testbed::set_link(&prefix, spec, up)?;
             println!("link {label} is {}; ECMP groups reprogrammed", if up { "up" } else { "down" });
         }
-        Command::Stats { which, json, watch } => {
+        Command::Exporter { which, listen } => {
+            let state = State::load(&which.prefix()?)?;
+            fabric_user::prometheus::serve(&state, listen, None)?;
+        }
+        Command::Report { job } => fabric_user::job::print(&fabric_user::job::JobRecord::load(&job)?),
+        Command::Stats { which, json, watch, prometheus } => {
             let state = State::load(&which.prefix()?)?;
             loop {
                 let report = stats::collect(&state)?;
-                if json {
+                if prometheus {
+                    print!("{}", fabric_user::prometheus::render(&report));
+                } else if json {
                     println!("{}", serde_json::to_string_pretty(&report)?);
                 } else {
                     stats::print(&report);
@@ -257,7 +324,10 @@ fn run() -> Result<()> {
                 std::process::exit(1);
             }
         }
-        Command::Run { spec, file, which, json, quiet } => {
+        Command::Run { trace: Some(fabric_user::trace::replay::RunSub::Trace(args)), .. } => {
+            fabric_user::trace::replay::main(&args)?
+        }
+        Command::Run { trace: None, spec, file, which, json, quiet } => {
             let spec = match file {
                 Some(f) => fabric_user::run::RunSpec::from_file(&f)?,
                 None => spec,
@@ -276,6 +346,16 @@ fn run() -> Result<()> {
             std::fs::write(&path, serde_json::to_vec_pretty(&result)?)?;
             println!("wrote {}", path.display());
         }
+        Command::Sim(args) => fabric_user::sim::cli::main(&args)?,
+        Command::Analyze(args) => fabric_user::analyze::main(&args)?,
+        Command::Rxe(args) => fabric_user::rxe_run::main(&args)?,
+        Command::Bench { which: BenchCommand::Sim { json } } => {
+            let report = bench::sim()?;
+            bench::print_sim(&report);
+            write_json(&json, &report)?;
+        }
+        Command::Experiment(args) => fabric_user::experiment::cli::main(&args)?,
+        Command::Place(args) => fabric_user::partition::main(&args)?,
         Command::Check => {
             SwitchDataplane::load()?;
             println!("ok: the XDP switch program and its maps load and pass this kernel's verifier");

@@ -100,8 +100,7 @@ pub fn serve(state: &State, listen: SocketAddr, max_requests: Option<u64>) -> Re
     }
     let listener = TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
     eprintln!("serving http://{}/metrics", listener.local_addr()?);
-    let mut served = 0;
-    for conn in listener.incoming() {
+    for (served, conn) in (1..).zip(listener.incoming()) {
         let mut conn = conn?;
         let mut line = String::new();
         BufReader::new(&conn).read_line(&mut line)?;
@@ -115,7 +114,6 @@ pub fn serve(state: &State, listen: SocketAddr, max_requests: Option<u64>) -> Re
             "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )?;
-        served += 1;
         if max_requests.is_some_and(|m| served >= m) {
             return Ok(());
         }

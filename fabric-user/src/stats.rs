@@ -180,7 +180,7 @@ pub fn collect(state: &State) -> Result<StatsReport> {
             for class in 0..fabric_common::pfc::CLASSES {
                 let (cc, q, acc) = (dp.class_counters(i as u32, class)?, dp.queue(i as u32, class)?, dp.account(i as u32, class)?);
                 // A pause still in force counts up to now.
-                let pending = if q.paused_until_ns > now { q.paused_until_ns - now } else { 0 };
+                let pending = q.paused_until_ns.saturating_sub(now);
                 let cs = ClassStats {
                     class,
                     queued_packets: cc.packets,

@@ -87,7 +87,6 @@ pub fn assign(plan: &Plan, down: &BTreeSet<LinkId>, flows: &[TeFlow]) -> Result<
 
 /// Places `flows` on a fabric description (the controller's groups, or the simulator's).
 pub fn assign_on(fabric: &SimFabric, flows: &[TeFlow]) -> Result<TePlacement> {
-    let fabric = fabric;
     let plan = &fabric.plan;
     let mut order: Vec<&TeFlow> = flows.iter().collect();
     // Largest first; ties in a fixed order so that the placement is reproducible.

@@ -389,10 +389,12 @@ pub struct DownSummary {
 /// Works on a half-built or crashed testbed, and does nothing the second time.
 pub fn down(prefix: &str) -> Result<DownSummary> {
     netns::require_capabilities()?;
-    let mut summary = DownSummary::default();
-    summary.agent_stopped = crate::agent::stop(prefix)?;
-    // rxe hosts (`up --endpoints rxe`) live outside the testbed's namespaces.
-    summary.rxe_removed = crate::rxe::down(prefix)?;
+    let mut summary = DownSummary {
+        agent_stopped: crate::agent::stop(prefix)?,
+        // rxe hosts (`up --endpoints rxe`) live outside the testbed's namespaces.
+        rxe_removed: crate::rxe::down(prefix)?,
+        ..Default::default()
+    };
     let namespaces = netns::list_named(&format!("{prefix}-"))?;
     for ns in &namespaces {
         netns::delete_named(ns)?;

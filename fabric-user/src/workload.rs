@@ -72,6 +72,23 @@ pub fn schedule_runs(c: Collective, ranks: usize, message_bytes: u64, seed: u64)
     }
 }
 
+/// Ring all-gather: N-1 steps, each rank sending 1/N of the (gathered) message to its successor.
+pub fn ring_allgather(ranks: usize, message_bytes: u64) -> Vec<Vec<Transfer>> {
+    ring_steps(ranks, message_bytes, ranks.saturating_sub(1))
+}
+
+/// Ring reduce-scatter: N-1 steps, each rank sending 1/N of the (input) message to its successor.
+pub fn ring_reduce_scatter(ranks: usize, message_bytes: u64) -> Vec<Vec<Transfer>> {
+    ring_steps(ranks, message_bytes, ranks.saturating_sub(1))
+}
+
+fn ring_steps(ranks: usize, message_bytes: u64, steps: usize) -> Vec<Vec<Transfer>> {
+    assert!(ranks >= 2, "a collective needs at least two ranks");
+    let chunk = message_bytes.div_ceil(ranks as u64).max(1);
+    let step: Vec<Transfer> = (0..ranks).map(|r| Transfer { src: r, dst: (r + 1) % ranks, bytes: chunk }).collect();
+    vec![step; steps]
+}
+
 /// Seeded randomness for placements and permutations.
 pub use fabric_common::rng::SplitMix64;
 
@@ -100,6 +117,14 @@ mod tests {
         assert_eq!(s.len(), 14);
         assert!(s.iter().all(|step| step.len() == 8 && step.iter().all(|t| t.dst == (t.src + 1) % 8)));
         assert_eq!(bytes_sent(&s), 14 * 8 * (1 << 20));
+    }
+
+    #[test]
+    fn ring_allgather_and_reduce_scatter_are_n_minus_1_steps_of_a_chunk() {
+        for s in [ring_allgather(4, 4096), ring_reduce_scatter(4, 4096)] {
+            assert_eq!(s.len(), 3);
+            assert!(s.iter().all(|st| st.len() == 4 && st.iter().all(|t| t.dst == (t.src + 1) % 4 && t.bytes == 1024)));
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::{
 use common::{assert_all_reachable, assert_nothing_left as nothing_left, root_links, unique_prefix as prefix};
 
 use etherparse::PacketBuilder;
-use fabric_common::counters::{DropReason, PassReason, PortCounters};
+use fabric_common::counters::{DropReason, PortCounters};
 use fabric_user::{
     netns,
     testbed::{self, DownOnDrop},

@@ -63,5 +63,8 @@ pub fn assert_nothing_left(prefix: &str) {
 
 /// The interfaces of the root namespace (which the project must never touch).
 pub fn root_links() -> std::collections::BTreeSet<String> {
-    std::fs::read_dir("/sys/class/net").unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+    std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
 }

@@ -1,0 +1,121 @@
+//! `fabric experiment list | all | NAME [--full] [--seeds N] [--out DIR]`.
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{ALL, Options};
+
+#[derive(Clone, Debug, clap::Args)]
+pub struct ExperimentArgs {
+    /// `list`, `all`, or a scenario: ecmp-entropy, path-pinning, link-failure, incast, pfc-storm,
+    /// cross-zone.
+    pub name: String,
+    /// The full variant (bigger messages, 5 seeds) instead of the CI one (small, 2 seeds).
+    #[arg(long)]
+    pub full: bool,
+    /// Number of seeds (default: 2, or 5 with --full).
+    #[arg(long)]
+    pub seeds: Option<u32>,
+    /// Results go to DIR/NAME/ (report.md, charts, results.json).
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Testbed prefix to start from (1..=4 chars of [a-z0-9]; default x + the pid).
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Time scale of the ECMP and placement experiments (default: calibrated on this machine,
+    /// from 20000 doubling until the endpoints keep 70% of their rate).
+    #[arg(long)]
+    pub time_scale: Option<u64>,
+    /// A line per run on stderr.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+pub fn main(args: &ExperimentArgs) -> Result<()> {
+    if let Some(p) = &args.prefix
+        && !(1..=4).contains(&p.len())
+    {
+        bail!("--prefix: 1..=4 characters (each testbed appends one)");
+    }
+    let opts = Options {
+        full: args.full,
+        seeds: args.seeds,
+        out: args.out.clone(),
+        prefix: args.prefix.clone(),
+        verbose: args.verbose,
+        time_scale: args.time_scale,
+    };
+    match args.name.as_str() {
+        "list" => {
+            for s in ALL {
+                println!("{}\n    {}\n", s.name, textwrap(s.summary, 92, "    "));
+            }
+            println!(
+                "Run one with `fabric experiment NAME [--full] [--seeds N] [--out DIR]`, all with `fabric experiment all`."
+            );
+        }
+        "all" => {
+            let bar = ProgressBar::new(ALL.len() as u64);
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} {msg}").expect("valid"),
+            );
+            bar.enable_steady_tick(std::time::Duration::from_millis(200));
+            let mut failed = Vec::new();
+            let mut summary = Vec::new();
+            for s in ALL {
+                bar.set_message(s.name);
+                match bar.suspend(|| super::run(s.name, &opts)) {
+                    Ok((r, dir)) => {
+                        bar.suspend(|| super::print_summary(&r, &dir));
+                        let matched = r.outcome.verdicts.iter().filter(|v| v.matches).count();
+                        summary.push(format!(
+                            "{:<14} {:>2}/{} claims match  {:>5.0} s  {}",
+                            s.name,
+                            matched,
+                            r.outcome.verdicts.len(),
+                            r.wall_seconds,
+                            dir.join("report.md").display()
+                        ));
+                    }
+                    Err(e) => {
+                        bar.suspend(|| eprintln!("experiment {} failed: {e:#}", s.name));
+                        failed.push(s.name);
+                    }
+                }
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
+            println!("\nsummary:");
+            for l in summary {
+                println!("  {l}");
+            }
+            if !failed.is_empty() {
+                bail!("{} experiment(s) failed: {}", failed.len(), failed.join(", "));
+            }
+        }
+        name => {
+            let (r, dir) = super::run(name, &opts)?;
+            super::print_summary(&r, &dir);
+        }
+    }
+    Ok(())
+}
+
+fn textwrap(s: &str, width: usize, indent: &str) -> String {
+    let mut out = String::new();
+    let mut line = 0;
+    for w in s.split_whitespace() {
+        if line > 0 && line + 1 + w.len() > width {
+            out.push('\n');
+            out.push_str(indent);
+            line = 0;
+        } else if line > 0 {
+            out.push(' ');
+            line += 1;
+        }
+        out.push_str(w);
+        line += w.len();
+    }
+    out
+}

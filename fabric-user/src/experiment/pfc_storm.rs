@@ -1,0 +1,159 @@
+//! `pfc-storm`: a receiver that stops draining (a NIC with a full buffer) under an incast: how far
+//! its pauses propagate, tier by tier, and whether the PFC watchdog notices.
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+
+use super::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, Verdict, completion_ms};
+use crate::{
+    endpoint::{CcMode, SlowReceiver},
+    plan::Role,
+    stats,
+    testbed::State,
+};
+
+pub const SCENARIO: Scenario = Scenario {
+    name: "pfc-storm",
+    summary: "A slow receiver (a host sending PFC XOFF for its data class, as a NIC with a full buffer) under \
+              a 4-to-1 incast: pause frames per switch tier (RTSW, CTSW) against the same incast with a \
+              healthy receiver, and the PFC watchdog.",
+    paper: "PFC's risk is pause propagation: a congested or stuck receiver pauses its switch, which fills and \
+            pauses its upstream, up to the spines and other racks (head-of-line blocking, PFC storms). Meta \
+            reports that with their tuning CTSWs did not persistently pause RTSWs; a PFC watchdog detects \
+            ports paused for too long.",
+    run,
+};
+
+/// PFC frames (XOFF + refresh) each switch tier's agents have sent, and watchdog storms, so far.
+fn tier_pauses(state: &State) -> Result<(BTreeMap<&'static str, u64>, u64)> {
+    let r = stats::collect(state)?;
+    let mut tiers = BTreeMap::new();
+    let mut storms = 0;
+    for a in &r.agents {
+        let role = state.plan.node_by_name(&a.node).map(|n| state.plan.nodes[n].role);
+        let tier = match role {
+            Some(Role::Rtsw) => "rtsw",
+            Some(Role::Ctsw) => "ctsw",
+            Some(Role::Atsw) => "atsw",
+            _ => continue,
+        };
+        *tiers.entry(tier).or_insert(0) += a.pfc.iter().map(|p| p.xoff_sent + p.refresh_sent).sum::<u64>();
+        storms += a.storms.len() as u64;
+    }
+    Ok((tiers, storms))
+}
+
+fn run(ctx: &Ctx) -> Result<Outcome> {
+    let message: u64 = ctx.pick(2 << 20, 4 << 20);
+    let stall_s: f64 = ctx.pick(1.0, 2.0);
+    let mut topo = super::shipped_topology(None)?;
+    topo.congestion.watchdog_us = 50.0;
+    let watchdog_wall_ms = topo.congestion.watchdog_us * topo.time_scale as f64 / 1e3;
+    let mut cases = vec![Case::new("healthy", "healthy receiver"), Case::new("slow", "slow receiver")];
+    let mut rows = Vec::new();
+    ctx.with_testbed(topo, |state| {
+        for &seed in &ctx.seeds {
+            for (i, slow) in [false, true].into_iter().enumerate() {
+                let mut o = super::incast::incast(CcMode::None, message);
+                if slow {
+                    o.endpoint.slow_receiver = Some(SlowReceiver {
+                        host: super::incast::RECEIVER.into(),
+                        duration_ns: (stall_s * 1e9) as u64,
+                    });
+                }
+                let (before, storms_before) = tier_pauses(state)?;
+                let r = ctx.run(state, &format!("{} seed {seed}", cases[i].key), &o)?;
+                let (after, storms_after) = tier_pauses(state)?;
+                let d = |t: &str| after.get(t).copied().unwrap_or(0) - before.get(t).copied().unwrap_or(0);
+                let host_sent: u64 = r.hosts.iter().map(|h| h.pause_frames_sent).sum();
+                let c = &mut cases[i];
+                c.push("host_pfc", host_sent as f64);
+                c.push("rtsw_pfc", d("rtsw") as f64);
+                c.push("ctsw_pfc", d("ctsw") as f64);
+                c.push("storms", (storms_after - storms_before) as f64);
+                c.push("completion_ms", completion_ms(&r));
+                c.push("host_paused_ms", r.hosts.iter().map(|h| h.paused_ns).sum::<u64>() as f64 / 1e6);
+                c.push("lost", (r.bytes_needed - r.bytes_delivered.min(r.bytes_needed)) as f64);
+                rows.push(vec![
+                    seed.to_string(),
+                    c.label.clone(),
+                    host_sent.to_string(),
+                    d("rtsw").to_string(),
+                    d("ctsw").to_string(),
+                    (storms_after - storms_before).to_string(),
+                ]);
+            }
+        }
+        Ok(())
+    })?;
+    let slow = &cases[1];
+    let healthy = &cases[0];
+    let verdicts = vec![
+        Verdict {
+            claim: "A stuck receiver's pauses propagate beyond its rack: the spine tier (CTSW) pauses its upstream"
+                .into(),
+            measured: format!(
+                "CTSW PFC frames: slow receiver {:.0}, healthy receiver {:.0} (mean per run)",
+                slow.mean("ctsw_pfc"),
+                healthy.mean("ctsw_pfc")
+            ),
+            matches: slow.values["ctsw_pfc"].iter().all(|&v| v > 0.0)
+                && slow.mean("ctsw_pfc") > healthy.mean("ctsw_pfc"),
+            headline: true,
+        },
+        Verdict {
+            claim: "The PFC watchdog detects the port paused for too long".into(),
+            measured: format!(
+                "watchdog storms: slow receiver {:.1}, healthy {:.1} (mean per run; watchdog 50 µs modelled = {watchdog_wall_ms:.0} ms wall)",
+                slow.mean("storms"),
+                healthy.mean("storms")
+            ),
+            matches: slow.values["storms"].iter().all(|&v| v >= 1.0),
+            headline: false,
+        },
+        Verdict {
+            claim: "Lossless: the stall costs time, not data".into(),
+            measured: format!(
+                "completion {:.0} ms vs {:.0} ms healthy; {:.0} bytes lost",
+                slow.mean("completion_ms"),
+                healthy.mean("completion_ms"),
+                slow.mean("lost")
+            ),
+            matches: slow.mean("lost") == 0.0 && slow.mean("completion_ms") > healthy.mean("completion_ms"),
+            headline: false,
+        },
+    ];
+    Ok(Outcome {
+        setup: vec![
+            "Default testbed (4 racks x 2 hosts, 4 CTSWs), time scale 4000, `congestion.watchdog_us = 50` \
+             (modelled; 200 ms wall)."
+                .into(),
+            format!(
+                "Incast of {} MiB from {} into {} with PFC only; in the slow case the receiver sends XOFF to its \
+                 RTSW every half pause time for {stall_s} s from the start and reads nothing, then resumes.",
+                message >> 20,
+                super::incast::HOSTS[1..].join(", "),
+                super::incast::RECEIVER
+            ),
+            "Per tier: PFC frames (XOFF + refresh) the switch agents of that tier sent during the run.".into(),
+        ],
+        metrics: vec![
+            Metric::new("host_pfc", "PFC frames sent by hosts (the slow receiver)", "", Better::None, false),
+            Metric::new("rtsw_pfc", "PFC frames sent by RTSWs", "", Better::Lower, true),
+            Metric::new("ctsw_pfc", "PFC frames sent by CTSWs", "", Better::Lower, true),
+            Metric::new("storms", "PFC watchdog storms", "", Better::None, true),
+            Metric::new("completion_ms", "incast completion", "ms wall", Better::Lower, false),
+            Metric::new("host_paused_ms", "paused time of hosts", "ms wall, summed", Better::Lower, false),
+        ],
+        cases,
+        verdicts,
+        notes: vec![],
+        tables: vec![Table {
+            title: "Pause propagation per run".into(),
+            header: ["seed", "receiver", "host PFC", "RTSW PFC", "CTSW PFC", "watchdog storms"]
+                .map(String::from)
+                .to_vec(),
+            rows,
+        }],
+    })
+}

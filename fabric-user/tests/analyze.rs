@@ -1,0 +1,461 @@
+//! `fabric analyze`: a real rxe capture and crafted ones (VLAN, IPv6, snap-length cuts, ARP,
+//! TCP, fragments, malformed frames, Linux cooked capture, pcapng with several link types), and
+//! the prediction against `select_member` and against `fabric sim`. No root needed.
+use std::{borrow::Cow, collections::BTreeMap, path::PathBuf, time::Duration};
+
+use fabric_common::{
+    config::{HashMode, SwitchConfig},
+    hash::select_member,
+    parse::parse_packet,
+};
+use fabric_user::{
+    analyze::{AnalyzeArgs, Analyzer, Group, Report, analyze_file, group_of},
+    endpoint::{EndpointOptions, engine::HostTransfer},
+    placement::Placement,
+    plan::Plan,
+    sim::{SimOptions, fabric::SimFabric, flows::step_flows, predict_member_load, steps_of},
+    topology::Topology,
+    workload::Collective,
+};
+use pcap_file::{
+    DataLink,
+    pcap::{PcapHeader, PcapPacket, PcapWriter},
+    pcapng::{
+        PcapNgWriter,
+        blocks::{enhanced_packet::EnhancedPacketBlock, interface_description::InterfaceDescriptionBlock},
+    },
+};
+
+fn rxe_capture() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/rxe-rc-mixed.pcap"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fabric-analyze-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn group(uplinks: u32, seed: u32) -> Group {
+    Group { uplinks, seed, pin_shift: 1, modes: HashMode::ALL.to_vec() }
+}
+
+// ---- frame builders ----
+
+const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
+const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+
+fn eth(ethertype: u16, vlan: Option<u16>, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&MAC_B);
+    f.extend_from_slice(&MAC_A);
+    if let Some(tci) = vlan {
+        f.extend_from_slice(&0x8100u16.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+    }
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, frag: u16, payload: &[u8]) -> Vec<u8> {
+    let total = (20 + payload.len()) as u16;
+    let mut h = vec![0x45, 0x68];
+    h.extend_from_slice(&total.to_be_bytes());
+    h.extend_from_slice(&[0, 1]);
+    h.extend_from_slice(&frag.to_be_bytes());
+    h.extend_from_slice(&[64, proto, 0, 0]);
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    h.extend_from_slice(payload);
+    h
+}
+
+fn ipv6(src: [u8; 16], dst: [u8; 16], next: u8, payload: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x66, 0x80, 0, 0];
+    h.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    h.extend_from_slice(&[next, 64]);
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    h.extend_from_slice(payload);
+    h
+}
+
+fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend_from_slice(&sport.to_be_bytes());
+    h.extend_from_slice(&dport.to_be_bytes());
+    h.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    h.extend_from_slice(&[0, 0]);
+    h.extend_from_slice(payload);
+    h
+}
+
+/// BTH + `len` bytes of payload + ICRC.
+fn bth(opcode: u8, dest_qp: u32, psn: u32, len: usize) -> Vec<u8> {
+    let q = dest_qp.to_be_bytes();
+    let p = psn.to_be_bytes();
+    let mut h = vec![opcode, 0, 0xFF, 0xFF, 0, q[1], q[2], q[3], 0x80, p[1], p[2], p[3]];
+    h.resize(12 + len + 4, 0xAB);
+    h
+}
+
+fn roce4(src: [u8; 4], dst: [u8; 4], sport: u16, opcode: u8, qp: u32, len: usize, vlan: Option<u16>) -> Vec<u8> {
+    eth(0x0800, vlan, &ipv4(src, dst, 17, 0, &udp(sport, 4791, &bth(opcode, qp, 1, len))))
+}
+
+const H1: [u8; 4] = [10, 0, 0, 1];
+const H2: [u8; 4] = [10, 0, 0, 2];
+const H3: [u8; 4] = [10, 0, 1, 3];
+
+fn v6(last: u8) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[..4].copy_from_slice(&[0xfd, 0, 0, 0x18]);
+    a[15] = last;
+    a
+}
+
+/// (frame as captured, original length)
+type Rec = (Vec<u8>, u32);
+
+fn full(f: Vec<u8>) -> Rec {
+    let n = f.len() as u32;
+    (f, n)
+}
+
+fn cut(f: Vec<u8>, caplen: usize) -> Rec {
+    let n = f.len() as u32;
+    (f[..caplen].to_vec(), n)
+}
+
+fn write_pcap(path: &PathBuf, linktype: DataLink, recs: &[Rec]) {
+    write_pcap_snap(path, linktype, 65535, recs)
+}
+
+/// With a snap length below the original lengths, as `tcpdump -s N` writes (pcap-file refuses
+/// to read such records; analyze must not).
+fn write_pcap_snap(path: &PathBuf, linktype: DataLink, snaplen: u32, recs: &[Rec]) {
+    let file = std::fs::File::create(path).unwrap();
+    let header = PcapHeader { datalink: linktype, snaplen, ..Default::default() };
+    let mut w = PcapWriter::with_header(file, header).unwrap();
+    for (i, (data, orig)) in recs.iter().enumerate() {
+        w.write_packet(&PcapPacket::new(Duration::from_micros(i as u64), *orig, data)).unwrap();
+    }
+}
+
+/// The Ethernet-capture mix: what each frame is, and what analyze must make of it.
+fn mixed() -> Vec<Rec> {
+    let big = roce4(H1, H3, 50000, 0x06, 0x100, 1024, None);
+    let mut bad_udp = roce4(H2, H3, 50002, 0x0A, 0x300, 64, None);
+    // UDP length larger than the IP payload, not a snap-length cut: malformed.
+    bad_udp[14 + 20 + 4..14 + 20 + 6].copy_from_slice(&2000u16.to_be_bytes());
+    // An IPv4 RoCE packet whose BTH ends early inside a consistent IP datagram.
+    let short_bth = eth(0x0800, None, &ipv4(H1, H2, 17, 0, &udp(50003, 4791, &[0x04, 0, 0xFF, 0xFF, 0, 0])));
+    let mut arp = eth(0x0806, None, &[0u8; 28]);
+    arp.resize(60, 0);
+    vec![
+        // QP 0x100, H1 -> H3: WRITE FIRST (full), WRITE LAST cut at 54 + 10 bytes (BTH captured).
+        full(big.clone()),
+        cut(roce4(H1, H3, 50000, 0x08, 0x100, 1024, None), 14 + 20 + 8 + 12 + 10),
+        // The same five-tuple, another destination QP (two QPs on one flow).
+        full(roce4(H1, H3, 50000, 0x0A, 0x101, 200, None)),
+        // VLAN 100 tagged, H2 -> H3.
+        full(roce4(H2, H3, 50001, 0x04, 0x200, 100, Some((3 << 13) | 100))),
+        full(roce4(H2, H3, 50001, 0x04, 0x200, 100, Some((3 << 13) | 100))),
+        // IPv6 RoCE.
+        full(eth(0x86DD, None, &ipv6(v6(1), v6(2), 17, &udp(50010, 4791, &bth(0x11, 0x400, 7, 4))))),
+        // Cut in the UDP header (before the BTH): unknown.
+        cut(big.clone(), 14 + 20 + 6),
+        // Cut in the BTH.
+        cut(big.clone(), 14 + 20 + 8 + 5),
+        // Cut in the IP header.
+        cut(big.clone(), 20),
+        // ARP, TCP, DNS.
+        full(arp),
+        full(eth(0x0800, None, &ipv4(H1, H2, 6, 0, &[0u8; 40]))),
+        full(eth(0x0800, None, &ipv4(H1, H2, 17, 0, &udp(5353, 53, &[0u8; 30])))),
+        // A later IPv4 fragment (offset 185 x 8).
+        full(eth(0x0800, None, &ipv4(H1, H3, 17, 185, &[0u8; 100]))),
+        full(bad_udp),
+        full(short_bth),
+    ]
+}
+
+fn skips(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// Every QP's member in the report is `select_member` on the parse of its frames.
+fn check_members_against_kernel(r: &Report, frames: &[Vec<u8>]) {
+    let g = &r.group;
+    let mut checked = 0;
+    for f in frames {
+        let Ok(p) = parse_packet(&f[..]) else { continue };
+        let Some(b) = p.bth else { continue };
+        let (sport, _) = p.ports.unwrap();
+        let q = r
+            .qps
+            .iter()
+            .find(|q| q.src_port == sport && q.dest_qp == b.dest_qp && ip_of(&p) == (q.src, q.dst))
+            .expect("a RoCE frame's QP is in the report");
+        for &mode in &HashMode::ALL {
+            let cfg = SwitchConfig { hash_mode: mode as u32, seed: g.seed, pin_shift: g.pin_shift, _reserved: 0 };
+            assert_eq!(q.members[mode.as_str()], select_member(&cfg, &p, g.uplinks), "{mode:?} {q:?}");
+        }
+        checked += 1;
+    }
+    assert!(checked > 0);
+}
+
+fn ip_of(p: &fabric_common::parse::ParsedPacket) -> (std::net::IpAddr, std::net::IpAddr) {
+    match p.ip {
+        fabric_common::parse::IpHeader::V4 { src, dst, .. } => (src.into(), dst.into()),
+        fabric_common::parse::IpHeader::V6 { src, dst, .. } => (src.into(), dst.into()),
+    }
+}
+
+#[test]
+fn the_rxe_capture() {
+    let path = rxe_capture();
+    let r = analyze_file(&path, &group(4, 0)).unwrap();
+    assert_eq!((r.format.as_str(), r.frames, r.roce_packets), ("pcap", 110, 110));
+    assert_eq!(r.roce_bytes, r.captured_bytes);
+    assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+    // perftest-like traffic between two rxe devices: 7 QPs, each with its own UDP source port,
+    // both directions.
+    assert_eq!((r.flows.len(), r.qps.len()), (14, 14));
+    let qps: std::collections::BTreeSet<u32> = r.qps.iter().map(|q| q.dest_qp).collect();
+    assert_eq!(qps, (0x11..=0x17).collect());
+    let all_ops: std::collections::BTreeSet<&str> =
+        r.flows.iter().flat_map(|f| f.opcodes.iter().map(String::as_str)).collect();
+    for op in ["RC_WRITE_FIRST", "RC_WRITE_MIDDLE", "RC_WRITE_LAST", "RC_SEND_ONLY", "RC_READ_REQUEST", "RC_ACK"] {
+        assert!(all_ops.contains(op), "{op} missing from {all_ops:?}");
+    }
+    assert_eq!(r.flows.iter().map(|f| f.packets).sum::<u64>(), 110);
+    // pin sees two destinations; five-tuple and eecmp see a key per QP.
+    let m = |name: &str| r.modes.iter().find(|m| m.mode == name).unwrap();
+    assert_eq!(m("pin").hash_inputs, 2);
+    assert_eq!(m("five-tuple").hash_inputs, 14);
+    for mode in &r.modes {
+        assert_eq!(mode.uplink_bytes.iter().sum::<u64>(), r.roce_bytes);
+        assert_eq!(mode.uplink_packets.iter().sum::<u64>(), 110);
+        assert!(mode.member_entropy_bits <= mode.max_entropy_bits + 1e-9);
+        assert!(mode.member_entropy_bits <= mode.input_entropy_bits + 1e-9);
+    }
+    let frames = fabric_user::capture::read_pcap(&path).unwrap();
+    check_members_against_kernel(&r, &frames);
+    // Another group: the answer changes, and still matches the kernel's function.
+    let r8 = analyze_file(&path, &group(8, 0xDEAD_BEEF)).unwrap();
+    assert_eq!(r8.modes[0].uplink_bytes.len(), 8);
+    check_members_against_kernel(&r8, &frames);
+}
+
+#[test]
+fn crafted_ethernet_capture_with_everything_a_real_one_has() {
+    let recs = mixed();
+    let path = tmp("mixed.pcap");
+    write_pcap(&path, DataLink::ETHERNET, &recs);
+    let r = analyze_file(&path, &group(4, 7)).unwrap();
+    assert_eq!(r.frames, recs.len() as u64);
+    assert_eq!(
+        r.skipped,
+        skips(&[
+            ("truncated_before_bth", 3),
+            ("not_ip", 1),
+            ("not_roce", 2),
+            ("ip_fragment", 1),
+            ("malformed:bad_udp_length", 1),
+            ("malformed:truncated_bth", 1),
+        ])
+    );
+    assert_eq!(r.roce_packets, 6);
+    // Flows: H1->H3 (2 QPs), H2->H3 (VLAN 100), the IPv6 one.
+    assert_eq!(r.flows.len(), 3);
+    let f13 = r.flows.iter().find(|f| f.src_port == 50000).unwrap();
+    assert_eq!(f13.dest_qps, [0x100, 0x101]);
+    assert_eq!(f13.packets, 3);
+    // The cut WRITE LAST weighs its original length.
+    let big = roce4(H1, H3, 50000, 0x06, 0x100, 1024, None).len() as u64;
+    let small = roce4(H1, H3, 50000, 0x0A, 0x101, 200, None).len() as u64;
+    assert_eq!(f13.bytes, 2 * big + small);
+    assert_eq!(f13.opcodes, ["RC_WRITE_FIRST", "RC_WRITE_LAST", "RC_WRITE_ONLY"]);
+    let vlan = r.flows.iter().find(|f| f.src_port == 50001).unwrap();
+    assert_eq!((vlan.vlans.as_slice(), vlan.packets), (&[100u16][..], 2));
+    let v6f = r.flows.iter().find(|f| f.src.is_ipv6()).unwrap();
+    assert_eq!((v6f.dest_qps.as_slice(), v6f.opcodes.as_slice()), (&[0x400u32][..], &["RC_ACK".to_string()][..]));
+    assert_eq!(r.qps.len(), 4);
+    // Members of the full frames against the kernel's function (the cut one is covered by its
+    // QP's full sibling).
+    let frames: Vec<Vec<u8>> = recs.iter().filter(|(d, o)| d.len() as u32 == *o).map(|(d, _)| d.clone()).collect();
+    check_members_against_kernel(&r, &frames);
+    // Under eecmp the two QPs of one five-tuple hash apart or together by their QP alone; under
+    // five-tuple they share a member.
+    assert_eq!(f13.members["five-tuple"].len(), 1);
+}
+
+#[test]
+fn linux_cooked_capture_and_raw_ip() {
+    let frame = roce4(H1, H3, 50000, 0x06, 0x100, 64, None);
+    let ip = frame[14..].to_vec();
+    // SLL: packet type, ARPHRD_ETHER, address length, address (8), protocol.
+    let mut sll = vec![0, 4, 0, 1, 0, 6];
+    sll.extend_from_slice(&MAC_A);
+    sll.extend_from_slice(&[0, 0]);
+    sll.extend_from_slice(&0x0800u16.to_be_bytes());
+    sll.extend_from_slice(&ip);
+    let mut arp = vec![0, 4, 0, 1, 0, 6];
+    arp.extend_from_slice(&MAC_A);
+    arp.extend_from_slice(&[0, 0, 0x08, 0x06]);
+    arp.extend_from_slice(&[0u8; 28]);
+    let path = tmp("cooked.pcap");
+    write_pcap(&path, DataLink::LINUX_SLL, &[full(sll.clone()), full(arp), cut(sll.clone(), 16 + 20 + 8 + 12)]);
+    let r = analyze_file(&path, &group(4, 0)).unwrap();
+    assert_eq!(r.link_types, BTreeMap::from([("LINUX_SLL".to_string(), 3)]));
+    assert_eq!(r.skipped, skips(&[("not_ip", 1)]));
+    assert_eq!((r.roce_packets, r.qps.len()), (2, 1));
+    // Weighed as the Ethernet frame it was.
+    assert_eq!(r.roce_bytes, 2 * frame.len() as u64);
+    check_members_against_kernel(&r, &[frame.clone()]);
+
+    let path = tmp("raw.pcap");
+    write_pcap(&path, DataLink::RAW, &[full(ip)]);
+    let r = analyze_file(&path, &group(4, 0)).unwrap();
+    assert_eq!((r.roce_packets, r.roce_bytes), (1, frame.len() as u64));
+    check_members_against_kernel(&r, &[frame]);
+}
+
+#[test]
+fn pcapng_with_several_interfaces_and_link_types() {
+    let path = tmp("multi.pcapng");
+    let frame = roce4(H2, H3, 51000, 0x0A, 0x500, 32, None);
+    {
+        let file = std::fs::File::create(&path).unwrap();
+        let mut w = PcapNgWriter::new(file).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::ETHERNET, 0)).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::IEEE802_11, 0)).unwrap();
+        let epb = |iface: u32, data: &[u8], orig: u32| EnhancedPacketBlock {
+            interface_id: iface,
+            timestamp: Duration::ZERO,
+            original_len: orig,
+            data: Cow::Owned(data.to_vec()),
+            options: vec![],
+        };
+        for _ in 0..3 {
+            w.write_pcapng_block(epb(0, &frame, frame.len() as u32)).unwrap();
+        }
+        w.write_pcapng_block(epb(1, &[0u8; 40], 40)).unwrap();
+        w.write_pcapng_block(epb(1, &[0u8; 40], 40)).unwrap();
+    }
+    let r = analyze_file(&path, &group(2, 1)).unwrap();
+    assert_eq!(r.format, "pcapng");
+    assert_eq!(r.frames, 5);
+    assert_eq!(r.skipped, skips(&[("not_ethernet_link_type", 2)]));
+    assert_eq!((r.roce_packets, r.qps.len()), (3, 1));
+    check_members_against_kernel(&r, &[frame]);
+}
+
+#[test]
+fn json_report_and_chart() {
+    let dir = tmp("out");
+    let args = AnalyzeArgs {
+        capture: rxe_capture(),
+        uplinks: Some(4),
+        seed: Some(0x1234),
+        hash: vec!["eecmp".into(), "five-tuple".into()],
+        pin_shift: 1,
+        switch: None,
+        topology: None,
+        per_qp: true,
+        json: Some(dir.join("a.json")),
+        chart: Some(dir.join("a.svg")),
+    };
+    fabric_user::analyze::main(&args).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("a.json")).unwrap()).unwrap();
+    assert_eq!(v["schema"], "fabric.analyze/1");
+    assert_eq!(v["group"]["seed"], 0x1234);
+    assert_eq!(v["modes"].as_array().unwrap().len(), 2);
+    assert_eq!(v["modes"][0]["mode"], "eecmp");
+    assert_eq!(v["qps"][0]["members"].as_object().unwrap().len(), 2);
+    assert!(std::fs::read_to_string(dir.join("a.svg")).unwrap().contains("<svg"));
+    assert_eq!(&std::fs::read(dir.join("a.png")).unwrap()[1..4], b"PNG");
+    let text = fabric_user::analyze::report::render(&analyze_file(&rxe_capture(), &group(4, 0)).unwrap(), true);
+    assert!(text.contains("RoCEv2: 110 packets") && text.contains("skipped: none"), "{text}");
+}
+
+/// A capture of our own endpoints' traffic through an RTSW's uplinks, analysed with that RTSW's
+/// seed and group size (`--switch`), predicts the split `fabric sim` predicts for the same
+/// flows — every member's packets and bytes.
+#[test]
+fn agrees_with_fabric_sim_on_the_testbed() {
+    let topo = Topology::load(None).unwrap();
+    let plan = Plan::new(&topo);
+    let rtsw = plan.node_by_name("z0r0").unwrap();
+    for (hash, qps) in [(HashMode::FiveTuple, 1), (HashMode::Eecmp, 4), (HashMode::Pin, 2)] {
+        let mut fabric = SimFabric::clos(plan.clone()).unwrap();
+        fabric.set_hash(hash, None);
+        let endpoint = EndpointOptions { qps, ..Default::default() };
+        let o = SimOptions {
+            collective: Collective::Alltoall,
+            ranks: None,
+            message_bytes: 48 * 1024,
+            placement: Placement::Contiguous,
+            seed: 1,
+            hash,
+            hash_seed: None,
+            endpoint: endpoint.clone(),
+        };
+        // The frames z0r0 sends up: every flow from one of its hosts to another rack, each
+        // packet as a snap-length-cut frame whose original lengths add up to the flow's bytes.
+        let (hosts, steps) = steps_of(&fabric, &o).unwrap();
+        let mut recs = Vec::new();
+        for (step, times) in &steps {
+            let t: Vec<HostTransfer> =
+                step.iter().map(|t| HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes }).collect();
+            for f in step_flows(&plan, &t, &endpoint) {
+                if plan.rtsw_of(f.src) != rtsw || plan.rtsw_of(f.dst) == rtsw {
+                    continue;
+                }
+                for _ in 0..*times {
+                    for k in 0..f.packets {
+                        let each = f.frame_bytes / f.packets;
+                        let len = if k + 1 == f.packets { f.frame_bytes - each * (f.packets - 1) } else { each };
+                        let payload = len as usize - (14 + 20 + 8 + 12 + 4);
+                        let fr = roce4(f.src_ip.octets(), f.dst_ip.octets(), f.sport, 0x07, f.dest_qp, payload, None);
+                        let caplen = fr.len().min(64);
+                        recs.push(cut(fr, caplen));
+                    }
+                }
+            }
+        }
+        assert!(!recs.is_empty());
+        let path = tmp(&format!("sim-{}.pcap", hash.as_str()));
+        write_pcap_snap(&path, DataLink::ETHERNET, 64, &recs);
+        let args = AnalyzeArgs {
+            capture: path.clone(),
+            uplinks: None,
+            seed: None,
+            hash: vec![hash.as_str().into()],
+            pin_shift: 1,
+            switch: Some("z0r0".into()),
+            topology: None,
+            per_qp: false,
+            json: None,
+            chart: None,
+        };
+        let g = group_of(&args).unwrap();
+        assert_eq!(g.seed, fabric.configs[rtsw].seed);
+        let mut a = Analyzer::new();
+        fabric_user::analyze::read_capture(&path, &mut a).unwrap();
+        let r = a.report("sim", "pcap", &g);
+        assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+
+        let load = predict_member_load(&fabric, &o, 1).unwrap();
+        let up = fabric.group_count(rtsw) as u32 - 1;
+        let n = fabric.members(rtsw, up).len() as u32;
+        assert_eq!(n, g.uplinks);
+        let sim_bytes: Vec<u64> = (0..n).map(|m| load.bytes[fabric.slot(rtsw, up, m)]).collect();
+        let sim_packets: Vec<u64> = (0..n).map(|m| load.packets[fabric.slot(rtsw, up, m)]).collect();
+        assert_eq!(r.modes[0].uplink_bytes, sim_bytes, "{hash:?}");
+        assert_eq!(r.modes[0].uplink_packets, sim_packets, "{hash:?}");
+    }
+}
