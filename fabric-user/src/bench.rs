@@ -303,6 +303,9 @@ pub fn endpoint() -> Result<EndpointReport> {
     };
     let mut topo = Topology::default_topology();
     topo.prefix = "fbench".into();
+    // The endpoints' own cost: the fabric forwards without shaping (no modelled queues at
+    // 100 Mbit/s that an unpaced flood would fill and pause).
+    topo.congestion.enabled = false;
     let _ = down("fbench");
     up(&topo, true)?;
     let _guard = crate::testbed::DownOnDrop("fbench".into());
