@@ -481,6 +481,8 @@ pub fn hw_counters(dev: &str) -> Result<BTreeMap<String, u64>> {
 
 /// rxe counters that must stay zero on a clean run: a frame whose ICRC does not check is dropped
 /// silently by the receiver, and shows up as a sequence error / retry at one end or the other.
+/// Not among them: `send_err`, which counts packets the local stack refused to transmit (the
+/// veth's queue was full: ip_local_out dropped them) and that rxe sent again; it is reported.
 pub const ERROR_COUNTERS: &[&str] = &[
     "duplicate_request",
     "out_of_seq_request",
@@ -488,7 +490,6 @@ pub const ERROR_COUNTERS: &[&str] = &[
     "retry_exceeded_err",
     "retry_rnr_exceeded_err",
     "completer_retry_err",
-    "send_err",
     "rcvd_rnr_err",
     "send_rnr_err",
     "link_downed",
