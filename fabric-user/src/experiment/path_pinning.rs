@@ -150,8 +150,9 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
              same slice, so pinning puts both on one uplink (and one CTSW downlink) while the other uplink \
              idles; with whole racks each RTSW has one cross-rack connection."
                 .into(),
-            "More parallel links do not help a pinned pair that maps to one member: pinning by destination \
-             keeps both connections on one link of the larger group; twice the rate does help."
+            "Pinning by destination can still map two connections to the same member of a larger group, so \
+             more parallel links help only where they split a collision; twice the rate halves the cost of \
+             every collision."
                 .into(),
         ],
         tables: vec![],
