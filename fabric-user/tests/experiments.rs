@@ -60,6 +60,9 @@ fn ecmp_entropy_eecmp_qp_scaling_balances_and_fixed_sport_alone_does_not() {
     assert!(eecmp < base, "E-ECMP + 8 QPs max/mean {eecmp} must be below 1-QP five-tuple {base}");
     assert!(fixed >= 0.95 * base, "a fixed source port must give no gain: {fixed} vs {base}");
     assert!(perqp < base, "per-QP source ports spread under five-tuple: {perqp} vs {base}");
+    // Centralised TE (issue 9): the controller's placement beats E-ECMP's hash on uplink balance.
+    let te = mean(&r, "te-8qp", "max_over_mean");
+    assert!(te < eecmp, "TE max/mean {te} must be below E-ECMP's {eecmp}");
     assert!(
         mean(&r, "eecmp-8qp", "completion_ms") < mean(&r, "ft-1qp", "completion_ms"),
         "E-ECMP + QP scaling must complete sooner: {:?} vs {:?}",

@@ -20,11 +20,13 @@ pub const SCENARIO: Scenario = Scenario {
     run,
 };
 
-pub const CASES: [(&str, &str, u32, SportPolicy, HashMode); 4] = [
+pub const CASES: [(&str, &str, u32, SportPolicy, HashMode); 5] = [
     ("ft-1qp", "5-tuple, 1 QP", 1, SportPolicy::Fixed, HashMode::FiveTuple),
     ("ft-8qp-fixed", "5-tuple, 8 QPs, fixed sport", 8, SportPolicy::Fixed, HashMode::FiveTuple),
     ("ft-8qp-perqp", "5-tuple, 8 QPs, per-QP sport", 8, SportPolicy::PerQp, HashMode::FiveTuple),
     ("eecmp-8qp", "E-ECMP, 8 QPs, fixed sport", 8, SportPolicy::Fixed, HashMode::Eecmp),
+    // The controller places the job's flows (fabric_user::te): the centralised alternative.
+    ("te-8qp", "TE (controller), 8 QPs, fixed sport", 8, SportPolicy::Fixed, HashMode::Te),
 ];
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
@@ -93,6 +95,16 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 headline: true,
             }
         },
+        compare(
+            "Centralised traffic engineering (the controller places each flow) balances the uplinks better \
+             than E-ECMP's hash",
+            &cases,
+            "max_over_mean",
+            "",
+            ("te-8qp", "eecmp-8qp"),
+            true,
+            false,
+        ),
         compare(
             "With per-QP source ports (rxe's rule) QP scaling alone already spreads under 5-tuple ECMP",
             &cases,

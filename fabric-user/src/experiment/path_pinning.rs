@@ -36,10 +36,11 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     let message: u64 = ctx.pick(2 << 20, 4 << 20);
     let iterations = ctx.pick(1, 2);
     // (key, label, topology (uplinks per spine, uplink rate), placement, hash, qps)
-    let plan: [(&str, &str, (u32, f64), Placement, HashMode, u32); 5] = [
+    let plan: [(&str, &str, (u32, f64), Placement, HashMode, u32); 6] = [
         ("pin-contiguous", "pin, whole racks", (1, 400.0), Placement::Contiguous, HashMode::Pin, 1),
         ("pin-fragmented", "pin, fragmented", (1, 400.0), Placement::Fragmented, HashMode::Pin, 1),
         ("eecmp-fragmented", "E-ECMP 8 QPs, fragmented", (1, 400.0), Placement::Fragmented, HashMode::Eecmp, 8),
+        ("te-fragmented", "TE (controller) 8 QPs, fragmented", (1, 400.0), Placement::Fragmented, HashMode::Te, 8),
         ("pin-fragmented-2x-links", "pin, fragmented, 2x uplinks", (2, 400.0), Placement::Fragmented, HashMode::Pin, 1),
         (
             "pin-fragmented-2x-rate",
@@ -94,6 +95,15 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
             "completion_ms",
             " ms",
             ("eecmp-fragmented", "pin-fragmented"),
+            true,
+            false,
+        ),
+        compare(
+            "Centralised traffic engineering avoids fragmented pinning's collisions",
+            &cases,
+            "completion_ms",
+            " ms",
+            ("te-fragmented", "pin-fragmented"),
             true,
             false,
         ),
