@@ -318,8 +318,8 @@ pub struct RunResult {
     pub cts_bound_bytes: Option<u64>,
 }
 
-/// Adds a step's host counters to the run's.
-fn accumulate_hosts(all: &mut Vec<HostResult>, step: &[HostResult]) {
+/// Adds a step's host counters to the run's (also the trace replay's).
+pub(crate) fn accumulate_hosts(all: &mut Vec<HostResult>, step: &[HostResult]) {
     for h in step {
         let i = match all.iter().position(|a| a.host == h.host) {
             Some(i) => i,
@@ -376,7 +376,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     let te_flows = if opts.hash == Some(fabric_common::config::HashMode::Te) {
         let host_steps: Vec<Vec<HostTransfer>> = steps
             .iter()
-            .map(|s| s.iter().map(|t| HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes }).collect())
+            .map(|s| crate::workload::on_hosts(s, &hosts))
             .collect();
         let flows = crate::te::job_flows(plan, &host_steps, &opts.endpoint);
         Some(crate::te::install(state, &flows)?.flows)
@@ -409,8 +409,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         let mut step_uplinks = Vec::new();
         let mut step_before = UplinkBytes::read_uplinks(state)?;
         for step in &steps {
-            let transfers: Vec<HostTransfer> =
-                step.iter().map(|t| HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes }).collect();
+            let transfers = crate::workload::on_hosts(step, &hosts);
             bytes_needed += transfers.iter().map(|t| t.bytes).sum::<u64>();
             let r = run_step_in(plan, &transfers, &opts.endpoint, &clock)?;
             step_ns.push(r.duration_ns);

@@ -163,7 +163,7 @@ mod tests {
         let hosts: Vec<NodeId> = plan.hosts().collect();
         let steps: Vec<Vec<HostTransfer>> = schedule(Collective::Allreduce, hosts.len(), 8 << 20, 1)
             .iter()
-            .map(|s| s.iter().map(|t| HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes }).collect())
+            .map(|s| crate::workload::on_hosts(s, &hosts))
             .collect();
         let opts = EndpointOptions { qps, sport: SportPolicy::Fixed, ..Default::default() };
         job_flows(plan, &steps, &opts)

@@ -35,6 +35,13 @@ pub struct Transfer {
     pub bytes: u64,
 }
 
+/// A step between ranks as transfers between the hosts the ranks are placed on.
+pub fn on_hosts(step: &[Transfer], hosts: &[crate::plan::NodeId]) -> Vec<crate::endpoint::engine::HostTransfer> {
+    step.iter()
+        .map(|t| crate::endpoint::engine::HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes })
+        .collect()
+}
+
 /// The steps of one iteration; the transfers of a step run concurrently, and a step starts when
 /// the previous one has completed (for a ring this is the usual synchronous model: step k's
 /// chunk cannot be forwarded before it has arrived).

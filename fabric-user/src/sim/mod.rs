@@ -197,14 +197,7 @@ pub fn predict_member_load(
     let (hosts, steps) = steps_of(&fabric, o)?;
     let mut load = MemberLoad::new(&fabric);
     for (step, times) in &steps {
-        let t: Vec<HostTransfer> = step
-            .iter()
-            .map(|t| HostTransfer {
-                src: hosts[t.src],
-                dst: hosts[t.dst],
-                bytes: t.bytes,
-            })
-            .collect();
+        let t = crate::workload::on_hosts(step, &hosts);
         trace_step(
             &fabric,
             &t,
@@ -273,8 +266,7 @@ pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
         // --hash te` installs it.
         let mut by_key: std::collections::HashMap<(NodeId, NodeId, u16, u32), u64> = Default::default();
         for (step, repeat) in &steps {
-            let t: Vec<HostTransfer> =
-                step.iter().map(|t| HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes }).collect();
+            let t = crate::workload::on_hosts(step, &hosts);
             for f in step_flows(&fabric.plan, &t, &o.endpoint) {
                 *by_key.entry((f.src, f.dst, f.sport, f.dest_qp)).or_default() += f.frame_bytes * *repeat as u64;
             }
@@ -295,14 +287,7 @@ pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
     let mut step_count = 0;
     // Runs of identical steps (a ring's 2(N-1) steps are one) are simulated once.
     for (i, (step, repeat)) in steps.iter().enumerate() {
-        let t: Vec<HostTransfer> = step
-            .iter()
-            .map(|t| HostTransfer {
-                src: hosts[t.src],
-                dst: hosts[t.dst],
-                bytes: t.bytes,
-            })
-            .collect();
+        let t = crate::workload::on_hosts(step, &hosts);
         let (paths, bits, qps) = trace_step(fabric, &t, &o.endpoint, *repeat as u64, &mut load)
             .with_context(|| format!("step {i}"))?;
         qps_per_step = qps_per_step.max(qps);

@@ -289,7 +289,7 @@ pub fn run(state: &State, args: &TraceArgs) -> Result<TraceResult> {
                 ops[o].last_round = Some(ri);
                 ops[o].end_ns = t;
             }
-            accumulate_hosts(&mut host_results, &r.hosts);
+            crate::run::accumulate_hosts(&mut host_results, &r.hosts);
             bar.inc(1);
         }
         // Ops without steps (barriers) end when their last dependency does.
@@ -341,22 +341,6 @@ pub fn run(state: &State, args: &TraceArgs) -> Result<TraceResult> {
     })
 }
 
-fn accumulate_hosts(all: &mut Vec<HostResult>, step: &[HostResult]) {
-    for h in step {
-        let i = match all.iter().position(|a| a.host == h.host) {
-            Some(i) => i,
-            None => {
-                all.push(HostResult { host: h.host.clone(), ..Default::default() });
-                all.len() - 1
-            }
-        };
-        let a = &mut all[i];
-        a.pause_frames_received += h.pause_frames_received;
-        a.paused_ns += h.paused_ns;
-        a.pause_frames_sent += h.pause_frames_sent;
-        a.cts_max_in_flight_bytes = a.cts_max_in_flight_bytes.max(h.cts_max_in_flight_bytes);
-    }
-}
 
 pub fn print(r: &TraceResult) {
     let t = &r.trace;
