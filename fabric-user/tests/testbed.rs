@@ -142,7 +142,10 @@ fn the_switch_agent_follows_its_testbed() {
     let _guard = Teardown(prefix.clone());
     testbed::up(&topology(None, &prefix), true).expect("up");
     let s = testbed::status(&prefix).unwrap();
-    assert!(s.agent_expected && s.agent_running && s.healthy, "{s:?}");
+    let log = || {
+        std::fs::read_to_string(fabric_user::agent::agent_dir(&prefix).join("agent.log")).unwrap_or_default()
+    };
+    assert!(s.agent_expected && s.agent_running && s.healthy, "{s:?}\nagent log:\n{}", log());
     // A crashed agent: the testbed is no longer healthy, and `down` still removes everything.
     let pid = fabric_user::agent::running(&prefix).expect("an agent pid");
     // SAFETY: signalling the agent this test started.

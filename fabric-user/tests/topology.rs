@@ -156,7 +156,7 @@ fn collect_keys(v: &toml::Value, out: &mut Vec<String>) {
 
 #[test]
 fn shipped_files_have_distinct_prefixes_and_names() {
-    let files = ["default.toml", "two-zones.toml", "large.toml", "reference.toml"];
+    let files = ["default.toml", "two-zones.toml", "large.toml", "reference.toml", "rxe-smoke.toml"];
     let topos: Vec<Topology> = files.iter().map(|f| shipped(f).1).collect();
     for (i, a) in topos.iter().enumerate() {
         for b in &topos[i + 1..] {
