@@ -141,6 +141,13 @@ fn the_switch_agent_follows_its_testbed() {
     let prefix = unique_prefix('g', 0);
     let _guard = Teardown(prefix.clone());
     testbed::up(&topology(None, &prefix), true).expect("up");
+    // The agent was spawned by `up`; give a loaded machine a moment before judging.
+    for _ in 0..20 {
+        if fabric_user::agent::running(&prefix).is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let s = testbed::status(&prefix).unwrap();
     let log = || {
         std::fs::read_to_string(fabric_user::agent::agent_dir(&prefix).join("agent.log")).unwrap_or_default()
