@@ -324,7 +324,8 @@ fn switch_agents_send_pfc_that_spreads_from_the_receivers_rack_to_the_spine_and_
     assert_eq!(r.switches.iter().flat_map(|s| &s.ports).flat_map(|p| &p.classes).filter(|c| c.class == 3).map(|c| c.overflow_drops).sum::<u64>(), 0);
     assert!(r.congestion.sent_while_paused > 0);
     // XOFF delays were measured, and the senders never stopped: the watchdog fired.
-    assert!(rtsw.xoff_delay.count >= 3 && rtsw.xoff_delay.median_ns > 0);
+    // (At least the two XOFFs asserted above: the host port's and a spine port's.)
+    assert!(rtsw.xoff_delay.count >= 2 && rtsw.xoff_delay.median_ns > 0, "{:?}", rtsw.xoff_delay);
     assert!(r.congestion.watchdog_storms >= 1, "no PFC storm reported");
 
     // What the sender's NIC received decodes as PFC in tshark: from its RTSW's port, class 3,
