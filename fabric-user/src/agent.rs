@@ -59,6 +59,19 @@ fn pid_path(prefix: &str) -> PathBuf {
     agent_dir(prefix).join("pid")
 }
 
+/// Written by the agent once every switch's ring buffer and sockets are open.
+fn ready_path(prefix: &str) -> PathBuf {
+    agent_dir(prefix).join("ready")
+}
+
+/// The agent's own log (its stdout and stderr).
+pub fn log_path(prefix: &str) -> PathBuf {
+    agent_dir(prefix).join("agent.log")
+}
+
+/// How long `up` waits for the agent to open every switch (a loaded CI runner can be slow).
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Telemetry of one switch, as written by its agent thread.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct SwitchTelemetry {
@@ -161,13 +174,16 @@ fn agent_executable() -> Result<PathBuf> {
     )
 }
 
-/// Starts the testbed's agent in the background (its own session, so it outlives `fabric up`).
+/// Starts the testbed's agent in the background (its own process group, so it outlives
+/// `fabric up`) and returns once it has opened every switch: a testbed that `up` returns is
+/// complete. An agent that exits or never gets ready is an error that quotes its log.
 pub fn spawn(prefix: &str) -> Result<u32> {
     use std::os::unix::process::CommandExt as _;
     let dir = agent_dir(prefix);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let log = std::fs::File::create(dir.join("agent.log"))?;
-    let child = std::process::Command::new(agent_executable()?)
+    let _ = std::fs::remove_file(ready_path(prefix));
+    let log = std::fs::File::create(log_path(prefix))?;
+    let mut child = std::process::Command::new(agent_executable()?)
         .args(["agent", "--prefix", prefix])
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
@@ -176,6 +192,19 @@ pub fn spawn(prefix: &str) -> Result<u32> {
         .spawn()
         .context("starting the switch agent")?;
     std::fs::write(pid_path(prefix), child.id().to_string())?;
+    let log = || std::fs::read_to_string(log_path(prefix)).unwrap_or_default();
+    let start = std::time::Instant::now();
+    while !ready_path(prefix).exists() {
+        if let Some(status) = child.try_wait()? {
+            bail!("the switch agent exited before it was ready ({status}); its log:\n{}", log());
+        }
+        if start.elapsed() > READY_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the switch agent was not ready after {READY_TIMEOUT:?}; its log:\n{}", log());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
     Ok(child.id())
 }
 
@@ -214,27 +243,23 @@ pub fn stop(prefix: &str) -> Result<bool> {
     Ok(true)
 }
 
-/// `fabric agent`: runs until the testbed's state file disappears or a signal stops it.
+/// `fabric agent`: opens every switch, says it is ready, then runs one thread per switch until
+/// the testbed's state file disappears or a signal stops it.
 pub fn run(prefix: &str) -> Result<()> {
     let state = State::load(prefix)?;
     let plan = state.plan;
-    let switches: Vec<NodeId> = plan.switches().collect();
+    let agents = plan
+        .switches()
+        .map(|n| SwitchAgent::new(&plan, n).with_context(|| format!("agent {}", plan.nodes[n].name)))
+        .collect::<Result<Vec<_>>>()?;
+    std::fs::write(ready_path(prefix), b"")?;
     std::thread::scope(|s| {
-        let handles: Vec<_> = switches
-            .iter()
-            .map(|&n| {
-                let plan = &plan;
-                s.spawn(move || {
-                    let r = SwitchAgent::new(plan, n).and_then(|mut a| a.run());
-                    if let Err(e) = &r {
-                        eprintln!("agent {}: {e:#}", plan.nodes[n].name);
-                    }
-                    r
-                })
-            })
-            .collect();
-        for h in handles {
-            let _ = h.join();
+        for mut agent in agents {
+            s.spawn(move || {
+                if let Err(e) = agent.run() {
+                    eprintln!("agent {}: {e:#}", agent.telemetry.node);
+                }
+            });
         }
     });
     Ok(())
@@ -341,7 +366,12 @@ impl<'p> SwitchAgent<'p> {
 
     fn stats(&mut self, port: u32, class: usize) -> &mut PfcPortStats {
         let ifname = self.ifname(port);
-        self.pfc_stats.entry((port, class)).or_insert_with(|| PfcPortStats { port, ifname, class, ..Default::default() })
+        self.pfc_stats.entry((port, class)).or_insert_with(|| PfcPortStats {
+            port,
+            ifname,
+            class,
+            ..Default::default()
+        })
     }
 
     /// Sends a PFC frame for one class out of `port`.

@@ -19,9 +19,14 @@ fn link_tx(state: &State, link: usize) -> u64 {
         .sum()
 }
 
+fn agent_log(prefix: &str) -> String {
+    std::fs::read_to_string(fabric_user::agent::log_path(prefix)).unwrap_or_default()
+}
+
 #[test]
 fn default_testbed_forwards_only_through_xdp_survives_a_link_failure_and_leaves_nothing() {
     netns::require_capabilities().expect("this test needs root");
+    common::use_fabric_binary();
     let before = root_links();
     let prefix = unique_prefix('t', 0);
     let guard = Teardown(prefix.clone());
@@ -30,13 +35,15 @@ fn default_testbed_forwards_only_through_xdp_survives_a_link_failure_and_leaves_
     assert_eq!((up.switches, up.hosts, up.links), (8, 8, 24));
     let err = testbed::up(&topo, true).expect_err("a second up on the same prefix must refuse");
     assert!(format!("{err:#}").contains("already exists"), "{err:#}");
-    assert!(testbed::status(&prefix).unwrap().healthy);
+    let status = testbed::status(&prefix).unwrap();
+    assert!(status.healthy, "{status:?}\nagent log:\n{}", agent_log(&prefix));
 
     let state = State::load(&prefix).unwrap();
     // The kernel cannot forward in switch namespaces: only XDP can.
     for sw in state.plan.switches() {
-        let fwd = netns::in_named(&state.plan.netns(sw), || Ok(std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward")?))
-            .unwrap();
+        let fwd =
+            netns::in_named(&state.plan.netns(sw), || Ok(std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward")?))
+                .unwrap();
         assert_eq!(fwd.trim(), "0", "{} forwards in the kernel", state.plan.nodes[sw].name);
     }
     let pairs = all_reachable(&state);
@@ -85,6 +92,7 @@ fn default_testbed_forwards_only_through_xdp_survives_a_link_failure_and_leaves_
 #[test]
 fn two_zones_and_parallel_links_reach_every_host() {
     netns::require_capabilities().expect("this test needs root");
+    common::use_fabric_binary();
     for (tag, file) in [('z', "two-zones.toml"), ('r', "reference.toml")] {
         let prefix = unique_prefix(tag, 0);
         let _guard = Teardown(prefix.clone());
@@ -141,18 +149,9 @@ fn the_switch_agent_follows_its_testbed() {
     let prefix = unique_prefix('g', 0);
     let _guard = Teardown(prefix.clone());
     testbed::up(&topology(None, &prefix), true).expect("up");
-    // The agent was spawned by `up`; give a loaded machine a moment before judging.
-    for _ in 0..20 {
-        if fabric_user::agent::running(&prefix).is_some() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    // `up` returns once the agent has opened every switch: no grace period.
     let s = testbed::status(&prefix).unwrap();
-    let log = || {
-        std::fs::read_to_string(fabric_user::agent::agent_dir(&prefix).join("agent.log")).unwrap_or_default()
-    };
-    assert!(s.agent_expected && s.agent_running && s.healthy, "{s:?}\nagent log:\n{}", log());
+    assert!(s.agent_expected && s.agent_running && s.healthy, "{s:?}\nagent log:\n{}", agent_log(&prefix));
     // A crashed agent: the testbed is no longer healthy, and `down` still removes everything.
     let pid = fabric_user::agent::running(&prefix).expect("an agent pid");
     // SAFETY: signalling the agent this test started.
