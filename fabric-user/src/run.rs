@@ -333,6 +333,7 @@ pub(crate) fn accumulate_hosts(all: &mut Vec<HostResult>, step: &[HostResult]) {
         a.paused_ns += h.paused_ns;
         a.pause_frames_sent += h.pause_frames_sent;
         a.cts_max_in_flight_bytes = a.cts_max_in_flight_bytes.max(h.cts_max_in_flight_bytes);
+        a.udp_receive_drops += h.udp_receive_drops;
     }
 }
 
@@ -584,6 +585,13 @@ fn print_congestion(r: &RunResult) {
     }
     if let Some(b) = r.cts_bound_bytes {
         println!("  CTS bound: {b} bytes in flight per receiver");
+    }
+    let host_drops: u64 = r.hosts.iter().map(|h| h.udp_receive_drops).sum();
+    if host_drops > 0 {
+        println!(
+            "  hosts' kernels dropped {host_drops} datagrams on full receive sockets (the software endpoints \
+             fell behind: loss outside the fabric, resent by go-back-N)"
+        );
     }
 }
 

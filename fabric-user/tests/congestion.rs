@@ -401,7 +401,12 @@ fn incast_pfc_only_pauses_without_loss_dcqcn_pauses_less_and_cts_stays_under_its
     eprintln!("pfc only: {:?}", none.congestion);
     assert_eq!(none.congestion.overflow_drops, 0, "nothing lossy was sent");
     assert_eq!(lossless_drops(&state), 0);
-    assert_eq!(none.flows.iter().map(|f| f.retransmitted).sum::<u64>(), 0, "lossless: no retransmissions");
+    // Lossless: nothing is resent unless a host's own socket overflowed (a software endpoint
+    // falling behind on a busy runner: loss outside the fabric, which the fabric cannot prevent).
+    let resent: u64 = none.flows.iter().map(|f| f.retransmitted).sum();
+    let host_drops: u64 = none.hosts.iter().map(|h| h.udp_receive_drops).sum();
+    eprintln!("pfc only: {resent} packets resent, {host_drops} datagrams dropped by hosts' sockets");
+    assert!(resent == 0 || host_drops > 0, "lossless: {resent} packets resent, yet no host dropped any");
     assert!(none.congestion.ecn_marked > 0);
 
     // DCQCN: CE marks become CNPs, senders slow down, and the fabric pauses less.

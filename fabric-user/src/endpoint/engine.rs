@@ -106,6 +106,20 @@ pub struct HostResult {
     /// CTS: the most bytes granted to senders and not yet received at once (bounded by
     /// `cts_channels x cts_buffer_bytes`).
     pub cts_max_in_flight_bytes: u64,
+    /// Datagrams the host's kernel dropped during the step because a receive socket's buffer was
+    /// full (`Udp: RcvbufErrors`): the software endpoint fell behind, which a NIC does not. Loss
+    /// the fabric did not cause; it explains retransmissions in a lossless class.
+    pub udp_receive_drops: u64,
+}
+
+/// `Udp: RcvbufErrors` of the calling thread's network namespace.
+fn udp_rcvbuf_errors() -> Result<u64> {
+    // thread-self: this thread entered the host's namespace; /proc/self would show the process's.
+    let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").context("reading /proc/thread-self/net/snmp")?;
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (udp.next().context("no Udp: header")?, udp.next().context("no Udp: values")?);
+    let at = names.split_whitespace().position(|n| n == "RcvbufErrors").context("no RcvbufErrors")?;
+    values.split_whitespace().nth(at).and_then(|v| v.parse().ok()).context("bad RcvbufErrors value")
 }
 
 /// What happened in one step.
@@ -491,6 +505,7 @@ fn host_loop(cx: &HostContext<'_>) -> Result<()> {
     let ifname = &plan.nodes[host].ports[0].ifname;
     let mac = plan.nodes[host].ports[0].mac;
     let socks = HostSockets::new(me, tos, ifname, sports);
+    let rcvbuf_errors_before = udp_rcvbuf_errors()?;
     cx.ready.wait();
     let socks = socks?;
     let mut bufs = Box::new([[0u8; 4096]; socket::BATCH]);
@@ -733,6 +748,7 @@ fn host_loop(cx: &HostContext<'_>) -> Result<()> {
         paused_ns: pause.paused_ns(data_class, end),
         pause_frames_sent,
         cts_max_in_flight_bytes: cts_rx.as_ref().map_or(0, CtsReceiver::max_in_flight_bytes),
+        udp_receive_drops: udp_rcvbuf_errors()?.saturating_sub(rcvbuf_errors_before),
     });
     Ok(())
 }

@@ -49,12 +49,13 @@ pub fn roce_socket_with_tos(addr: SocketAddrV4, tos: u8) -> Result<UdpSocket> {
     anyhow::ensure!(rc == 0, "SO_NO_CHECK: {}", std::io::Error::last_os_error());
     set_int(&s, libc::IPPROTO_IP, libc::IP_TOS, libc::c_int::from(tos)).context("IP_TOS")?;
     set_int(&s, libc::IPPROTO_IP, libc::IP_RECVTOS, 1).context("IP_RECVTOS")?;
-    // Room for bursts: the default socket buffers drop under a few QPs at rate.
-    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+    // Room for bursts: the default socket buffers drop under a few QPs at rate. The plain
+    // options are capped by net.core.{w,r}mem_max (about 200 KiB); the FORCE ones (we hold
+    // CAP_NET_ADMIN) are not, and do not change a sysctl of the machine.
+    for (force, plain) in [(libc::SO_SNDBUFFORCE, libc::SO_SNDBUF), (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)] {
         let size: libc::c_int = 4 << 20;
-        // SAFETY: as above.
-        unsafe {
-            libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, opt, (&size as *const libc::c_int).cast(), 4);
+        if set_int(&s, libc::SOL_SOCKET, force, size).is_err() {
+            let _ = set_int(&s, libc::SOL_SOCKET, plain, size);
         }
     }
     Ok(s)
