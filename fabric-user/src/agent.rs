@@ -192,16 +192,16 @@ pub fn spawn(prefix: &str) -> Result<u32> {
         .spawn()
         .context("starting the switch agent")?;
     std::fs::write(pid_path(prefix), child.id().to_string())?;
-    let log = || std::fs::read_to_string(log_path(prefix)).unwrap_or_default();
+    let log_text = || std::fs::read_to_string(log_path(prefix)).unwrap_or_default();
     let start = std::time::Instant::now();
     while !ready_path(prefix).exists() {
         if let Some(status) = child.try_wait()? {
-            bail!("the switch agent exited before it was ready ({status}); its log:\n{}", log());
+            bail!("the switch agent exited before it was ready ({status}); its log:\n{}", log_text());
         }
         if start.elapsed() > READY_TIMEOUT {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("the switch agent was not ready after {READY_TIMEOUT:?}; its log:\n{}", log());
+            bail!("the switch agent was not ready after {READY_TIMEOUT:?}; its log:\n{}", log_text());
         }
         std::thread::sleep(Duration::from_millis(10));
     }

@@ -693,37 +693,38 @@ pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
     ];
     // The same fabric with a collective from our verbs program, when it is built.
     let mut checks = checks;
-    let allreduce_result = match verbs_program() {
-        _ if !with_allreduce => {
-            println!("  (verbs AllReduce not requested: `fabric rxe smoke --allreduce`)");
-            None
-        }
-        Ok(_) => {
-            let ar = AllreduceSpec {
-                message: "256Ki".into(),
-                iterations: 2,
-                qps: 2,
-                tclass: 106,
-                qp_timeout: 18,
-                port_base: 19000,
-            };
-            let r = allreduce(&state, &layout, &ar);
-            match &r {
-                Ok(v) => {
-                    print_allreduce(v);
-                    checks.push(("verbs ring AllReduce: sums verified".into(), v["verified"] == true));
-                    checks.push((
-                        format!("verbs ring AllReduce: rxe error counters zero ({})", v["rxe_errors"]),
-                        v["rxe_errors"].as_array().is_some_and(|a| a.is_empty()),
-                    ));
+    let allreduce_result = if !with_allreduce {
+        println!("  (verbs AllReduce not requested: `fabric rxe smoke --allreduce`)");
+        None
+    } else {
+        match verbs_program() {
+            Ok(_) => {
+                let ar = AllreduceSpec {
+                    message: "256Ki".into(),
+                    iterations: 2,
+                    qps: 2,
+                    tclass: 106,
+                    qp_timeout: 18,
+                    port_base: 19000,
+                };
+                let r = allreduce(&state, &layout, &ar);
+                match &r {
+                    Ok(v) => {
+                        print_allreduce(v);
+                        checks.push(("verbs ring AllReduce: sums verified".into(), v["verified"] == true));
+                        checks.push((
+                            format!("verbs ring AllReduce: rxe error counters zero ({})", v["rxe_errors"]),
+                            v["rxe_errors"].as_array().is_some_and(|a| a.is_empty()),
+                        ));
+                    }
+                    Err(e) => checks.push((format!("verbs ring AllReduce ran: {e:#}"), false)),
                 }
-                Err(e) => checks.push((format!("verbs ring AllReduce ran: {e:#}"), false)),
+                r.ok()
             }
-            r.ok()
-        }
-        Err(e) => {
-            println!("  (no verbs AllReduce: {e:#})");
-            None
+            Err(e) => {
+                println!("  (no verbs AllReduce: {e:#})");
+                None
+            }
         }
     };
     let passed = checks.iter().all(|c| c.1);

@@ -341,7 +341,6 @@ pub fn run(state: &State, args: &TraceArgs) -> Result<TraceResult> {
     })
 }
 
-
 pub fn print(r: &TraceResult) {
     let t = &r.trace;
     println!(
