@@ -1,6 +1,8 @@
 //! `fabric analyze`: a real rxe capture and crafted ones (VLAN, IPv6, snap-length cuts, ARP,
 //! TCP, fragments, malformed frames, Linux cooked capture, pcapng with several link types), and
 //! the prediction against `select_member` and against `fabric sim`. No root needed.
+mod common;
+
 use std::{borrow::Cow, collections::BTreeMap, path::PathBuf, time::Duration};
 
 use fabric_common::{
@@ -25,10 +27,6 @@ use pcap_file::{
         blocks::{enhanced_packet::EnhancedPacketBlock, interface_description::InterfaceDescriptionBlock},
     },
 };
-
-fn rxe_capture() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/rxe-rc-mixed.pcap"))
-}
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("fabric-analyze-{}", std::process::id()));
@@ -216,7 +214,7 @@ fn ip_of(p: &fabric_common::parse::ParsedPacket) -> (std::net::IpAddr, std::net:
 
 #[test]
 fn the_rxe_capture() {
-    let path = rxe_capture();
+    let path = common::rxe_capture();
     let r = analyze_file(&path, &group(4, 0)).unwrap();
     assert_eq!((r.format.as_str(), r.frames, r.roce_packets), ("pcap", 110, 110));
     assert_eq!(r.roce_bytes, r.captured_bytes);
@@ -358,7 +356,7 @@ fn pcapng_with_several_interfaces_and_link_types() {
 fn json_report_and_chart() {
     let dir = tmp("out");
     let args = AnalyzeArgs {
-        capture: rxe_capture(),
+        capture: common::rxe_capture(),
         uplinks: Some(4),
         seed: Some(0x1234),
         hash: vec!["eecmp".into(), "five-tuple".into()],
@@ -378,7 +376,7 @@ fn json_report_and_chart() {
     assert_eq!(v["qps"][0]["members"].as_object().unwrap().len(), 2);
     assert!(std::fs::read_to_string(dir.join("a.svg")).unwrap().contains("<svg"));
     assert_eq!(&std::fs::read(dir.join("a.png")).unwrap()[1..4], b"PNG");
-    let text = fabric_user::analyze::report::render(&analyze_file(&rxe_capture(), &group(4, 0)).unwrap(), true);
+    let text = fabric_user::analyze::report::render(&analyze_file(&common::rxe_capture(), &group(4, 0)).unwrap(), true);
     assert!(text.contains("RoCEv2: 110 packets") && text.contains("skipped: none"), "{text}");
 }
 

@@ -1,9 +1,11 @@
 //! The RoCE endpoint's packets checked against references that are not ours: the frames Linux
 //! rxe put on the wire (bytes and ICRC), the switch's own parser, and tshark's InfiniBand
 //! dissector.
+mod common;
+
 use std::{
     net::Ipv4Addr,
-    path::{Path, PathBuf},
+    path::Path,
     process::Command,
     time::Duration,
 };
@@ -21,12 +23,6 @@ use fabric_user::{
 };
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 
-fn capture_path() -> PathBuf {
-    // A copy of shared/captures/rxe-rc-mixed.pcap, kept in the repository (tests/data/).
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/rxe-rc-mixed.pcap"));
-    assert!(p.exists(), "the rxe capture {} is missing", p.display());
-    p
-}
 
 /// What the ICRC needs from a captured frame, read with etherparse.
 struct CapturedRoce {
@@ -58,7 +54,7 @@ fn captured_roce(frame: &[u8]) -> CapturedRoce {
 /// identification, flags and UDP source port, read little-endian.
 #[test]
 fn icrc_reproduces_every_frame_of_the_rxe_capture() {
-    let frames = capture::read_pcap(&capture_path()).unwrap();
+    let frames = capture::read_pcap(&common::rxe_capture()).unwrap();
     assert!(frames.len() >= 100);
     for (n, frame) in frames.iter().enumerate() {
         let c = captured_roce(frame);
@@ -77,7 +73,7 @@ fn icrc_reproduces_every_frame_of_the_rxe_capture() {
 /// SEND and READ frames are refused by name.
 #[test]
 fn rxe_write_and_ack_frames_parse_and_emit_back_identically() {
-    let frames = capture::read_pcap(&capture_path()).unwrap();
+    let frames = capture::read_pcap(&common::rxe_capture()).unwrap();
     let (mut writes, mut acks, mut refused) = (0, 0, 0);
     for (n, frame) in frames.iter().enumerate() {
         let c = captured_roce(frame);

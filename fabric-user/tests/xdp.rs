@@ -1,7 +1,7 @@
 //! The compiled switch program under BPF_PROG_TEST_RUN: crafted frames in, action, rewritten
 //! frame and counters out. Each test builds its own switch in a private network namespace, with
 //! maps written by the controller's own code (`fabric_user::dataplane`). Needs root.
-use std::path::PathBuf;
+mod common;
 
 use aya::programs::TestRunResult;
 use etherparse::{NetHeaders, PacketHeaders};
@@ -287,19 +287,13 @@ fn counters_add_up_to_the_packets_fed() {
     });
 }
 
-fn capture_path() -> PathBuf {
-    // A copy of shared/captures/rxe-rc-mixed.pcap, kept in the repository (tests/data/).
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/rxe-rc-mixed.pcap"));
-    assert!(p.exists(), "the rxe capture {} is missing", p.display());
-    p
-}
 
 /// Every frame written by the kernel's rxe goes through the XDP program: it is recognised as
 /// RoCE, forwarded to the uplink that E-ECMP over tshark's destination QP predicts, and its
 /// ICRC still verifies after the TTL rewrite (TTL is a masked field).
 #[test]
 fn rxe_capture_frames_forward_by_the_qp_tshark_decodes() {
-    let path = capture_path();
+    let path = common::rxe_capture();
     let frames = capture::read_pcap(&path).unwrap();
     let decoded = capture::tshark_bth(&path).unwrap();
     assert_eq!(frames.len(), decoded.len());
