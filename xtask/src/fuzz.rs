@@ -168,7 +168,7 @@ fn cargo_fuzz(did: &mut Vec<String>) -> Result<()> {
 
 /// Rewrites fabric-common/fuzz/corpus/ with the seed generator (examples/seeds.rs).
 fn generate_seeds() -> Result<()> {
-    let pcap = workspace_root().join("../shared/captures/rxe-rc-mixed.pcap");
+    let pcap = workspace_root().join("fabric-user/tests/data/rxe-rc-mixed.pcap");
     if !pcap.exists() {
         bail!("the seed corpus is made from the rxe capture {}, which is missing", pcap.display());
     }

@@ -209,11 +209,9 @@ pub fn roce_pkt(src: u32, dst: u32, sport: u16, dest_qp: u32) -> ParsedPacket {
     )
 }
 
-/// Where the shared rxe capture lives: the repository is /work/main, shared/ is /work/shared.
-pub const CAPTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/captures/rxe-rc-mixed.pcap"
-);
+/// The rxe capture: the repository's copy of shared/captures/rxe-rc-mixed.pcap (so that a clone
+/// anywhere runs these tests).
+pub const CAPTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fabric-user/tests/data/rxe-rc-mixed.pcap");
 
 /// Every frame of the shared rxe capture. Panics (never skips) when the file is missing.
 pub fn capture_frames() -> Vec<Vec<u8>> {
