@@ -90,8 +90,7 @@ pub enum PassReason {
 
 impl PassReason {
     pub const COUNT: usize = 4;
-    pub const ALL: [PassReason; Self::COUNT] =
-        [Self::NotIp, Self::Local, Self::TtlExpired, Self::OtherHost];
+    pub const ALL: [PassReason; Self::COUNT] = [Self::NotIp, Self::Local, Self::TtlExpired, Self::OtherHost];
 
     pub const fn as_str(self) -> &'static str {
         match self {

@@ -112,10 +112,7 @@ impl FlowKey {
         let sp = self.src_port.to_be_bytes();
         let dp = self.dst_port.to_be_bytes();
         let q = self.dest_qp.to_be_bytes();
-        [
-            s[0], s[1], s[2], s[3], d[0], d[1], d[2], d[3], self.protocol, sp[0], sp[1], dp[0], dp[1],
-            q[1], q[2], q[3],
-        ]
+        [s[0], s[1], s[2], s[3], d[0], d[1], d[2], d[3], self.protocol, sp[0], sp[1], dp[0], dp[1], q[1], q[2], q[3]]
     }
 
     /// The key `mode` hashes for `pkt`. Packets without ports (non-UDP, later fragments) hash on

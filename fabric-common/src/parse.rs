@@ -83,22 +83,13 @@ use ParseError::Malformed;
 /// Parses a frame. See the module docs for what is checked.
 #[inline(always)]
 pub fn parse_packet<P: PacketBytes + ?Sized>(p: &P) -> Result<ParsedPacket, ParseError> {
-    let dst_mac = *p
-        .bytes::<6>(ethernet::DST.start)
-        .ok_or(Malformed(DropReason::TruncatedEthernet))?;
-    let mut ethertype = p
-        .u16_at(ethernet::ETHERTYPE.start)
-        .ok_or(Malformed(DropReason::TruncatedEthernet))?;
+    let dst_mac = *p.bytes::<6>(ethernet::DST.start).ok_or(Malformed(DropReason::TruncatedEthernet))?;
+    let mut ethertype = p.u16_at(ethernet::ETHERTYPE.start).ok_or(Malformed(DropReason::TruncatedEthernet))?;
     let mut l3_offset = ethernet::HEADER_LEN;
     let mut vlan_tci = None;
     if ethertype == ethernet::ETHERTYPE_VLAN {
-        vlan_tci = Some(
-            p.u16_at(ethernet::VLAN_TCI.start)
-                .ok_or(Malformed(DropReason::TruncatedVlan))?,
-        );
-        ethertype = p
-            .u16_at(ethernet::VLAN_TCI.end)
-            .ok_or(Malformed(DropReason::TruncatedVlan))?;
+        vlan_tci = Some(p.u16_at(ethernet::VLAN_TCI.start).ok_or(Malformed(DropReason::TruncatedVlan))?);
+        ethertype = p.u16_at(ethernet::VLAN_TCI.end).ok_or(Malformed(DropReason::TruncatedVlan))?;
         l3_offset += ethernet::VLAN_TAG_LEN;
     }
 
@@ -111,9 +102,7 @@ pub fn parse_packet<P: PacketBytes + ?Sized>(p: &P) -> Result<ParsedPacket, Pars
     let mut ports = None;
     let mut bth = None;
     if protocol == ipv4::PROTO_UDP && fragment != Fragment::Later {
-        let hdr = p
-            .bytes::<{ udp::HEADER_LEN }>(l4_offset)
-            .ok_or(Malformed(DropReason::TruncatedUdp))?;
+        let hdr = p.bytes::<{ udp::HEADER_LEN }>(l4_offset).ok_or(Malformed(DropReason::TruncatedUdp))?;
         // Headers must lie inside the IP datagram, not in the Ethernet padding after it (a first
         // fragment skips the UDP length check below, so this is its only guard).
         let ip_payload = l3_len - (l4_offset - l3_offset);
@@ -155,13 +144,8 @@ enum Fragment {
 
 /// Returns the header, protocol, L4 offset, IP length (header + payload) and the fragment kind.
 #[inline(always)]
-fn parse_ipv4<P: PacketBytes + ?Sized>(
-    p: &P,
-    l3: usize,
-) -> Result<(IpHeader, u8, usize, usize, Fragment), ParseError> {
-    let hdr = p
-        .bytes::<{ ipv4::MIN_HEADER_LEN }>(l3)
-        .ok_or(Malformed(DropReason::TruncatedIpv4))?;
+fn parse_ipv4<P: PacketBytes + ?Sized>(p: &P, l3: usize) -> Result<(IpHeader, u8, usize, usize, Fragment), ParseError> {
+    let hdr = p.bytes::<{ ipv4::MIN_HEADER_LEN }>(l3).ok_or(Malformed(DropReason::TruncatedIpv4))?;
     let ver_ihl = hdr[ipv4::VER_IHL];
     // At most 15 * 4 = 60 bytes: a bound the verifier can see.
     let header_len = ((ver_ihl & 0x0F) as usize) * 4;
@@ -196,13 +180,8 @@ fn parse_ipv4<P: PacketBytes + ?Sized>(
 }
 
 #[inline(always)]
-fn parse_ipv6<P: PacketBytes + ?Sized>(
-    p: &P,
-    l3: usize,
-) -> Result<(IpHeader, u8, usize, usize, Fragment), ParseError> {
-    let hdr = p
-        .bytes::<{ ipv6::HEADER_LEN }>(l3)
-        .ok_or(Malformed(DropReason::TruncatedIpv6))?;
+fn parse_ipv6<P: PacketBytes + ?Sized>(p: &P, l3: usize) -> Result<(IpHeader, u8, usize, usize, Fragment), ParseError> {
+    let hdr = p.bytes::<{ ipv6::HEADER_LEN }>(l3).ok_or(Malformed(DropReason::TruncatedIpv6))?;
     if hdr[0] >> 4 != 6 {
         return Err(Malformed(DropReason::BadIpv6Header));
     }
@@ -223,9 +202,7 @@ fn parse_ipv6<P: PacketBytes + ?Sized>(
 
 #[inline(always)]
 fn parse_bth<P: PacketBytes + ?Sized>(p: &P, offset: usize) -> Result<Bth, ParseError> {
-    let hdr = p
-        .bytes::<{ bth::HEADER_LEN }>(offset)
-        .ok_or(Malformed(DropReason::TruncatedBth))?;
+    let hdr = p.bytes::<{ bth::HEADER_LEN }>(offset).ok_or(Malformed(DropReason::TruncatedBth))?;
     Ok(Bth {
         opcode: hdr[bth::OPCODE],
         solicited: hdr[bth::FLAGS] & bth::FLAG_SOLICITED != 0,

@@ -209,12 +209,24 @@ mod tests {
     fn only_ect_packets_are_marked() {
         let c = cfg();
         // Above Kmax every ECT packet is marked, and no other.
-        assert_eq!(c.verdict(26 << 2 | 0b10, 60_000, 100_000, 0), Verdict::Forward { mark: true, over_headroom: false });
-        assert_eq!(c.verdict(26 << 2 | 0b01, 60_000, 100_000, 0), Verdict::Forward { mark: true, over_headroom: false });
+        assert_eq!(
+            c.verdict(26 << 2 | 0b10, 60_000, 100_000, 0),
+            Verdict::Forward { mark: true, over_headroom: false }
+        );
+        assert_eq!(
+            c.verdict(26 << 2 | 0b01, 60_000, 100_000, 0),
+            Verdict::Forward { mark: true, over_headroom: false }
+        );
         assert_eq!(c.verdict(26 << 2, 60_000, 100_000, 0), Verdict::Forward { mark: false, over_headroom: false });
-        assert_eq!(c.verdict(26 << 2 | 0b11, 60_000, 100_000, 0), Verdict::Forward { mark: false, over_headroom: false });
+        assert_eq!(
+            c.verdict(26 << 2 | 0b11, 60_000, 100_000, 0),
+            Verdict::Forward { mark: false, over_headroom: false }
+        );
         // Below Kmin none is.
-        assert_eq!(c.verdict(26 << 2 | 0b10, 9_000, 100_000, 0), Verdict::Forward { mark: false, over_headroom: false });
+        assert_eq!(
+            c.verdict(26 << 2 | 0b10, 9_000, 100_000, 0),
+            Verdict::Forward { mark: false, over_headroom: false }
+        );
     }
 
     #[test]

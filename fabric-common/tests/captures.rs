@@ -49,36 +49,21 @@ fn tshark_rows() -> Vec<TsharkRow> {
         "infiniband.bth.p_key",
     ];
     let mut cmd = Command::new(TSHARK);
-    cmd.args([
-        "-r",
-        CAPTURE,
-        "-d",
-        "udp.port==4791,infiniband",
-        "-T",
-        "fields",
-    ]);
+    cmd.args(["-r", CAPTURE, "-d", "udp.port==4791,infiniband", "-T", "fields"]);
     for f in fields {
         cmd.args(["-e", f]);
     }
     let out = cmd.output().unwrap_or_else(|e| {
         panic!("cannot run {TSHARK} ({e}): this test needs tshark; install it with `apt-get install tshark`")
     });
-    assert!(
-        out.status.success(),
-        "tshark failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "tshark failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).expect("tshark output is not UTF-8");
     stdout
         .lines()
         .map(|line| {
             let cols: Vec<&str> = line.split('\t').collect();
             assert_eq!(cols.len(), fields.len(), "unexpected tshark row {line:?}");
-            assert!(
-                cols.iter().all(|c| !c.is_empty() && !c.contains(',')),
-                "frame without exactly one BTH: {line:?}"
-            );
+            assert!(cols.iter().all(|c| !c.is_empty() && !c.contains(',')), "frame without exactly one BTH: {line:?}");
             TsharkRow {
                 frame_number: int(cols[0]) as usize,
                 opcode: int(cols[1]) as u8,
@@ -102,23 +87,14 @@ fn capture_parses_like_tshark() {
     for (i, (frame, row)) in frames.iter().zip(&rows).enumerate() {
         assert_eq!(row.frame_number, i + 1, "tshark rows out of order");
         let p = parse_packet(&frame[..]).unwrap_or_else(|e| panic!("frame {}: {e:?}", i + 1));
-        assert!(
-            matches!(p.ip, IpHeader::V4 { .. }),
-            "frame {}: IPv4 expected",
-            i + 1
-        );
+        assert!(matches!(p.ip, IpHeader::V4 { .. }), "frame {}: IPv4 expected", i + 1);
         assert_eq!(p.ports.map(|(_, d)| d), Some(ROCE_PORT), "frame {}", i + 1);
         let bth = p.bth.unwrap_or_else(|| panic!("frame {}: no BTH", i + 1));
         assert_eq!(bth.opcode, row.opcode, "frame {}: opcode", i + 1);
         assert_eq!(bth.dest_qp, row.dest_qp, "frame {}: dest QP", i + 1);
         assert_eq!(bth.psn, row.psn, "frame {}: PSN", i + 1);
         assert_eq!(bth.solicited, row.solicited, "frame {}: solicited", i + 1);
-        assert_eq!(
-            bth.ack_request,
-            row.ack_request,
-            "frame {}: ack request",
-            i + 1
-        );
+        assert_eq!(bth.ack_request, row.ack_request, "frame {}: ack request", i + 1);
         assert_eq!(bth.pkey, row.pkey, "frame {}: P_Key", i + 1);
     }
 }

@@ -6,8 +6,8 @@ use fabric_common::checksum::{internet_checksum, ipv4_ttl_decrement, update_word
 
 /// The IPv4 header of the Wikipedia "IPv4 header checksum" example, checksum field zeroed.
 const WIKI_HEADER: [u8; 20] = [
-    0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01,
-    0xc0, 0xa8, 0x00, 0xc7,
+    0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8, 0x00,
+    0xc7,
 ];
 
 fn with_checksum(mut h: [u8; 20]) -> [u8; 20] {
@@ -34,16 +34,10 @@ fn known_ipv4_header() {
 #[test]
 fn rfc1071_example_and_odd_lengths() {
     // RFC 1071 section 3: the bytes 00 01 f2 03 f4 f5 f6 f7 sum to ddf2.
-    assert_eq!(
-        internet_checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]),
-        !0xddf2
-    );
+    assert_eq!(internet_checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]), !0xddf2);
     // An odd trailing byte is the high byte of a zero-padded word.
     assert_eq!(internet_checksum(&[0x01]), !0x0100);
-    assert_eq!(
-        internet_checksum(&[0x12, 0x34, 0x56]),
-        !(0x1234u16 + 0x5600)
-    );
+    assert_eq!(internet_checksum(&[0x12, 0x34, 0x56]), !(0x1234u16 + 0x5600));
     // End-around carry: 0xFFFF + 0x0002 = 0x1_0001 -> 0x0002.
     assert_eq!(internet_checksum(&[0xFF, 0xFF, 0x00, 0x02]), !0x0002);
     assert_eq!(internet_checksum(&[]), 0xFFFF);
@@ -61,11 +55,7 @@ fn checksum_of_etherparse_headers_verifies() {
 /// A few IPv4 headers: the Wikipedia one, etherparse's, and random ones (version/IHL kept).
 fn sample_headers() -> Vec<[u8; 20]> {
     let mut v = vec![WIKI_HEADER];
-    v.push(
-        udp_v4(0xC000, ROCE_PORT, 64, &[0; 40])[14..34]
-            .try_into()
-            .unwrap(),
-    );
+    v.push(udp_v4(0xC000, ROCE_PORT, 64, &[0; 40])[14..34].try_into().unwrap());
     let mut rng = Rng::new(21);
     for _ in 0..30 {
         let mut h = [0u8; 20];
@@ -116,11 +106,7 @@ fn update_word_matches_full_recompute() {
     // Words that stress the ones'-complement arithmetic, mixed with random ones.
     let special = [0x0000u16, 0x0001, 0x7FFF, 0x8000, 0xFFFE, 0xFFFF];
     let pick = |rng: &mut Rng| {
-        if rng.below(4) == 0 {
-            special[rng.below(special.len() as u64) as usize]
-        } else {
-            rng.next_u16()
-        }
+        if rng.below(4) == 0 { special[rng.below(special.len() as u64) as usize] } else { rng.next_u16() }
     };
     for _ in 0..100_000 {
         let len = 2 * (2 + rng.below(30) as usize); // 4..=62 bytes
@@ -139,11 +125,7 @@ fn update_word_matches_full_recompute() {
         if data.iter().all(|&b| b == 0) {
             continue;
         }
-        assert_eq!(
-            update_word(ck, old, new),
-            internet_checksum(&data),
-            "old {old:#06x} new {new:#06x}"
-        );
+        assert_eq!(update_word(ck, old, new), internet_checksum(&data), "old {old:#06x} new {new:#06x}");
     }
 }
 

@@ -10,11 +10,7 @@ fn drop_reasons_are_indexed_by_discriminant() {
         assert_eq!(*r as usize, i, "{r:?}");
     }
     let names: HashSet<_> = DropReason::ALL.iter().map(|r| r.as_str()).collect();
-    assert_eq!(
-        names.len(),
-        DropReason::COUNT,
-        "drop reason names must be distinct"
-    );
+    assert_eq!(names.len(), DropReason::COUNT, "drop reason names must be distinct");
     assert_eq!(DropReason::TruncatedBth.as_str(), "truncated_bth");
 }
 
@@ -62,19 +58,7 @@ fn port_counters_accumulate_every_field() {
     assert_eq!(total.total_drops(), drops);
     assert_eq!(total.total_passes(), passes);
 
-    let mut m = MemberCounters {
-        packets: 1,
-        bytes: 100,
-    };
-    m.accumulate(&MemberCounters {
-        packets: 2,
-        bytes: 50,
-    });
-    assert_eq!(
-        m,
-        MemberCounters {
-            packets: 3,
-            bytes: 150
-        }
-    );
+    let mut m = MemberCounters { packets: 1, bytes: 100 };
+    m.accumulate(&MemberCounters { packets: 2, bytes: 50 });
+    assert_eq!(m, MemberCounters { packets: 3, bytes: 150 });
 }

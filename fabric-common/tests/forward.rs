@@ -8,10 +8,8 @@ use fabric_common::counters::{DropReason, PassReason};
 use fabric_common::forward::{Decision, ForwardingTables, decide, verifier_mask};
 use fabric_common::hash::select_member;
 use fabric_common::parse::{IpHeader, ParsedPacket};
+use fabric_common::route::{EcmpGroup, GroupMember, MAX_GROUP_MEMBERS, ROUTE_LOCAL, RouteTarget, TooManyMembers};
 use fabric_common::te::{TeEntry, TeKey, te_key};
-use fabric_common::route::{
-    EcmpGroup, GroupMember, MAX_GROUP_MEMBERS, ROUTE_LOCAL, RouteTarget, TooManyMembers,
-};
 
 /// The receiving port's MAC: the test packets are addressed to it (common::DST_MAC).
 const PORT_MAC: [u8; 6] = DST_MAC;
@@ -21,12 +19,7 @@ fn port() -> PortInfo {
 }
 
 fn cfg(mode: HashMode) -> SwitchConfig {
-    SwitchConfig {
-        hash_mode: mode as u32,
-        seed: 0xC0FF_EE00,
-        pin_shift: 0,
-        _reserved: 0,
-    }
+    SwitchConfig { hash_mode: mode as u32, seed: 0xC0FF_EE00, pin_shift: 0, _reserved: 0 }
 }
 
 /// Routing tables as plain vectors, with the same semantics as the kernel's LPM trie: the
@@ -47,10 +40,7 @@ fn prefix_matches(addr: &[u8], prefix: &[u8], len: u8) -> bool {
     })
 }
 
-fn longest_match<const N: usize>(
-    routes: &[([u8; N], u8, RouteTarget)],
-    dst: &[u8; N],
-) -> Option<RouteTarget> {
+fn longest_match<const N: usize>(routes: &[([u8; N], u8, RouteTarget)], dst: &[u8; N]) -> Option<RouteTarget> {
     routes
         .iter()
         .filter(|(prefix, len, _)| prefix_matches(dst, prefix, *len))
@@ -68,10 +58,7 @@ impl ForwardingTables for Tables {
     }
 
     fn group(&self, id: u32) -> Option<&EcmpGroup> {
-        self.groups
-            .iter()
-            .find(|(gid, _)| *gid == id)
-            .map(|(_, g)| g)
+        self.groups.iter().find(|(gid, _)| *gid == id).map(|(_, g)| g)
     }
 
     fn te_entry(&self, key: &TeKey) -> Option<TeEntry> {
@@ -94,11 +81,7 @@ fn group(g: u32, n: u32) -> EcmpGroup {
     let members: Vec<_> = (0..n).map(|i| member(g, i)).collect();
     let mut grp = EcmpGroup::from_members(&members).unwrap();
     for slot in &mut grp.members[n as usize..] {
-        *slot = GroupMember {
-            port: 0xDEAD,
-            dst_mac: [0xFF; 6],
-            src_mac: [0xFF; 6],
-        };
+        *slot = GroupMember { port: 0xDEAD, dst_mac: [0xFF; 6], src_mac: [0xFF; 6] };
     }
     grp
 }
@@ -116,12 +99,7 @@ fn tables() -> Tables {
             ([10, 0, 0, 0], 8, 1),
         ],
         v6: vec![([0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 8, 5)],
-        groups: vec![
-            (1, group(1, 4)),
-            (2, group(2, 5)),
-            (3, EcmpGroup::default()),
-            (5, group(5, 3)),
-        ],
+        groups: vec![(1, group(1, 4)), (2, group(2, 5)), (3, EcmpGroup::default()), (5, group(5, 3))],
         te: Vec::new(),
     }
 }
@@ -140,12 +118,7 @@ fn with_ttl(mut p: ParsedPacket, new_ttl: u8) -> ParsedPacket {
 
 fn v6_to(dst: [u8; 16]) -> ParsedPacket {
     let mut p = to([0; 4]);
-    p.ip = IpHeader::V6 {
-        src: V6_SRC,
-        dst,
-        hop_limit: 64,
-        traffic_class: 0,
-    };
+    p.ip = IpHeader::V6 { src: V6_SRC, dst, hop_limit: 64, traffic_class: 0 };
     p
 }
 
@@ -162,10 +135,7 @@ fn test_tables_do_longest_prefix_match() {
     assert_eq!(t.route_v4(&[192, 168, 0, 1]), None);
     assert!(prefix_matches(&[0b1010_1111], &[0b1010_0000], 4));
     assert!(!prefix_matches(&[0b1011_0000], &[0b1010_0000], 4));
-    assert!(
-        prefix_matches(&[1, 2, 3, 4], &[9, 9, 9, 9], 0),
-        "/0 matches everything"
-    );
+    assert!(prefix_matches(&[1, 2, 3, 4], &[9, 9, 9, 9], 0), "/0 matches everything");
     assert_eq!(t.route_v6(&V6_DST), Some(5));
     assert_eq!(t.route_v6(&[0xfe; 16]), None);
 }
@@ -173,21 +143,12 @@ fn test_tables_do_longest_prefix_match() {
 #[test]
 fn group_mac_goes_to_the_kernel() {
     let t = tables();
-    for mac in [
-        [0xFF; 6],
-        [0x01, 0x00, 0x5E, 0x00, 0x00, 0x01],
-        [0x33, 0x33, 0, 0, 0, 1],
-        [0x03, 0, 0, 0, 0, 0],
-    ] {
+    for mac in [[0xFF; 6], [0x01, 0x00, 0x5E, 0x00, 0x00, 0x01], [0x33, 0x33, 0, 0, 0, 1], [0x03, 0, 0, 0, 0, 0]] {
         // Routable and with TTL 1 as well: the group address is checked first.
         for ttl in [1, 64] {
             let mut p = with_ttl(to([10, 2, 0, 1]), ttl);
             p.dst_mac = mac;
-            assert_eq!(
-                decide(&t, &cfg(HashMode::Eecmp), &port(), &p),
-                Decision::Pass(PassReason::Local),
-                "{mac:02x?}"
-            );
+            assert_eq!(decide(&t, &cfg(HashMode::Eecmp), &port(), &p), Decision::Pass(PassReason::Local), "{mac:02x?}");
         }
     }
 }
@@ -195,17 +156,10 @@ fn group_mac_goes_to_the_kernel() {
 #[test]
 fn unicast_for_another_host_is_passed() {
     let t = tables();
-    for mac in [
-        [0x02, 0, 0, 0, 0, 0x03],
-        [0x00, 0x11, 0x22, 0x33, 0x44, 0x55],
-        [0x02, 0, 0, 0, 1, 0x02],
-    ] {
+    for mac in [[0x02, 0, 0, 0, 0, 0x03], [0x00, 0x11, 0x22, 0x33, 0x44, 0x55], [0x02, 0, 0, 0, 1, 0x02]] {
         let mut p = to([10, 2, 0, 1]);
         p.dst_mac = mac;
-        assert_eq!(
-            decide(&t, &cfg(HashMode::Eecmp), &port(), &p),
-            Decision::Pass(PassReason::OtherHost)
-        );
+        assert_eq!(decide(&t, &cfg(HashMode::Eecmp), &port(), &p), Decision::Pass(PassReason::OtherHost));
     }
 }
 
@@ -213,24 +167,12 @@ fn unicast_for_another_host_is_passed() {
 fn no_route_is_dropped() {
     let t = tables();
     let c = cfg(HashMode::Eecmp);
-    assert_eq!(
-        decide(&t, &c, &port(), &to([192, 168, 1, 1])),
-        Decision::Drop(DropReason::NoRoute)
-    );
-    assert_eq!(
-        decide(&t, &c, &port(), &v6_to([0x20; 16])),
-        Decision::Drop(DropReason::NoRoute)
-    );
+    assert_eq!(decide(&t, &c, &port(), &to([192, 168, 1, 1])), Decision::Drop(DropReason::NoRoute));
+    assert_eq!(decide(&t, &c, &port(), &v6_to([0x20; 16])), Decision::Drop(DropReason::NoRoute));
     // A route to a group the group table does not hold.
-    assert_eq!(
-        decide(&t, &c, &port(), &to([10, 8, 0, 1])),
-        Decision::Drop(DropReason::NoRoute)
-    );
+    assert_eq!(decide(&t, &c, &port(), &to([10, 8, 0, 1])), Decision::Drop(DropReason::NoRoute));
     // No route wins over an expiring TTL: the packet is not ours to answer for.
-    assert_eq!(
-        decide(&t, &c, &port(), &with_ttl(to([192, 168, 1, 1]), 1)),
-        Decision::Drop(DropReason::NoRoute)
-    );
+    assert_eq!(decide(&t, &c, &port(), &with_ttl(to([192, 168, 1, 1]), 1)), Decision::Drop(DropReason::NoRoute));
 }
 
 #[test]
@@ -239,11 +181,7 @@ fn local_route_goes_to_the_kernel() {
     // Even with TTL 1: a packet for the switch itself is delivered, not expired.
     for ttl in [1, 2, 64] {
         let p = with_ttl(to([10, 1, 2, 3]), ttl);
-        assert_eq!(
-            decide(&t, &cfg(HashMode::Eecmp), &port(), &p),
-            Decision::Pass(PassReason::Local),
-            "ttl {ttl}"
-        );
+        assert_eq!(decide(&t, &cfg(HashMode::Eecmp), &port(), &p), Decision::Pass(PassReason::Local), "ttl {ttl}");
     }
 }
 
@@ -252,72 +190,36 @@ fn expiring_ttl_goes_to_the_kernel() {
     let t = tables();
     let c = cfg(HashMode::Eecmp);
     for ttl in [0, 1] {
-        assert_eq!(
-            decide(&t, &c, &port(), &with_ttl(to([10, 2, 0, 1]), ttl)),
-            Decision::Pass(PassReason::TtlExpired)
-        );
-        assert_eq!(
-            decide(&t, &c, &port(), &with_ttl(v6_to(V6_DST), ttl)),
-            Decision::Pass(PassReason::TtlExpired)
-        );
+        assert_eq!(decide(&t, &c, &port(), &with_ttl(to([10, 2, 0, 1]), ttl)), Decision::Pass(PassReason::TtlExpired));
+        assert_eq!(decide(&t, &c, &port(), &with_ttl(v6_to(V6_DST), ttl)), Decision::Pass(PassReason::TtlExpired));
     }
     // TTL 2 leaves with TTL 1: forwarded.
-    assert!(matches!(
-        decide(&t, &c, &port(), &with_ttl(to([10, 2, 0, 1]), 2)),
-        Decision::Forward { .. }
-    ));
-    assert!(matches!(
-        decide(&t, &c, &port(), &with_ttl(v6_to(V6_DST), 2)),
-        Decision::Forward { .. }
-    ));
+    assert!(matches!(decide(&t, &c, &port(), &with_ttl(to([10, 2, 0, 1]), 2)), Decision::Forward { .. }));
+    assert!(matches!(decide(&t, &c, &port(), &with_ttl(v6_to(V6_DST), 2)), Decision::Forward { .. }));
 }
 
 #[test]
 fn empty_or_corrupt_group_is_dropped() {
     let mut t = tables();
     let c = cfg(HashMode::Eecmp);
-    assert_eq!(
-        decide(&t, &c, &port(), &to([10, 9, 0, 1])),
-        Decision::Drop(DropReason::EmptyGroup)
-    );
+    assert_eq!(decide(&t, &c, &port(), &to([10, 9, 0, 1])), Decision::Drop(DropReason::EmptyGroup));
     // A length the group cannot hold (as a corrupt map value could have) must not index out of it.
-    t.groups[2].1 = EcmpGroup {
-        len: MAX_GROUP_MEMBERS as u32 + 1,
-        ..group(3, 4)
-    };
-    assert_eq!(
-        decide(&t, &c, &port(), &to([10, 9, 0, 1])),
-        Decision::Drop(DropReason::EmptyGroup)
-    );
+    t.groups[2].1 = EcmpGroup { len: MAX_GROUP_MEMBERS as u32 + 1, ..group(3, 4) };
+    assert_eq!(decide(&t, &c, &port(), &to([10, 9, 0, 1])), Decision::Drop(DropReason::EmptyGroup));
     t.groups[2].1.len = u32::MAX;
-    assert_eq!(
-        decide(&t, &c, &port(), &to([10, 9, 0, 1])),
-        Decision::Drop(DropReason::EmptyGroup)
-    );
+    assert_eq!(decide(&t, &c, &port(), &to([10, 9, 0, 1])), Decision::Drop(DropReason::EmptyGroup));
 }
 
 /// Forwards `p` and checks the decision against the group the tables hold.
 fn check_forward(t: &Tables, c: &SwitchConfig, p: &ParsedPacket, expect_group: u32) -> u32 {
-    let Decision::Forward {
-        group: gid,
-        member_index,
-        member,
-    } = decide(t, c, &port(), p)
-    else {
-        panic!(
-            "expected Forward for {p:?}, got {:?}",
-            decide(t, c, &port(), p)
-        );
+    let Decision::Forward { group: gid, member_index, member } = decide(t, c, &port(), p) else {
+        panic!("expected Forward for {p:?}, got {:?}", decide(t, c, &port(), p));
     };
     assert_eq!(gid, expect_group, "longest prefix decides the group");
     let g = t.group(gid).unwrap();
     assert!(member_index < g.len, "member {member_index} of {}", g.len);
     if t.te.is_empty() || c.hash_mode != HashMode::Te as u32 {
-        assert_eq!(
-            member_index,
-            select_member(c, p, g.len),
-            "decide uses select_member"
-        );
+        assert_eq!(member_index, select_member(c, p, g.len), "decide uses select_member");
     }
     // The very member stored in the table, not a copy of another slot.
     assert!(std::ptr::eq(member, &g.members[member_index as usize]));
@@ -343,19 +245,9 @@ fn forward_picks_a_live_member() {
             if a == [10, 1, 2, 3] {
                 continue;
             }
-            let i = check_forward(
-                &t,
-                &c,
-                &pkt_v4(src, a, Some((sport, ROCE_PORT)), Some(qp)),
-                2,
-            );
+            let i = check_forward(&t, &c, &pkt_v4(src, a, Some((sport, ROCE_PORT)), Some(qp)), 2);
             used[2][i as usize] = true;
-            let i = check_forward(
-                &t,
-                &c,
-                &pkt_v4(src, b, Some((sport, ROCE_PORT)), Some(qp)),
-                1,
-            );
+            let i = check_forward(&t, &c, &pkt_v4(src, b, Some((sport, ROCE_PORT)), Some(qp)), 1);
             used[1][i as usize] = true;
             let mut dst6 = V6_DST;
             rng.fill(&mut dst6[8..]);
@@ -374,10 +266,7 @@ fn forward_picks_a_live_member() {
 #[test]
 fn forward_in_pin_mode_follows_the_destination() {
     let t = tables();
-    let c = SwitchConfig {
-        pin_shift: 8,
-        ..cfg(HashMode::Pin)
-    };
+    let c = SwitchConfig { pin_shift: 8, ..cfg(HashMode::Pin) };
     // Destinations 10.1.x.7 (group 2, 5 members): the member is (dst >> 8) % 5.
     for third in 0..=255u8 {
         let i = check_forward(&t, &c, &to([10, 1, third, 7]), 2);
@@ -389,10 +278,7 @@ fn forward_in_pin_mode_follows_the_destination() {
 fn ecmp_group_from_members() {
     let members: Vec<_> = (0..65).map(|i| member(9, i)).collect();
     assert_eq!(EcmpGroup::from_members(&members), Err(TooManyMembers(65)));
-    assert_eq!(
-        EcmpGroup::from_members(&members[..64]).map(|g| g.len),
-        Ok(64)
-    );
+    assert_eq!(EcmpGroup::from_members(&members[..64]).map(|g| g.len), Ok(64));
     let g = EcmpGroup::from_members(&members[..3]).unwrap();
     assert_eq!(g.len, 3);
     assert_eq!(g.live(), &members[..3]);

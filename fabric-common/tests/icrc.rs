@@ -10,29 +10,11 @@ use fabric_common::icrc::{icrc, verify};
 /// long as the IP total length says (no padding).
 fn check_layout(i: usize, frame: &[u8]) {
     let s = SlicedPacket::from_ethernet(frame).unwrap_or_else(|e| panic!("frame {}: {e}", i + 1));
-    assert!(
-        s.link_exts.is_empty(),
-        "frame {}: expected no VLAN tag",
-        i + 1
-    );
-    let Some(NetSlice::Ipv4(ip)) = &s.net else {
-        panic!("frame {}: expected IPv4", i + 1)
-    };
-    assert_eq!(
-        ip.header().ihl(),
-        5,
-        "frame {}: expected no IPv4 options",
-        i + 1
-    );
-    assert_eq!(
-        ip.header().total_len() as usize + 14,
-        frame.len(),
-        "frame {}: padded frame",
-        i + 1
-    );
-    let Some(TransportSlice::Udp(udp)) = &s.transport else {
-        panic!("frame {}: expected UDP", i + 1)
-    };
+    assert!(s.link_exts.is_empty(), "frame {}: expected no VLAN tag", i + 1);
+    let Some(NetSlice::Ipv4(ip)) = &s.net else { panic!("frame {}: expected IPv4", i + 1) };
+    assert_eq!(ip.header().ihl(), 5, "frame {}: expected no IPv4 options", i + 1);
+    assert_eq!(ip.header().total_len() as usize + 14, frame.len(), "frame {}: padded frame", i + 1);
+    let Some(TransportSlice::Udp(udp)) = &s.transport else { panic!("frame {}: expected UDP", i + 1) };
     assert_eq!(udp.destination_port(), ROCE_PORT, "frame {}", i + 1);
 }
 
@@ -47,11 +29,7 @@ fn crc32_reference(bytes: &[u8]) -> u32 {
     for &b in bytes {
         crc ^= b as u32;
         for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
         }
     }
     !crc
@@ -63,15 +41,9 @@ fn icrc_reference(l3_without_icrc: &[u8]) -> u32 {
     let mut masked = l3_without_icrc.to_vec();
     let (ip_len, ip_masks): (usize, Vec<(usize, u8)>) = match masked[0] >> 4 {
         // TOS, TTL, checksum.
-        4 => (
-            ((masked[0] & 0xF) as usize) * 4,
-            vec![(1, 0xFF), (8, 0xFF), (10, 0xFF), (11, 0xFF)],
-        ),
+        4 => (((masked[0] & 0xF) as usize) * 4, vec![(1, 0xFF), (8, 0xFF), (10, 0xFF), (11, 0xFF)]),
         // Traffic class and flow label (all but the version nibble), hop limit.
-        6 => (
-            40,
-            vec![(0, 0x0F), (1, 0xFF), (2, 0xFF), (3, 0xFF), (7, 0xFF)],
-        ),
+        6 => (40, vec![(0, 0x0F), (1, 0xFF), (2, 0xFF), (3, 0xFF), (7, 0xFF)]),
         v => panic!("IP version {v}"),
     };
     for (at, bits) in ip_masks {
@@ -95,22 +67,12 @@ fn captured_rxe_frames_verify() {
     for (i, f) in frames.iter().enumerate() {
         check_layout(i, f);
         let l3 = &f[14..];
-        assert!(
-            verify(l3),
-            "frame {}: ICRC {:#010x} does not verify",
-            i + 1,
-            trailer(l3)
-        );
+        assert!(verify(l3), "frame {}: ICRC {:#010x} does not verify", i + 1, trailer(l3));
         let body = &l3[..l3.len() - 4];
         // The trailer is the CRC stored least-significant byte first, as rxe writes it.
         assert_eq!(icrc(body), Some(trailer(l3)), "frame {}", i + 1);
         // The reference agrees with rxe too, which validates it for the IPv6 test below.
-        assert_eq!(
-            icrc_reference(body),
-            trailer(l3),
-            "frame {}: reference",
-            i + 1
-        );
+        assert_eq!(icrc_reference(body), trailer(l3), "frame {}: reference", i + 1);
     }
 }
 
@@ -124,11 +86,7 @@ fn captured_frames_every_invariant_byte_is_covered() {
         for at in (0..l3.len()).filter(|at| !V4_MASKED.contains(at)) {
             let mut g = l3.to_vec();
             g[at] ^= 1 << (at % 8);
-            assert!(
-                !verify(&g),
-                "frame {}: flipping byte {at} of the IP packet went unnoticed",
-                i + 1
-            );
+            assert!(!verify(&g), "frame {}: flipping byte {at} of the IP packet went unnoticed", i + 1);
         }
     }
 }
@@ -139,11 +97,7 @@ fn captured_frames_payload_corruption_is_detected() {
     for (i, f) in capture_frames().iter().enumerate() {
         let l3 = &f[14..];
         let payload = 20 + 8 + 12..l3.len() - 4;
-        for at in [
-            payload.start,
-            (payload.start + payload.end) / 2,
-            payload.end - 1,
-        ] {
+        for at in [payload.start, (payload.start + payload.end) / 2, payload.end - 1] {
             let mut g = l3.to_vec();
             g[at] = !g[at];
             assert!(!verify(&g), "frame {}: payload byte {at}", i + 1);
@@ -162,11 +116,7 @@ fn captured_frames_masked_fields_do_not_matter() {
             for v in 0..=255u8 {
                 let mut g = l3.to_vec();
                 g[at] = v;
-                assert!(
-                    verify(&g),
-                    "frame {}: masked byte {at} = {v:#04x} broke the ICRC",
-                    i + 1
-                );
+                assert!(verify(&g), "frame {}: masked byte {at} = {v:#04x} broke the ICRC", i + 1);
             }
         }
         for _ in 0..50 {
@@ -206,18 +156,11 @@ fn ipv6_icrc_matches_reference_and_masks() {
     // Everything else is covered.
     let masked = [1usize, 2, 3, 7, 46, 47, 52];
     for at in (0..l3.len()).filter(|at| !masked.contains(at)) {
-        let bits: &[u8] = if at == 0 {
-            &[0x10, 0x20, 0x40, 0x80]
-        } else {
-            &[0x01, 0x80]
-        };
+        let bits: &[u8] = if at == 0 { &[0x10, 0x20, 0x40, 0x80] } else { &[0x01, 0x80] };
         for &bit in bits {
             let mut g = l3.clone();
             g[at] ^= bit;
-            assert!(
-                !verify(&g),
-                "IPv6: flipping bit {bit:#04x} of byte {at} went unnoticed"
-            );
+            assert!(!verify(&g), "IPv6: flipping bit {bit:#04x} of byte {at} went unnoticed");
         }
     }
 }
@@ -225,12 +168,7 @@ fn ipv6_icrc_matches_reference_and_masks() {
 #[test]
 fn ipv4_with_options_is_covered() {
     // Options are part of the invariant header; the masked offsets move with the IHL.
-    let f = udp_v4_with_options(
-        &[1, 1, 1, 0],
-        0xC000,
-        ROCE_PORT,
-        &roce_payload(&sample_bth(), 16),
-    );
+    let f = udp_v4_with_options(&[1, 1, 1, 0], 0xC000, ROCE_PORT, &roce_payload(&sample_bth(), 16));
     let mut l3 = f[14..f.len() - 4].to_vec();
     let crc = icrc_reference(&l3);
     assert_eq!(icrc(&l3), Some(crc));

@@ -21,14 +21,7 @@ fn malformed(reason: DropReason) -> Result<ParsedPacket, ParseError> {
 }
 
 fn expected_sample_bth() -> Bth {
-    Bth {
-        opcode: 0x0A,
-        solicited: true,
-        ack_request: true,
-        pkey: 0x8001,
-        dest_qp: 0xABCDEF,
-        psn: 0x123456,
-    }
+    Bth { opcode: 0x0A, solicited: true, ack_request: true, pkey: 0x8001, dest_qp: 0xABCDEF, psn: 0x123456 }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -46,16 +39,7 @@ fn ipv4_roce_all_fields() {
     assert_eq!(p.vlan_tci, None);
     assert_eq!(p.priority(), 0, "untagged frames are priority 0");
     assert_eq!(p.l3_offset, 14);
-    assert_eq!(
-        p.ip,
-        IpHeader::V4 {
-            src: V4_SRC,
-            dst: V4_DST,
-            ttl: 64,
-            tos: 0xB8,
-            header_len: 20
-        }
-    );
+    assert_eq!(p.ip, IpHeader::V4 { src: V4_SRC, dst: V4_DST, ttl: 64, tos: 0xB8, header_len: 20 });
     assert_eq!(p.protocol, 17);
     assert_eq!(p.ports, Some((0xC000, 4791)));
     assert_eq!(p.bth, Some(expected_sample_bth()));
@@ -73,31 +57,15 @@ fn bth_flags_are_single_bits() {
     bth[8] |= 0x7F; // reserved, just before the PSN
     let f = udp_v4(1, ROCE_PORT, 64, &roce_payload(&bth, 0));
     let b = parse(&f).unwrap().bth.unwrap();
-    assert_eq!(
-        b,
-        Bth {
-            opcode: 0x11,
-            solicited: false,
-            ack_request: false,
-            pkey: 0xFFFF,
-            dest_qp: 1,
-            psn: 0xFFFFFF
-        }
-    );
+    assert_eq!(b, Bth { opcode: 0x11, solicited: false, ack_request: false, pkey: 0xFFFF, dest_qp: 1, psn: 0xFFFFFF });
 
     // And the flags alone.
     let bth = bth_bytes(0x81, true, false, 0, 0, 0);
-    let b = parse(&udp_v4(1, ROCE_PORT, 64, &roce_payload(&bth, 0)))
-        .unwrap()
-        .bth
-        .unwrap();
+    let b = parse(&udp_v4(1, ROCE_PORT, 64, &roce_payload(&bth, 0))).unwrap().bth.unwrap();
     assert!(b.solicited && !b.ack_request);
     assert_eq!(b.opcode, 0x81);
     let bth = bth_bytes(0x81, false, true, 0, 0, 0);
-    let b = parse(&udp_v4(1, ROCE_PORT, 64, &roce_payload(&bth, 0)))
-        .unwrap()
-        .bth
-        .unwrap();
+    let b = parse(&udp_v4(1, ROCE_PORT, 64, &roce_payload(&bth, 0))).unwrap().bth.unwrap();
     assert!(!b.solicited && b.ack_request);
 }
 
@@ -114,15 +82,7 @@ fn ipv6_roce_all_fields() {
     assert_eq!(p.dst_mac, DST_MAC);
     assert_eq!(p.vlan_tci, None);
     assert_eq!(p.l3_offset, 14);
-    assert_eq!(
-        p.ip,
-        IpHeader::V6 {
-            src: V6_SRC,
-            dst: V6_DST,
-            hop_limit: 64,
-            traffic_class: 0xB8
-        }
-    );
+    assert_eq!(p.ip, IpHeader::V6 { src: V6_SRC, dst: V6_DST, hop_limit: 64, traffic_class: 0xB8 });
     assert_eq!(p.protocol, 17);
     assert_eq!(p.ports, Some((0xC000, 4791)));
     assert_eq!(p.bth, Some(expected_sample_bth()));
@@ -139,22 +99,11 @@ fn vlan_tag_tci_and_priority() {
             set_u16(&mut f, 14, tci);
             let p = parse(&f).unwrap_or_else(|e| panic!("pcp {pcp}: {e:?}"));
             assert_eq!(p.vlan_tci, Some(tci));
-            assert_eq!(
-                p.priority(),
-                pcp as u8,
-                "priority is the PCP (tci {tci:#06x})"
-            );
+            assert_eq!(p.priority(), pcp as u8, "priority is the PCP (tci {tci:#06x})");
             assert_eq!(p.l3_offset, 18);
             assert_eq!(p.ports, Some((0xC000, 4791)));
             assert_eq!(p.bth, Some(expected_sample_bth()));
-            assert!(matches!(
-                p.ip,
-                IpHeader::V4 {
-                    src: V4_SRC,
-                    dst: V4_DST,
-                    ..
-                }
-            ));
+            assert!(matches!(p.ip, IpHeader::V4 { src: V4_SRC, dst: V4_DST, .. }));
         }
     }
 }
@@ -174,28 +123,10 @@ fn ipv4_with_options() {
     for opts in [&[1u8, 1, 1, 0][..], &long[..]] {
         let f = udp_v4_with_options(opts, 0xC001, ROCE_PORT, &roce_payload(&sample_bth(), 8));
         let ihl = 20 + opts.len();
-        assert_eq!(
-            (f[L3] & 0x0F) as usize * 4,
-            ihl,
-            "builder must produce IHL {}",
-            ihl / 4
-        );
-        assert_eq!(
-            fabric_common::checksum::internet_checksum(&f[L3..L3 + ihl]),
-            0,
-            "header checksum"
-        );
+        assert_eq!((f[L3] & 0x0F) as usize * 4, ihl, "builder must produce IHL {}", ihl / 4);
+        assert_eq!(fabric_common::checksum::internet_checksum(&f[L3..L3 + ihl]), 0, "header checksum");
         let p = parse(&f).expect("IPv4 with options");
-        assert_eq!(
-            p.ip,
-            IpHeader::V4 {
-                src: V4_SRC,
-                dst: V4_DST,
-                ttl: 64,
-                tos: 0,
-                header_len: ihl as u8
-            }
-        );
+        assert_eq!(p.ip, IpHeader::V4 { src: V4_SRC, dst: V4_DST, ttl: 64, tos: 0, header_len: ihl as u8 });
         // UDP and BTH are found after the options.
         assert_eq!(p.ports, Some((0xC001, 4791)));
         assert_eq!(p.bth, Some(expected_sample_bth()));
@@ -211,13 +142,7 @@ fn non_roce_udp_has_ports_but_no_bth() {
     assert!(!p.is_roce());
 
     // 4791 as the *source* port is not RoCE: only the destination port counts.
-    let p = parse(&udp_v4(
-        ROCE_PORT,
-        1000,
-        64,
-        &roce_payload(&sample_bth(), 0),
-    ))
-    .unwrap();
+    let p = parse(&udp_v4(ROCE_PORT, 1000, 64, &roce_payload(&sample_bth(), 0))).unwrap();
     assert_eq!(p.ports, Some((ROCE_PORT, 1000)));
     assert_eq!(p.bth, None);
 
@@ -229,9 +154,7 @@ fn non_roce_udp_has_ports_but_no_bth() {
 #[test]
 fn non_udp_protocols_have_no_ports() {
     // TCP to port 4791: ports are only reported for UDP.
-    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
-        .ipv4(V4_SRC, V4_DST, 64)
-        .tcp(1234, ROCE_PORT, 1, 1000);
+    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ipv4(V4_SRC, V4_DST, 64).tcp(1234, ROCE_PORT, 1, 1000);
     let mut tcp = Vec::new();
     b.write(&mut tcp, &[0u8; 20]).unwrap();
     let p = parse(&tcp).unwrap();
@@ -239,18 +162,14 @@ fn non_udp_protocols_have_no_ports() {
     assert_eq!(p.ports, None);
     assert_eq!(p.bth, None);
 
-    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
-        .ipv4(V4_SRC, V4_DST, 64)
-        .icmpv4_echo_request(7, 8);
+    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ipv4(V4_SRC, V4_DST, 64).icmpv4_echo_request(7, 8);
     let mut icmp = Vec::new();
     b.write(&mut icmp, b"ping").unwrap();
     let p = parse(&icmp).unwrap();
     assert_eq!(p.protocol, 1);
     assert_eq!(p.ports, None);
 
-    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
-        .ipv6(V6_SRC, V6_DST, 64)
-        .icmpv6_echo_request(7, 8);
+    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ipv6(V6_SRC, V6_DST, 64).icmpv6_echo_request(7, 8);
     let mut icmp6 = Vec::new();
     b.write(&mut icmp6, b"ping").unwrap();
     let p = parse(&icmp6).unwrap();
@@ -272,15 +191,8 @@ fn arp_is_not_ip() {
     )
     .unwrap();
     let mut f = Vec::new();
-    PacketBuilder::ethernet2(SRC_MAC, [0xFF; 6])
-        .arp(arp)
-        .write(&mut f)
-        .unwrap();
-    assert_eq!(
-        u16::from_be_bytes([f[12], f[13]]),
-        0x0806,
-        "builder wrote an ARP frame"
-    );
+    PacketBuilder::ethernet2(SRC_MAC, [0xFF; 6]).arp(arp).write(&mut f).unwrap();
+    assert_eq!(u16::from_be_bytes([f[12], f[13]]), 0x0806, "builder wrote an ARP frame");
     assert_eq!(parse(&f), Err(ParseError::NotIp { ethertype: 0x0806 }));
 
     // Any other non-IP EtherType is reported as such, e.g. LLDP, with just an Ethernet header.
@@ -321,38 +233,22 @@ fn ethernet_padding_is_ignored() {
 fn check_every_prefix(name: &str, frame: &[u8], boundaries: &[(usize, DropReason)]) {
     assert!(parse(frame).is_ok(), "{name}: the full frame must parse");
     for len in 0..frame.len() {
-        let expected = boundaries
-            .iter()
-            .find(|(end, _)| len < *end)
-            .map(|&(_, reason)| reason)
-            .unwrap_or(DropReason::IpLength);
-        assert_eq!(
-            parse(&frame[..len]),
-            malformed(expected),
-            "{name} truncated to {len} of {} bytes",
-            frame.len()
-        );
+        let expected =
+            boundaries.iter().find(|(end, _)| len < *end).map(|&(_, reason)| reason).unwrap_or(DropReason::IpLength);
+        assert_eq!(parse(&frame[..len]), malformed(expected), "{name} truncated to {len} of {} bytes", frame.len());
     }
 }
 
 #[test]
 fn truncated_ipv4_roce_at_every_length() {
     use DropReason::*;
-    check_every_prefix(
-        "IPv4 RoCE",
-        &roce_v4(),
-        &[(14, TruncatedEthernet), (34, TruncatedIpv4)],
-    );
+    check_every_prefix("IPv4 RoCE", &roce_v4(), &[(14, TruncatedEthernet), (34, TruncatedIpv4)]);
 }
 
 #[test]
 fn truncated_ipv6_roce_at_every_length() {
     use DropReason::*;
-    check_every_prefix(
-        "IPv6 RoCE",
-        &roce_v6(),
-        &[(14, TruncatedEthernet), (54, TruncatedIpv6)],
-    );
+    check_every_prefix("IPv6 RoCE", &roce_v6(), &[(14, TruncatedEthernet), (54, TruncatedIpv6)]);
 }
 
 #[test]
@@ -361,11 +257,7 @@ fn truncated_vlan_roce_at_every_length() {
     check_every_prefix(
         "802.1Q RoCE",
         &roce_vlan(),
-        &[
-            (14, TruncatedEthernet),
-            (18, TruncatedVlan),
-            (38, TruncatedIpv4),
-        ],
+        &[(14, TruncatedEthernet), (18, TruncatedVlan), (38, TruncatedIpv4)],
     );
 }
 
@@ -374,11 +266,7 @@ fn truncated_ipv4_options_at_every_length() {
     use DropReason::*;
     // IHL 6: a prefix with the fixed 20 bytes but not the option word is still TruncatedIpv4.
     let f = udp_v4_with_options(&[1, 1, 1, 0], 1, ROCE_PORT, &roce_payload(&sample_bth(), 8));
-    check_every_prefix(
-        "IPv4+options RoCE",
-        &f,
-        &[(14, TruncatedEthernet), (38, TruncatedIpv4)],
-    );
+    check_every_prefix("IPv4+options RoCE", &f, &[(14, TruncatedEthernet), (38, TruncatedIpv4)]);
 }
 
 /// Cuts `frame` to `len` and rewrites the IP length to match, so the IP layer is consistent and
@@ -399,11 +287,9 @@ fn truncated_transport_with_consistent_ip_length() {
     // With the IP length matching the cut, the order documented by parse.rs is: UDP header
     // (TruncatedUdp), BTH read for port 4791 (TruncatedBth), then the UDP length (that of the
     // full packet) is larger than the IP payload (BadUdpLength). Never Ok.
-    for (name, frame, l3, l4) in [
-        ("IPv4", roce_v4(), L3, L4_V4),
-        ("IPv6", roce_v6(), L3, L4_V6),
-        ("802.1Q", roce_vlan(), 18, 18 + 20),
-    ] {
+    for (name, frame, l3, l4) in
+        [("IPv4", roce_v4(), L3, L4_V4), ("IPv6", roce_v6(), L3, L4_V6), ("802.1Q", roce_vlan(), 18, 18 + 20)]
+    {
         for len in l4..frame.len() {
             let g = cut_with_consistent_ip_length(&frame, l3, len);
             let expected = if len < l4 + 8 {
@@ -413,11 +299,7 @@ fn truncated_transport_with_consistent_ip_length() {
             } else {
                 DropReason::BadUdpLength
             };
-            assert_eq!(
-                parse(&g),
-                malformed(expected),
-                "{name} cut to {len} with IP length fixed"
-            );
+            assert_eq!(parse(&g), malformed(expected), "{name} cut to {len} with IP length fixed");
         }
         // The uncut frame is fine through the same helper.
         assert!(parse(&cut_with_consistent_ip_length(&frame, l3, frame.len())).is_ok());
@@ -434,11 +316,7 @@ fn bad_ipv4_version() {
         let mut f = roce_v4();
         f[L3] = (version << 4) | 5;
         fix_ipv4_checksum(&mut f, L3);
-        assert_eq!(
-            parse(&f),
-            malformed(DropReason::BadIpv4Header),
-            "version {version}"
-        );
+        assert_eq!(parse(&f), malformed(DropReason::BadIpv4Header), "version {version}");
     }
 }
 
@@ -466,11 +344,7 @@ fn ipv4_total_length_inconsistent() {
         let mut g = f.clone();
         set_u16(&mut g, L3 + 2, total);
         fix_ipv4_checksum(&mut g, L3);
-        assert_eq!(
-            parse(&g),
-            malformed(DropReason::IpLength),
-            "total length {total}"
-        );
+        assert_eq!(parse(&g), malformed(DropReason::IpLength), "total length {total}");
     }
     // Longer than the frame by one byte.
     let mut g = f.clone();
@@ -495,35 +369,20 @@ fn udp_length_checks() {
         };
         // Below the UDP header size.
         for v in 0u16..8 {
-            assert_eq!(
-                parse(&with_udp_len(v)),
-                malformed(DropReason::BadUdpLength),
-                "{name} UDP length {v}"
-            );
+            assert_eq!(parse(&with_udp_len(v)), malformed(DropReason::BadUdpLength), "{name} UDP length {v}");
         }
         // Larger than the IP payload.
         for v in [ip_payload as u16 + 1, 0xFFFF] {
-            assert_eq!(
-                parse(&with_udp_len(v)),
-                malformed(DropReason::BadUdpLength),
-                "{name} UDP length {v}"
-            );
+            assert_eq!(parse(&with_udp_len(v)), malformed(DropReason::BadUdpLength), "{name} UDP length {v}");
         }
         // Exactly the IP payload: fine.
         assert!(parse(&with_udp_len(ip_payload as u16)).is_ok());
         // Room for the UDP header but not the whole BTH: the BTH is in the frame, yet the UDP
         // datagram does not cover it.
         for v in 8u16..20 {
-            assert_eq!(
-                parse(&with_udp_len(v)),
-                malformed(DropReason::TruncatedBth),
-                "{name} UDP length {v}"
-            );
+            assert_eq!(parse(&with_udp_len(v)), malformed(DropReason::TruncatedBth), "{name} UDP length {v}");
         }
-        assert!(
-            parse(&with_udp_len(20)).is_ok(),
-            "{name}: a bare BTH is a complete RoCE header"
-        );
+        assert!(parse(&with_udp_len(20)).is_ok(), "{name}: a bare BTH is a complete RoCE header");
     }
 
     // Non-RoCE: a short UDP length is only a UDP problem, no BTH is expected.
@@ -553,10 +412,7 @@ fn ipv4_later_fragment_has_no_ports() {
             set_flags_frag(&mut f, mf | offset);
             let p = parse(&f).unwrap_or_else(|e| panic!("offset {offset}: {e:?}"));
             assert_eq!(p.protocol, 17, "still UDP by protocol");
-            assert_eq!(
-                p.ports, None,
-                "a later fragment carries no UDP header (offset {offset}, mf {mf:#x})"
-            );
+            assert_eq!(p.ports, None, "a later fragment carries no UDP header (offset {offset}, mf {mf:#x})");
             assert_eq!(p.bth, None);
         }
     }

@@ -16,10 +16,7 @@ use fabric_common::{
     parse::{IpHeader, ParsedPacket},
     pfc::{CLASSES, PauseFrame, quanta_to_ns},
     qos::{ClassCounters, PfcEvent, Verdict, class_of, class_slot, tos_of},
-    queue::{
-        depth_bytes, enqueue_tail, mark_ce_ipv4, mark_ce_ipv6, pause_shift, paused_time_delta,
-        transmit_ns,
-    },
+    queue::{depth_bytes, enqueue_tail, mark_ce_ipv4, mark_ce_ipv6, pause_shift, paused_time_delta, transmit_ns},
     wire::ipv4,
 };
 

@@ -4,7 +4,12 @@
 //! Live-frame pages are recycled without being re-initialised, so a frame comes back to this
 //! program as the fabric left it (MACs rewritten, TTL decremented): the program writes the
 //! MACs and the TTL, and recomputes the IPv4 header checksum, every time.
-use aya_ebpf::{bindings::xdp_action, macros::{map, xdp}, maps::Array, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action,
+    macros::{map, xdp},
+    maps::Array,
+    programs::XdpContext,
+};
 use fabric_common::wire::{ethernet, ipv4};
 
 use crate::packet::XdpPacket;

@@ -20,8 +20,8 @@ use fabric_common::{
     counters::{DropReason, PassReason, PortCounters},
     forward::{Decision, decide},
     parse::{IpHeader, ParseError, parse_packet},
-    wire::PacketBytes,
     route::MAX_GROUP_MEMBERS,
+    wire::PacketBytes,
     wire::{ethernet, ipv4, ipv6},
 };
 use maps::{CONFIG, EGRESS, MEMBER_COUNTERS, PORT_COUNTERS, PORTS, Tables};

@@ -2,7 +2,10 @@
 //! Names are the contract with the controller (`fabric_user::dataplane`).
 use aya_ebpf::{
     macros::map,
-    maps::{Array, DevMap, HashMap, PerCpuArray, RingBuf, lpm_trie::{Key, LpmTrie}},
+    maps::{
+        Array, DevMap, HashMap, PerCpuArray, RingBuf,
+        lpm_trie::{Key, LpmTrie},
+    },
 };
 use fabric_common::{
     config::{MAX_IFINDEX, MAX_PORTS, PortInfo, SwitchConfig},
@@ -102,8 +105,7 @@ pub static PFC_XOFF: Array<u64> = Array::with_max_entries(MAX_PORTS * CLASSES as
 pub static POOL_USED: Array<u64> = Array::with_max_entries(1, 0);
 
 #[map]
-pub static CLASS_COUNTERS: PerCpuArray<ClassCounters> =
-    PerCpuArray::with_max_entries(MAX_PORTS * CLASSES as u32, 0);
+pub static CLASS_COUNTERS: PerCpuArray<ClassCounters> = PerCpuArray::with_max_entries(MAX_PORTS * CLASSES as u32, 0);
 
 /// XOFF requests for the agent, which sends the PFC frames.
 #[map]

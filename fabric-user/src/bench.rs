@@ -197,7 +197,10 @@ pub fn print_dataplane(r: &DataplaneReport) {
         r.worst_with_congestion_vs_parse_redirect,
         verdict(r.worst_with_congestion_vs_parse_redirect)
     );
-    println!("the congestion model costs at most {:.2}x the plain switch (same mode and family)", r.worst_congestion_over_plain);
+    println!(
+        "the congestion model costs at most {:.2}x the plain switch (same mode and family)",
+        r.worst_congestion_over_plain
+    );
 }
 
 /// `fabric bench endpoint`: packets per second per core of the RoCEv2 endpoint, against raw UDP
@@ -275,8 +278,9 @@ fn raw_udp(plan: &crate::plan::Plan, src: usize, dst: usize, count: u64, size: u
             crate::netns::in_named(&plan.netns(src), || {
                 let sock = crate::endpoint::socket::roce_socket(SocketAddrV4::new(sip, 0xC001))?;
                 ready.wait();
-                let batch: Vec<(Vec<u8>, SocketAddrV4)> =
-                    (0..crate::endpoint::socket::BATCH).map(|_| (vec![0u8; size], SocketAddrV4::new(dip, 4791))).collect();
+                let batch: Vec<(Vec<u8>, SocketAddrV4)> = (0..crate::endpoint::socket::BATCH)
+                    .map(|_| (vec![0u8; size], SocketAddrV4::new(dip, 4791)))
+                    .collect();
                 let mut sent = 0u64;
                 while sent < count {
                     let k = crate::endpoint::socket::send_batch(&sock, &batch)?;
@@ -297,7 +301,10 @@ fn raw_udp(plan: &crate::plan::Plan, src: usize, dst: usize, count: u64, size: u
 
 pub fn endpoint() -> Result<EndpointReport> {
     use crate::{
-        endpoint::{EndpointOptions, engine::{HostTransfer, run_step}},
+        endpoint::{
+            EndpointOptions,
+            engine::{HostTransfer, run_step},
+        },
         testbed::{State, down, up},
         topology::Topology,
     };
@@ -324,8 +331,14 @@ pub fn endpoint() -> Result<EndpointReport> {
     let bytes = 256u64 << 20;
     let (cpu0, t0) = (process_cpu_s(), std::time::Instant::now());
     let r = run_step(plan, &[HostTransfer { src: a, dst: b, bytes }], &opts)?;
-    let packets = r.flows.iter().map(|f| f.packets_sent).sum::<u64>() * (opts.ack_every as u64 + 1) / opts.ack_every as u64;
-    rows.push(row("RoCE endpoint, 1 QP unpaced, 1024-byte path MTU (data + ACKs)", packets, t0.elapsed(), process_cpu_s() - cpu0));
+    let packets =
+        r.flows.iter().map(|f| f.packets_sent).sum::<u64>() * (opts.ack_every as u64 + 1) / opts.ack_every as u64;
+    rows.push(row(
+        "RoCE endpoint, 1 QP unpaced, 1024-byte path MTU (data + ACKs)",
+        packets,
+        t0.elapsed(),
+        process_cpu_s() - cpu0,
+    ));
 
     // The whole AllReduce, 8 ranks, paced as the demo runs it.
     let run_opts = crate::run::RunSpec::from_file(
@@ -336,7 +349,12 @@ pub fn endpoint() -> Result<EndpointReport> {
     let res = crate::run::run(&state, &run_opts, true)?;
     let data: u64 = res.flows.iter().map(|f| f.packets_sent).sum::<u64>() * u64::from(run_opts.iterations);
     let packets = data * (opts.ack_every as u64 + 1) / opts.ack_every as u64;
-    rows.push(row("ring AllReduce, 8 ranks x 8 QPs, paced (data + ACKs)", packets, t0.elapsed(), process_cpu_s() - cpu0));
+    rows.push(row(
+        "ring AllReduce, 8 ranks x 8 QPs, paced (data + ACKs)",
+        packets,
+        t0.elapsed(),
+        process_cpu_s() - cpu0,
+    ));
 
     let roce_vs_raw_udp = rows[1].packets_per_cpu_s / rows[0].packets_per_cpu_s;
     Ok(EndpointReport { rows, roce_vs_raw_udp })
@@ -436,7 +454,10 @@ pub fn bringup() -> Result<BringupReport> {
 
 pub fn print_bringup(r: &BringupReport) {
     println!("bringup: `fabric up` / `fabric down` wall time per topology");
-    println!("{:<22} {:>6} {:>11} {:>6} {:>8} {:>8} {:>12}", "topology", "hosts", "namespaces", "links", "up s", "down s", "up ms/link");
+    println!(
+        "{:<22} {:>6} {:>11} {:>6} {:>8} {:>8} {:>12}",
+        "topology", "hosts", "namespaces", "links", "up s", "down s", "up ms/link"
+    );
     for row in &r.rows {
         println!(
             "{:<22} {:>6} {:>11} {:>6} {:>8.2} {:>8.2} {:>12.2}",

@@ -175,7 +175,10 @@ fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane) 
         let (here, next) = (&nodes[i], &nodes[i + 1]);
         let (a, b) = (mac_str(east_mac(i)), mac_str(west_mac(i + 1)));
         in_named(here, || {
-            ip(&["link", "add", "east", "address", &a, "type", "veth", "peer", "name", "west", "address", &b, "netns", next])?;
+            ip(&[
+                "link", "add", "east", "address", &a, "type", "veth", "peer", "name", "west", "address", &b, "netns",
+                next,
+            ])?;
             ip(&["link", "set", "dev", "east", "up"])
         })?;
         in_named(next, || ip(&["link", "set", "dev", "west", "up"]))?;
@@ -192,7 +195,12 @@ fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane) 
                     let (west, east) = (ifindex("west")?, ifindex("east")?);
                     dp.add_port(west, PortInfo::new(0, switch_mac(k, WEST)))?;
                     dp.add_port(east, PortInfo::new(1, switch_mac(k, EAST)))?;
-                    dp.set_config(SwitchConfig { hash_mode: HashMode::Eecmp as u32, seed: k as u32, pin_shift: 0, _reserved: 0 })?;
+                    dp.set_config(SwitchConfig {
+                        hash_mode: HashMode::Eecmp as u32,
+                        seed: k as u32,
+                        pin_shift: 0,
+                        _reserved: 0,
+                    })?;
                     let to_sink = GroupMember { port: 1, dst_mac: west_mac(k + 1), src_mac: switch_mac(k, EAST) };
                     let to_gen = GroupMember { port: 0, dst_mac: east_mac(k - 1), src_mac: switch_mac(k, WEST) };
                     dp.set_group(0, &EcmpGroup::from_members(&[to_sink]).expect("fits"))?;
@@ -703,7 +711,16 @@ pub fn print_forwarding(r: &ForwardingReport) {
     println!("kernel path: {}", r.kernel_routes);
     println!(
         "{:>5} {:<39} {:>11} {:>6} {:>5} {:>11} {:>11} {:>7} {:>7} {:>12}",
-        "frame", "path", "delivered/s", "share", "loss", "pkts/core-s", "(/proc/stat)", "ns/pkt", "ns/hop", "3-hop fwd/core"
+        "frame",
+        "path",
+        "delivered/s",
+        "share",
+        "loss",
+        "pkts/core-s",
+        "(/proc/stat)",
+        "ns/pkt",
+        "ns/hop",
+        "3-hop fwd/core"
     );
     for row in &r.rows {
         println!(

@@ -6,8 +6,8 @@ use anyhow::{Context as _, Result, bail, ensure};
 /// Every frame of a pcap file (Ethernet link type).
 pub fn read_pcap(path: &Path) -> Result<Vec<Vec<u8>>> {
     let file = std::fs::File::open(path).with_context(|| format!("opening capture {}", path.display()))?;
-    let mut reader = pcap_file::pcap::PcapReader::new(file)
-        .with_context(|| format!("{} is not a pcap file", path.display()))?;
+    let mut reader =
+        pcap_file::pcap::PcapReader::new(file).with_context(|| format!("{} is not a pcap file", path.display()))?;
     ensure!(
         reader.header().datalink == pcap_file::DataLink::ETHERNET,
         "{}: link type {:?}, expected Ethernet",

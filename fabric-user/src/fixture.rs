@@ -89,8 +89,7 @@ impl FixtureSwitch {
         for &idx in &ifindex {
             dp.attach(idx)?;
         }
-        let peers: Vec<u32> =
-            ["n0", "n1"].iter().map(|n| netns::ifindex(n)).collect::<Result<_>>()?;
+        let peers: Vec<u32> = ["n0", "n1"].iter().map(|n| netns::ifindex(n)).collect::<Result<_>>()?;
         dp.attach_program(PROGRAM_PASS, peers[0])?;
         dp.attach_program(PROGRAM_BENCH_PARSE_REDIRECT, peers[1])?;
         let mut sw = Self { dp, ifindex };
@@ -190,16 +189,12 @@ pub fn frame(spec: &FrameSpec) -> Vec<u8> {
     let l3 = match (spec.vlan, spec.ipv6) {
         (None, false) => eth.ipv4(HOST_A_V4.octets(), REMOTE_V4.octets(), spec.ttl),
         (None, true) => eth.ipv6(HOST_A_V6.octets(), REMOTE_V6.octets(), spec.ttl),
-        (Some(tci), false) => eth.single_vlan(tci.try_into().expect("vid")).ipv4(
-            HOST_A_V4.octets(),
-            REMOTE_V4.octets(),
-            spec.ttl,
-        ),
-        (Some(tci), true) => eth.single_vlan(tci.try_into().expect("vid")).ipv6(
-            HOST_A_V6.octets(),
-            REMOTE_V6.octets(),
-            spec.ttl,
-        ),
+        (Some(tci), false) => {
+            eth.single_vlan(tci.try_into().expect("vid")).ipv4(HOST_A_V4.octets(), REMOTE_V4.octets(), spec.ttl)
+        }
+        (Some(tci), true) => {
+            eth.single_vlan(tci.try_into().expect("vid")).ipv6(HOST_A_V6.octets(), REMOTE_V6.octets(), spec.ttl)
+        }
     };
     let b = l3.udp(spec.src_port, spec.dst_port);
     let mut out = Vec::with_capacity(b.size(payload.len()));

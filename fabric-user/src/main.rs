@@ -12,7 +12,11 @@ use fabric_user::{
 };
 
 #[derive(Parser)]
-#[command(name = "fabric", version, about = "A RoCEv2 AI-training fabric built from XDP switches in network namespaces")]
+#[command(
+    name = "fabric",
+    version,
+    about = "A RoCEv2 AI-training fabric built from XDP switches in network namespaces"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -258,13 +262,27 @@ fn run() -> Result<()> {
                 println!(
                     "testbed {}: {} ({} of {} namespaces, {} of {} XDP links pinned{}{}{})",
                     s.prefix,
-                    if s.healthy { "healthy" } else if s.namespaces_present == 0 && !s.state_file { "absent" } else { "NOT healthy" },
+                    if s.healthy {
+                        "healthy"
+                    } else if s.namespaces_present == 0 && !s.state_file {
+                        "absent"
+                    } else {
+                        "NOT healthy"
+                    },
                     s.namespaces_present,
                     s.namespaces_expected,
                     s.xdp_links_pinned,
                     s.xdp_links_expected,
-                    if s.down_links.is_empty() { String::new() } else { format!("; links down: {}", s.down_links.join(", ")) },
-                    if s.missing_namespaces.is_empty() { String::new() } else { format!("; missing: {}", s.missing_namespaces.join(", ")) },
+                    if s.down_links.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; links down: {}", s.down_links.join(", "))
+                    },
+                    if s.missing_namespaces.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; missing: {}", s.missing_namespaces.join(", "))
+                    },
                     match (s.agent_expected, s.agent_running) {
                         (true, true) => "; switch agent running",
                         (true, false) => "; switch agent NOT running (PFC frames cannot be sent)",
@@ -393,7 +411,6 @@ fn run() -> Result<()> {
 fn toml_of(t: &Topology) -> Result<String> {
     Ok(toml::to_string(t)?)
 }
-
 
 fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> Result<()> {
     if let Some(dir) = path.parent() {

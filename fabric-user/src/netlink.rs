@@ -83,7 +83,11 @@ pub async fn ifindex(h: &Handle, name: &str) -> Result<u32> {
 pub async fn set_up(h: &Handle, index: u32, up: bool) -> Result<()> {
     let b = LinkUnspec::new_with_index(index);
     let msg = if up { b.up() } else { b.down() }.build();
-    h.link().set(msg).execute().await.with_context(|| format!("setting link {index} {}", if up { "up" } else { "down" }))
+    h.link()
+        .set(msg)
+        .execute()
+        .await
+        .with_context(|| format!("setting link {index} {}", if up { "up" } else { "down" }))
 }
 
 pub async fn add_address(h: &Handle, index: u32, addr: IpAddr, prefix_len: u8) -> Result<()> {

@@ -10,10 +10,7 @@ const CAP_BPF: u32 = 39;
 /// The effective capability set of this process, from /proc/self/status.
 fn effective_capabilities() -> Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
-    let line = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .context("no CapEff line in /proc/self/status")?;
+    let line = status.lines().find_map(|l| l.strip_prefix("CapEff:")).context("no CapEff line in /proc/self/status")?;
     u64::from_str_radix(line.trim(), 16).context("parsing CapEff")
 }
 
@@ -180,7 +177,9 @@ fn make_netns_dir_shared() -> Result<()> {
     }
     // Not a mount point yet: bind it onto itself first.
     // SAFETY: as above.
-    if unsafe { libc::mount(dir.as_ptr(), dir.as_ptr(), none.as_ptr(), libc::MS_BIND | libc::MS_REC, std::ptr::null()) } != 0 {
+    if unsafe { libc::mount(dir.as_ptr(), dir.as_ptr(), none.as_ptr(), libc::MS_BIND | libc::MS_REC, std::ptr::null()) }
+        != 0
+    {
         return Err(std::io::Error::last_os_error()).context("bind-mounting /run/netns on itself");
     }
     if shared(()) != 0 {

@@ -205,9 +205,8 @@ impl Builder<'_> {
         let topo = self.topo;
         let mut zone_ctsws = Vec::new();
         for (z, zone) in topo.zones.iter().enumerate() {
-            let ctsws: Vec<NodeId> = (0..zone.spines)
-                .map(|c| self.node(format!("{}c{c}", zone.name), Role::Ctsw, Some(z), None))
-                .collect();
+            let ctsws: Vec<NodeId> =
+                (0..zone.spines).map(|c| self.node(format!("{}c{c}", zone.name), Role::Ctsw, Some(z), None)).collect();
             for r in 0..zone.racks as usize {
                 let rtsw = self.node(format!("{}r{r}", zone.name), Role::Rtsw, Some(z), Some(r));
                 for h in 0..zone.hosts_per_rack {
@@ -221,7 +220,8 @@ impl Builder<'_> {
             zone_ctsws.push(ctsws);
         }
         if let Some(atsw) = &topo.atsw {
-            let atsws: Vec<NodeId> = (0..atsw.count).map(|a| self.node(format!("a{a}"), Role::Atsw, None, None)).collect();
+            let atsws: Vec<NodeId> =
+                (0..atsw.count).map(|a| self.node(format!("a{a}"), Role::Atsw, None, None)).collect();
             for ctsws in &zone_ctsws {
                 for &c in ctsws {
                     for &a in &atsws {

@@ -59,7 +59,14 @@ fn ping_from(destinations: &[(usize, IpAddr)], id: u16, timeout: Duration) -> Re
                 };
                 // SAFETY: valid fd, buffer and sockaddr_in.
                 unsafe {
-                    libc::sendto(fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len(), 0, (&addr as *const libc::sockaddr_in).cast(), size_of::<libc::sockaddr_in>() as u32)
+                    libc::sendto(
+                        fd.as_raw_fd(),
+                        pkt.as_ptr().cast(),
+                        pkt.len(),
+                        0,
+                        (&addr as *const libc::sockaddr_in).cast(),
+                        size_of::<libc::sockaddr_in>() as u32,
+                    )
                 }
             }
             IpAddr::V6(d) => {
@@ -69,7 +76,14 @@ fn ping_from(destinations: &[(usize, IpAddr)], id: u16, timeout: Duration) -> Re
                 addr.sin6_addr.s6_addr = d.octets();
                 // SAFETY: valid fd, buffer and sockaddr_in6.
                 unsafe {
-                    libc::sendto(fd.as_raw_fd(), pkt.as_ptr().cast(), pkt.len(), 0, (&addr as *const libc::sockaddr_in6).cast(), size_of::<libc::sockaddr_in6>() as u32)
+                    libc::sendto(
+                        fd.as_raw_fd(),
+                        pkt.as_ptr().cast(),
+                        pkt.len(),
+                        0,
+                        (&addr as *const libc::sockaddr_in6).cast(),
+                        size_of::<libc::sockaddr_in6>() as u32,
+                    )
                 }
             }
         };
@@ -86,14 +100,27 @@ fn ping_from(destinations: &[(usize, IpAddr)], id: u16, timeout: Duration) -> Re
         let tv = libc::timeval { tv_sec: left.as_secs() as i64, tv_usec: left.subsec_micros().max(1) as i64 };
         // SAFETY: valid fd and option.
         unsafe {
-            libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), size_of::<libc::timeval>() as u32)
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                size_of::<libc::timeval>() as u32,
+            )
         };
         // SAFETY: plain data, filled by the kernel.
         let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let mut from_len = size_of::<libc::sockaddr_storage>() as u32;
         // SAFETY: valid fd, buffer and address storage.
         let n = unsafe {
-            libc::recvfrom(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0, (&mut from as *mut libc::sockaddr_storage).cast(), &mut from_len)
+            libc::recvfrom(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                0,
+                (&mut from as *mut libc::sockaddr_storage).cast(),
+                &mut from_len,
+            )
         };
         if n <= 0 {
             break;

@@ -38,7 +38,12 @@ pub fn render(r: &StatsReport) -> String {
     family("port_rx_bytes_total", "counter", "Bytes received on a switch port.", per_port(|p| p.rx_bytes));
     family("port_tx_packets_total", "counter", "Frames forwarded out of a switch port.", per_port(|p| p.tx_packets));
     family("port_tx_bytes_total", "counter", "Bytes forwarded out of a switch port.", per_port(|p| p.tx_bytes));
-    family("port_rx_pfc_frames_total", "counter", "PFC frames received (consumed) on a port.", per_port(|p| p.rx_pfc_frames));
+    family(
+        "port_rx_pfc_frames_total",
+        "counter",
+        "PFC frames received (consumed) on a port.",
+        per_port(|p| p.rx_pfc_frames),
+    );
     family(
         "port_drops_total",
         "counter",
@@ -46,26 +51,65 @@ pub fn render(r: &StatsReport) -> String {
         ports
             .iter()
             .flat_map(|(sw, p)| {
-                p.drops.iter().map(move |(reason, n)| (format!("{},reason=\"{reason}\"", port_labels(sw, &p.port)), *n as f64))
+                p.drops
+                    .iter()
+                    .map(move |(reason, n)| (format!("{},reason=\"{reason}\"", port_labels(sw, &p.port)), *n as f64))
             })
             .collect(),
     );
     let classes: Vec<(String, &crate::stats::ClassStats)> = ports
         .iter()
-        .flat_map(|(sw, p)| p.classes.iter().map(move |c| (format!("{},class=\"{}\"", port_labels(sw, &p.port), c.class), c)))
+        .flat_map(|(sw, p)| {
+            p.classes.iter().map(move |c| (format!("{},class=\"{}\"", port_labels(sw, &p.port), c.class), c))
+        })
         .collect();
     let per_class = |f: fn(&crate::stats::ClassStats) -> f64| -> Vec<(String, f64)> {
         classes.iter().map(|(l, c)| (l.clone(), f(c))).collect()
     };
-    family("queue_packets_total", "counter", "Packets through a modelled egress queue.", per_class(|c| c.queued_packets as f64));
+    family(
+        "queue_packets_total",
+        "counter",
+        "Packets through a modelled egress queue.",
+        per_class(|c| c.queued_packets as f64),
+    );
     family("queue_ecn_marked_total", "counter", "Packets marked CE by a queue.", per_class(|c| c.ecn_marked as f64));
-    family("queue_overflow_drops_total", "counter", "Lossy packets dropped on a full queue.", per_class(|c| c.overflow_drops as f64));
+    family(
+        "queue_overflow_drops_total",
+        "counter",
+        "Lossy packets dropped on a full queue.",
+        per_class(|c| c.overflow_drops as f64),
+    );
     family("queue_depth_bytes", "gauge", "Modelled egress queue depth now.", per_class(|c| c.depth_bytes as f64));
-    family("queue_max_depth_bytes", "gauge", "Deepest the modelled queue has been.", per_class(|c| c.max_depth_bytes as f64));
-    family("queue_pauses_received_total", "counter", "PFC frames that paused this egress class.", per_class(|c| c.pauses_received as f64));
-    family("queue_paused_seconds_total", "counter", "Wall time this egress class was paused.", per_class(|c| c.paused_ns as f64 / 1e9));
-    family("queue_sent_while_paused_total", "counter", "Packets forwarded into a paused class (model error).", per_class(|c| c.sent_while_paused as f64));
-    family("ingress_xoff_events_total", "counter", "Times an ingress class crossed Xoff.", per_class(|c| c.xoff_events as f64));
+    family(
+        "queue_max_depth_bytes",
+        "gauge",
+        "Deepest the modelled queue has been.",
+        per_class(|c| c.max_depth_bytes as f64),
+    );
+    family(
+        "queue_pauses_received_total",
+        "counter",
+        "PFC frames that paused this egress class.",
+        per_class(|c| c.pauses_received as f64),
+    );
+    family(
+        "queue_paused_seconds_total",
+        "counter",
+        "Wall time this egress class was paused.",
+        per_class(|c| c.paused_ns as f64 / 1e9),
+    );
+    family(
+        "queue_sent_while_paused_total",
+        "counter",
+        "Packets forwarded into a paused class (model error).",
+        per_class(|c| c.sent_while_paused as f64),
+    );
+    family(
+        "ingress_xoff_events_total",
+        "counter",
+        "Times an ingress class crossed Xoff.",
+        per_class(|c| c.xoff_events as f64),
+    );
     let mut pfc = Vec::new();
     for a in &r.agents {
         for p in &a.pfc {
@@ -80,7 +124,10 @@ pub fn render(r: &StatsReport) -> String {
         "pfc_watchdog_storms_total",
         "counter",
         "PFC watchdog events per switch.",
-        r.agents.iter().map(|a| (format!("testbed=\"{tb}\",switch=\"{}\"", esc(&a.node)), a.storms.len() as f64)).collect(),
+        r.agents
+            .iter()
+            .map(|a| (format!("testbed=\"{tb}\",switch=\"{}\"", esc(&a.node)), a.storms.len() as f64))
+            .collect(),
     );
     family(
         "uplink_max_over_mean",
@@ -88,7 +135,12 @@ pub fn render(r: &StatsReport) -> String {
         "Busiest RTSW uplink over the mean (bytes since up).",
         r.uplinks.iter().map(|u| (format!("testbed=\"{tb}\",switch=\"{}\"", esc(&u.rtsw)), u.max_over_mean)).collect(),
     );
-    family("time_scale", "gauge", "Modelled time = wall time / this.", vec![(format!("testbed=\"{tb}\""), r.time_scale as f64)]);
+    family(
+        "time_scale",
+        "gauge",
+        "Modelled time = wall time / this.",
+        vec![(format!("testbed=\"{tb}\""), r.time_scale as f64)],
+    );
     out
 }
 
@@ -158,9 +210,17 @@ mod tests {
         let text = render(&r);
         assert!(text.contains("# TYPE fabric_port_tx_bytes_total counter"));
         assert!(text.contains("fabric_port_tx_bytes_total{testbed=\"fab\",switch=\"z0r0\",port=\"z0c1\"} 200"));
-        assert!(text.contains("fabric_port_drops_total{testbed=\"fab\",switch=\"z0r0\",port=\"z0c1\",reason=\"no_route\"} 4"));
-        assert!(text.contains("fabric_queue_ecn_marked_total{testbed=\"fab\",switch=\"z0r0\",port=\"z0c1\",class=\"3\"} 7"));
-        assert!(text.contains("fabric_queue_paused_seconds_total{testbed=\"fab\",switch=\"z0r0\",port=\"z0c1\",class=\"3\"} 2"));
+        assert!(
+            text.contains(
+                "fabric_port_drops_total{testbed=\"fab\",switch=\"z0r0\",port=\"z0c1\",reason=\"no_route\"} 4"
+            )
+        );
+        assert!(
+            text.contains("fabric_queue_ecn_marked_total{testbed=\"fab\",switch=\"z0r0\",port=\"z0c1\",class=\"3\"} 7")
+        );
+        assert!(text.contains(
+            "fabric_queue_paused_seconds_total{testbed=\"fab\",switch=\"z0r0\",port=\"z0c1\",class=\"3\"} 2"
+        ));
         assert!(text.contains("fabric_time_scale{testbed=\"fab\"} 4000"));
         // Every sample line is `name{labels} value`.
         for l in text.lines().filter(|l| !l.starts_with('#')) {

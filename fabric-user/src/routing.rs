@@ -128,7 +128,12 @@ mod tests {
         assert_eq!(hops.len(), 1);
         assert_eq!(plan.nodes[plan.nodes[c2].ports[hops[0]].peer_node].name, "z0r3");
         // Every switch owns its port addresses.
-        assert!(tables.routes_v4.iter().any(|&(a, l, tgt)| a == plan.nodes[r0].ports[0].ipv4 && l == 32 && tgt == ROUTE_LOCAL));
+        assert!(
+            tables
+                .routes_v4
+                .iter()
+                .any(|&(a, l, tgt)| a == plan.nodes[r0].ports[0].ipv4 && l == 32 && tgt == ROUTE_LOCAL)
+        );
     }
 
     #[test]

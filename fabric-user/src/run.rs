@@ -160,7 +160,9 @@ impl RunSpec {
         let hash = self
             .hash
             .as_deref()
-            .map(|h| HashMode::parse(h).with_context(|| format!("hash: unknown mode {h:?}; five-tuple, eecmp, pin or te")))
+            .map(|h| {
+                HashMode::parse(h).with_context(|| format!("hash: unknown mode {h:?}; five-tuple, eecmp, pin or te"))
+            })
             .transpose()?;
         Ok(RunOptions {
             collective: self.workload.context("no workload given")?,
@@ -181,7 +183,11 @@ impl RunSpec {
                 },
                 ack_every: self.ack_every,
                 window: {
-                    ensure!((1..=1 << 20).contains(&self.window), "window: {} must be 1..=1048576 packets", self.window);
+                    ensure!(
+                        (1..=1 << 20).contains(&self.window),
+                        "window: {} must be 1..=1048576 packets",
+                        self.window
+                    );
                     self.window
                 },
                 dscp: {
@@ -375,10 +381,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     let steps = schedule(opts.collective, ranks, opts.message_bytes, opts.seed);
     // Traffic engineering: the controller places this job's flows before it starts.
     let te_flows = if opts.hash == Some(fabric_common::config::HashMode::Te) {
-        let host_steps: Vec<Vec<HostTransfer>> = steps
-            .iter()
-            .map(|s| crate::workload::on_hosts(s, &hosts))
-            .collect();
+        let host_steps: Vec<Vec<HostTransfer>> = steps.iter().map(|s| crate::workload::on_hosts(s, &hosts)).collect();
         let flows = crate::te::job_flows(plan, &host_steps, &opts.endpoint);
         Some(crate::te::install(state, &flows)?.flows)
     } else {

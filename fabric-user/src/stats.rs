@@ -178,7 +178,8 @@ pub fn collect(state: &State) -> Result<StatsReport> {
             let mut p = PortStats::new(&port.ifname, !state.down_links.contains(&port.link), &c);
             let rate = dp.port_rate(i as u32)?;
             for class in 0..fabric_common::pfc::CLASSES {
-                let (cc, q, acc) = (dp.class_counters(i as u32, class)?, dp.queue(i as u32, class)?, dp.account(i as u32, class)?);
+                let (cc, q, acc) =
+                    (dp.class_counters(i as u32, class)?, dp.queue(i as u32, class)?, dp.account(i as u32, class)?);
                 // A pause still in force counts up to now.
                 let pending = q.paused_until_ns.saturating_sub(now);
                 let cs = ClassStats {
@@ -213,7 +214,14 @@ pub fn collect(state: &State) -> Result<StatsReport> {
     }
     let agents = crate::agent::read_telemetry(&plan.topology.prefix);
     let congestion = totals(&switches, &agents);
-    Ok(StatsReport { testbed: plan.topology.prefix.clone(), time_scale: plan.topology.time_scale, switches, uplinks, congestion, agents })
+    Ok(StatsReport {
+        testbed: plan.topology.prefix.clone(),
+        time_scale: plan.topology.time_scale,
+        switches,
+        uplinks,
+        congestion,
+        agents,
+    })
 }
 
 fn totals(switches: &[SwitchStats], agents: &[crate::agent::SwitchTelemetry]) -> CongestionTotals {
@@ -274,14 +282,29 @@ pub fn print(r: &StatsReport) {
             );
         }
     }
-    let busy: Vec<(&str, &PortStats, &ClassStats)> =
-        r.switches.iter().flat_map(|s| s.ports.iter().flat_map(move |p| p.classes.iter().map(move |c| (s.switch.as_str(), p, c)))).collect();
+    let busy: Vec<(&str, &PortStats, &ClassStats)> = r
+        .switches
+        .iter()
+        .flat_map(|s| s.ports.iter().flat_map(move |p| p.classes.iter().map(move |c| (s.switch.as_str(), p, c))))
+        .collect();
     if !busy.is_empty() {
         println!();
         println!("congestion model (time scale {}: modelled time = wall time / {})", r.time_scale, r.time_scale);
         println!(
             "{:<8} {:<10} {:>2} {:>10} {:>9} {:>8} {:>8} {:>10} {:>10} {:>11} {:>7} {:>10} {:>6}",
-            "switch", "port", "tc", "queued", "ecn", "drops", "hdroom!", "sent-psd", "depth KiB", "max KiB", "pauses", "paused ms", "xoff"
+            "switch",
+            "port",
+            "tc",
+            "queued",
+            "ecn",
+            "drops",
+            "hdroom!",
+            "sent-psd",
+            "depth KiB",
+            "max KiB",
+            "pauses",
+            "paused ms",
+            "xoff"
         );
         for (sw, p, c) in busy {
             println!(
@@ -306,7 +329,17 @@ pub fn print(r: &StatsReport) {
         let sent: Vec<String> = a
             .pfc
             .iter()
-            .map(|p| format!("{}/tc{}: xoff {} refresh {} xon {} ({:.1} ms)", p.ifname, p.class, p.xoff_sent, p.refresh_sent, p.xon_sent, p.pausing_ns as f64 / 1e6))
+            .map(|p| {
+                format!(
+                    "{}/tc{}: xoff {} refresh {} xon {} ({:.1} ms)",
+                    p.ifname,
+                    p.class,
+                    p.xoff_sent,
+                    p.refresh_sent,
+                    p.xon_sent,
+                    p.pausing_ns as f64 / 1e6
+                )
+            })
             .collect();
         println!(
             "agent {:<6} PFC sent: {}; XOFF delay median {:.0} µs max {:.0} µs; watchdog storms {}",

@@ -90,7 +90,9 @@ pub fn assign_on(fabric: &SimFabric, flows: &[TeFlow]) -> Result<TePlacement> {
     let plan = &fabric.plan;
     let mut order: Vec<&TeFlow> = flows.iter().collect();
     // Largest first; ties in a fixed order so that the placement is reproducible.
-    order.sort_by(|a, b| b.bytes.cmp(&a.bytes).then((a.src, a.dst, a.sport, a.dest_qp).cmp(&(b.src, b.dst, b.sport, b.dest_qp))));
+    order.sort_by(|a, b| {
+        b.bytes.cmp(&a.bytes).then((a.src, a.dst, a.sport, a.dest_qp).cmp(&(b.src, b.dst, b.sport, b.dest_qp)))
+    });
     let mut out = TePlacement { flows: flows.len(), ..Default::default() };
     for f in order {
         let flow = as_sim_flow(plan, f);
@@ -157,7 +159,11 @@ pub fn reinstall(state: &State) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{endpoint::SportPolicy, topology::Topology, workload::{Collective, schedule}};
+    use crate::{
+        endpoint::SportPolicy,
+        topology::Topology,
+        workload::{Collective, schedule},
+    };
 
     fn ring_flows(plan: &Plan, qps: u32) -> Vec<TeFlow> {
         let hosts: Vec<NodeId> = plan.hosts().collect();
@@ -174,8 +180,11 @@ mod tests {
         let fabric = SimFabric::from_controller(plan, &BTreeSet::new());
         let mut worst: f64 = 0.0;
         for r in plan.switches().filter(|&s| plan.nodes[s].role == crate::plan::Role::Rtsw) {
-            let loads: Vec<u64> =
-                plan.uplinks(r).iter().map(|&p| link_bytes.get(&directed(&fabric, r, p)).copied().unwrap_or(0)).collect();
+            let loads: Vec<u64> = plan
+                .uplinks(r)
+                .iter()
+                .map(|&p| link_bytes.get(&directed(&fabric, r, p)).copied().unwrap_or(0))
+                .collect();
             let (m, _) = crate::stats::imbalance(&loads);
             worst = worst.max(m);
         }
@@ -191,8 +200,13 @@ mod tests {
         let fabric = SimFabric::from_controller(&plan, &BTreeSet::new());
         let mut eecmp: HashMap<u32, u64> = HashMap::new();
         for f in &flows {
-            crate::sim::route::trace(&fabric, &as_sim_flow(&plan, f), |_| {}, |l| *eecmp.entry(l).or_default() += f.bytes)
-                .unwrap();
+            crate::sim::route::trace(
+                &fabric,
+                &as_sim_flow(&plan, f),
+                |_| {},
+                |l| *eecmp.entry(l).or_default() += f.bytes,
+            )
+            .unwrap();
         }
         let (t, e) = (uplink_imbalance(&plan, &te.link_bytes), uplink_imbalance(&plan, &eecmp));
         assert!(t < e, "TE {t:.2} must beat E-ECMP {e:.2}");
@@ -215,7 +229,11 @@ mod tests {
         let te = assign(&plan, &BTreeSet::from([link]), &flows).unwrap();
         let fabric = SimFabric::from_controller(&plan, &BTreeSet::new());
         assert_eq!(te.link_bytes.get(&directed(&fabric, rtsw, port)).copied().unwrap_or(0), 0);
-        let total: u64 = plan.uplinks(rtsw).iter().map(|&p| te.link_bytes.get(&directed(&fabric, rtsw, p)).copied().unwrap_or(0)).sum();
+        let total: u64 = plan
+            .uplinks(rtsw)
+            .iter()
+            .map(|&p| te.link_bytes.get(&directed(&fabric, rtsw, p)).copied().unwrap_or(0))
+            .sum();
         assert!(total > 0, "the rack's traffic moved to the other uplinks");
     }
 }

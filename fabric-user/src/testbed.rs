@@ -135,8 +135,7 @@ fn progress(len: usize, quiet: bool) -> ProgressBar {
     }
     let bar = ProgressBar::new(len as u64);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} {msg}")
-            .expect("valid template"),
+        ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} {msg}").expect("valid template"),
     );
     bar.enable_steady_tick(Duration::from_millis(100));
     bar
@@ -229,9 +228,7 @@ fn build(plan: &Plan, quiet: bool) -> Result<()> {
 
     bar.set_message("XDP switches");
     let tables = routing::compute(plan, &BTreeSet::new());
-    parallel(&switches, &bar, |&n| {
-        install_switch(plan, n, tables[n].as_ref().expect("switch"))
-    })?;
+    parallel(&switches, &bar, |&n| install_switch(plan, n, tables[n].as_ref().expect("switch")))?;
 
     bar.set_message("host XDP");
     // Host veths need an XDP program to receive frames redirected into them; one loaded
@@ -491,18 +488,13 @@ pub fn link_label(plan: &Plan, l: LinkId) -> String {
 
 /// Finds the link named `NODE:IFNAME` (either end).
 pub fn find_link(plan: &Plan, spec: &str) -> Result<LinkId> {
-    let (node, ifname) = spec
-        .split_once(':')
-        .with_context(|| format!("{spec:?}: expected SWITCH:PORT, e.g. z0r0:z0c1"))?;
+    let (node, ifname) =
+        spec.split_once(':').with_context(|| format!("{spec:?}: expected SWITCH:PORT, e.g. z0r0:z0c1"))?;
     let n = plan.node_by_name(node).with_context(|| format!("no node {node:?} in this testbed"))?;
-    let port = plan.nodes[n]
-        .ports
-        .iter()
-        .find(|p| p.ifname == ifname)
-        .with_context(|| {
-            let names: Vec<&str> = plan.nodes[n].ports.iter().map(|p| p.ifname.as_str()).collect();
-            format!("{node} has no port {ifname:?}; its ports: {}", names.join(", "))
-        })?;
+    let port = plan.nodes[n].ports.iter().find(|p| p.ifname == ifname).with_context(|| {
+        let names: Vec<&str> = plan.nodes[n].ports.iter().map(|p| p.ifname.as_str()).collect();
+        format!("{node} has no port {ifname:?}; its ports: {}", names.join(", "))
+    })?;
     Ok(port.link)
 }
 

@@ -65,7 +65,9 @@ pub fn schedule_runs(c: Collective, ranks: usize, message_bytes: u64, seed: u64)
         )],
         Collective::Alltoall => vec![(
             (0..ranks)
-                .flat_map(|s| (0..ranks).filter(move |&d| d != s).map(move |d| Transfer { src: s, dst: d, bytes: chunk }))
+                .flat_map(|s| {
+                    (0..ranks).filter(move |&d| d != s).map(move |d| Transfer { src: s, dst: d, bytes: chunk })
+                })
                 .collect(),
             1,
         )],

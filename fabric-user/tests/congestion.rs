@@ -105,10 +105,13 @@ fn a_full_lossy_queue_drops_and_a_lossless_one_never_does() {
         let lossless = roce(TOS_ROCE_ECT, false);
         let actions: Vec<u32> = (0..8).map(|_| sw.run(PROGRAM_SWITCH, 0, &lossless).unwrap().0.return_value).collect();
         assert!(actions.iter().all(|&a| a == XDP_REDIRECT), "lossless: {actions:?}");
-        let c = (1..=UPLINKS).map(|p| sw.dp.class_counters(p, 3).unwrap()).fold(Default::default(), |mut a: fabric_common::qos::ClassCounters, c| {
-            a.accumulate(&c);
-            a
-        });
+        let c = (1..=UPLINKS).map(|p| sw.dp.class_counters(p, 3).unwrap()).fold(
+            Default::default(),
+            |mut a: fabric_common::qos::ClassCounters, c| {
+                a.accumulate(&c);
+                a
+            },
+        );
         assert_eq!(c.packets, 8);
         assert!(c.over_headroom > 0, "8 x 1100 bytes exceed 3000 + 4000 of headroom");
         assert_eq!(c.overflow_drops, 0);
@@ -303,7 +306,8 @@ fn switch_agents_send_pfc_that_spreads_from_the_receivers_rack_to_the_spine_and_
     assert!(rtsw.pfc.iter().any(|p| p.ifname.starts_with("z0c") && p.xoff_sent >= 1), "{:?}", rtsw.pfc);
     assert!(rtsw.pfc.iter().all(|p| p.ifname != "z0r0h0"), "the receiver sends nothing to pause");
     // ... a spine paused by it paused the remote senders' RTSWs in turn, and those their hosts.
-    let spine_pauses: u64 = r.agents.iter().filter(|a| a.node.starts_with("z0c")).flat_map(|a| &a.pfc).map(|p| p.xoff_sent).sum();
+    let spine_pauses: u64 =
+        r.agents.iter().filter(|a| a.node.starts_with("z0c")).flat_map(|a| &a.pfc).map(|p| p.xoff_sent).sum();
     assert!(spine_pauses >= 1, "no spine paused its upstream");
     for (rack, host) in [("z0r1", "z0r1h0"), ("z0r2", "z0r2h0")] {
         assert!(agent(rack).pfc.iter().any(|p| p.ifname == host && p.xoff_sent >= 1), "{rack}: {:?}", agent(rack).pfc);
@@ -321,7 +325,16 @@ fn switch_agents_send_pfc_that_spreads_from_the_receivers_rack_to_the_spine_and_
     assert!(!spine_paused.is_empty(), "no spine port towards z0r0 was paused");
     assert!(spine_paused.iter().all(|c| c.paused_ns > 0));
     // The lossless class lost nothing; pausing spines kept forwarding, which the model counts.
-    assert_eq!(r.switches.iter().flat_map(|s| &s.ports).flat_map(|p| &p.classes).filter(|c| c.class == 3).map(|c| c.overflow_drops).sum::<u64>(), 0);
+    assert_eq!(
+        r.switches
+            .iter()
+            .flat_map(|s| &s.ports)
+            .flat_map(|p| &p.classes)
+            .filter(|c| c.class == 3)
+            .map(|c| c.overflow_drops)
+            .sum::<u64>(),
+        0
+    );
     assert!(r.congestion.sent_while_paused > 0);
     // XOFF delays were measured, and the senders never stopped: the watchdog fired.
     // (At least the two XOFFs asserted above: the host port's and a spine port's.)
@@ -386,7 +399,13 @@ fn go(state: &State, o: &RunOptions) -> RunResult {
 
 fn lossless_drops(state: &State) -> u64 {
     let r = stats::collect(state).unwrap();
-    r.switches.iter().flat_map(|s| &s.ports).flat_map(|p| &p.classes).filter(|c| c.class == 3).map(|c| c.overflow_drops).sum()
+    r.switches
+        .iter()
+        .flat_map(|s| &s.ports)
+        .flat_map(|p| &p.classes)
+        .filter(|c| c.class == 3)
+        .map(|c| c.overflow_drops)
+        .sum()
 }
 
 #[test]
@@ -419,7 +438,10 @@ fn incast_pfc_only_pauses_without_loss_dcqcn_pauses_less_and_cts_stays_under_its
     assert_eq!(dcqcn.bytes_delivered, dcqcn.bytes_needed);
     let cnps: u64 = dcqcn.flows.iter().map(|f| f.cnps_received).sum();
     assert!(cnps > 0, "no CNP reached a sender");
-    assert!(dcqcn.flows.iter().all(|f| f.rate_trajectory.iter().any(|s| s.1 < f.intended_bps)), "every sender cut its rate");
+    assert!(
+        dcqcn.flows.iter().all(|f| f.rate_trajectory.iter().any(|s| s.1 < f.intended_bps)),
+        "every sender cut its rate"
+    );
     let pfc_dcqcn = dcqcn.congestion.pfc_xoff_sent + dcqcn.congestion.pfc_refresh_sent;
     eprintln!("dcqcn: {:?}", dcqcn.congestion);
     assert!(

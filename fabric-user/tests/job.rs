@@ -44,11 +44,19 @@ fn the_job_report_names_the_uplink_a_test_congested_on_purpose() {
     assert_eq!(rec.steps.len(), 14, "a ring over 8 ranks has 2(N-1) steps");
     assert_eq!(rec.diagnosis, r.diagnosis);
     let first = &rec.diagnosis[0];
-    assert!(first.contains("on z0r1") && first.contains("z0c3"), "the diagnosis must name z0r1's only uplink: {:?}", rec.diagnosis);
+    assert!(
+        first.contains("on z0r1") && first.contains("z0c3"),
+        "the diagnosis must name z0r1's only uplink: {:?}",
+        rec.diagnosis
+    );
     // The job's port deltas saw the traffic on that uplink and none on the failed ones.
     let up = rec.ports.iter().find(|p| p.switch == "z0r1" && p.port == "z0c3").expect("z0r1:z0c3 moved");
     assert!(up.tx_bytes > 0);
-    assert!(!rec.ports.iter().any(|p| p.switch == "z0r1" && ["z0c0", "z0c1", "z0c2"].contains(&p.port.as_str()) && p.tx_bytes > 0));
+    assert!(
+        !rec.ports
+            .iter()
+            .any(|p| p.switch == "z0r1" && ["z0c0", "z0c1", "z0c2"].contains(&p.port.as_str()) && p.tx_bytes > 0)
+    );
     let _ = std::fs::remove_file(JobRecord::path(&r.job_id));
 
     // The exporter, on a loopback of its own namespace, serves the same counters.

@@ -61,7 +61,13 @@ fn packet_socket(dev: &str) -> Result<OwnedFd> {
     let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
     // SAFETY: valid fd and option of the stated size.
     unsafe {
-        libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), size_of::<libc::timeval>() as u32)
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            size_of::<libc::timeval>() as u32,
+        )
     };
     Ok(fd)
 }
@@ -95,8 +101,14 @@ fn run(ns_a: &str, ns_sw: &str, ns_b: &str) -> Result<()> {
     }
     // Links are born in the switch namespace with their peers sent to the hosts.
     in_named(ns_sw, || {
-        ip(&["link", "add", "sa", "address", MAC_SA, "type", "veth", "peer", "name", "a0", "address", MAC_A, "netns", ns_a])?;
-        ip(&["link", "add", "sb", "address", MAC_SB, "type", "veth", "peer", "name", "b0", "address", MAC_B, "netns", ns_b])?;
+        ip(&[
+            "link", "add", "sa", "address", MAC_SA, "type", "veth", "peer", "name", "a0", "address", MAC_A, "netns",
+            ns_a,
+        ])?;
+        ip(&[
+            "link", "add", "sb", "address", MAC_SB, "type", "veth", "peer", "name", "b0", "address", MAC_B, "netns",
+            ns_b,
+        ])?;
         for cmd in [
             vec!["addr", "add", "198.18.0.0/31", "dev", "sa"],
             vec!["addr", "add", "198.18.0.2/31", "dev", "sb"],

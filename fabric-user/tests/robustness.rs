@@ -94,7 +94,8 @@ fn hostile_traffic_is_counted_and_good_traffic_keeps_flowing() {
     let mut bad_udp_len = good_roce.clone();
     set_u16(&mut bad_udp_len, 38, 4000);
     // The source address of another host.
-    let spoofed = udp_frame(port.mac, gw_mac, plan.host_ipv4(other).octets(), dst, 4791, &[&bth[..], &[0u8; 64]].concat());
+    let spoofed =
+        udp_frame(port.mac, gw_mac, plan.host_ipv4(other).octets(), dst, 4791, &[&bth[..], &[0u8; 64]].concat());
     // A PFC frame, as a misbehaving NIC would send it: pause all classes for the maximum.
     let mut pfc = vec![0x01, 0x80, 0xC2, 0, 0, 0x01];
     pfc.extend_from_slice(&port.mac);
@@ -147,7 +148,12 @@ fn hostile_traffic_is_counted_and_good_traffic_keeps_flowing() {
     for sw in plan.switches().filter(|&n| n != rtsw) {
         let mut dp = state.dataplane(sw).unwrap();
         for (i, _) in plan.nodes[sw].ports.iter().enumerate() {
-            assert_eq!(dp.port_counters(i as u32).unwrap().rx_pfc_frames, 0, "{} saw a host's PFC", plan.nodes[sw].name);
+            assert_eq!(
+                dp.port_counters(i as u32).unwrap().rx_pfc_frames,
+                0,
+                "{} saw a host's PFC",
+                plan.nodes[sw].name
+            );
         }
     }
     assert!(!sent_jumbo, "a frame over the MTU does not leave the host");

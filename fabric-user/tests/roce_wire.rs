@@ -3,12 +3,7 @@
 //! dissector.
 mod common;
 
-use std::{
-    net::Ipv4Addr,
-    path::Path,
-    process::Command,
-    time::Duration,
-};
+use std::{net::Ipv4Addr, path::Path, process::Command, time::Duration};
 
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use fabric_common::{parse::parse_packet, wire::udp::ROCEV2_PORT};
@@ -22,7 +17,6 @@ use fabric_user::{
     },
 };
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
-
 
 /// What the ICRC needs from a captured frame, read with etherparse.
 struct CapturedRoce {

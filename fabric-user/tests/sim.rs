@@ -36,57 +36,17 @@ fn predicted_member_loads_equal_the_xdp_member_counters() {
     let (_guard, state) = common::up(None, &common::unique_prefix('s', 0));
     let fabric = SimFabric::from_controller(&state.plan, &state.down_links);
     let cases = [
-        (
-            Collective::Allreduce,
-            4,
-            SportPolicy::PerQp,
-            HashMode::FiveTuple,
-            3,
-        ),
-        (
-            Collective::Allreduce,
-            4,
-            SportPolicy::Fixed,
-            HashMode::FiveTuple,
-            3,
-        ),
-        (
-            Collective::Allreduce,
-            4,
-            SportPolicy::Fixed,
-            HashMode::Eecmp,
-            5,
-        ),
-        (
-            Collective::Permutation,
-            8,
-            SportPolicy::PerQp,
-            HashMode::Pin,
-            7,
-        ),
-        (
-            Collective::Alltoall,
-            2,
-            SportPolicy::Fixed,
-            HashMode::Eecmp,
-            9,
-        ),
+        (Collective::Allreduce, 4, SportPolicy::PerQp, HashMode::FiveTuple, 3),
+        (Collective::Allreduce, 4, SportPolicy::Fixed, HashMode::FiveTuple, 3),
+        (Collective::Allreduce, 4, SportPolicy::Fixed, HashMode::Eecmp, 5),
+        (Collective::Permutation, 8, SportPolicy::PerQp, HashMode::Pin, 7),
+        (Collective::Alltoall, 2, SportPolicy::Fixed, HashMode::Eecmp, 9),
     ];
     let mut multi_member_groups_used = 0;
     for (collective, qps, sport, hash, seed) in cases {
-        let label = format!(
-            "{} {} qps={qps} sport={}",
-            collective.as_str(),
-            hash.as_str(),
-            sport.as_str()
-        );
+        let label = format!("{} {} qps={qps} sport={}", collective.as_str(), hash.as_str(), sport.as_str());
         // ACK every packet: then the ACK count is the data packet count whatever the timing.
-        let endpoint = EndpointOptions {
-            qps,
-            sport,
-            ack_every: 1,
-            ..Default::default()
-        };
+        let endpoint = EndpointOptions { qps, sport, ack_every: 1, ..Default::default() };
         let sim = SimOptions {
             collective,
             ranks: None,
@@ -113,10 +73,7 @@ fn predicted_member_loads_equal_the_xdp_member_counters() {
         let result = run(&state, &opts, true).unwrap_or_else(|e| panic!("{label}: {e:#}"));
         let after = read_members(&state, &fabric);
         let retransmitted: u64 = result.flows.iter().map(|f| f.retransmitted).sum();
-        assert_eq!(
-            retransmitted, 0,
-            "{label}: the run retransmitted, so no exact prediction is possible"
-        );
+        assert_eq!(retransmitted, 0, "{label}: the run retransmitted, so no exact prediction is possible");
         assert_eq!(result.bytes_delivered, result.bytes_needed, "{label}");
         let mut mismatches = Vec::new();
         for sw in fabric.plan.switches() {
@@ -124,14 +81,10 @@ fn predicted_member_loads_equal_the_xdp_member_counters() {
                 let n = fabric.members(sw, g).len() as u32;
                 for m in 0..n {
                     let s = fabric.slot(sw, g, m);
-                    let got = (
-                        after.packets[s] - before.packets[s],
-                        after.bytes[s] - before.bytes[s],
-                    );
+                    let got = (after.packets[s] - before.packets[s], after.bytes[s] - before.bytes[s]);
                     let want = (predicted.packets[s], predicted.bytes[s]);
                     if got != want {
-                        let port =
-                            &fabric.plan.nodes[sw].ports[fabric.members(sw, g)[m as usize]].ifname;
+                        let port = &fabric.plan.nodes[sw].ports[fabric.members(sw, g)[m as usize]].ifname;
                         mismatches.push(format!(
                             "{} group {g} member {m} ({port}): counters {got:?}, predicted {want:?}",
                             fabric.plan.nodes[sw].name
@@ -143,12 +96,7 @@ fn predicted_member_loads_equal_the_xdp_member_counters() {
                 }
             }
         }
-        assert!(
-            mismatches.is_empty(),
-            "{label}: {} mismatches:\n{}",
-            mismatches.len(),
-            mismatches.join("\n")
-        );
+        assert!(mismatches.is_empty(), "{label}: {} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
         let total: u64 = predicted.packets.iter().sum();
         assert!(total > 0, "{label}: nothing predicted");
         eprintln!(
@@ -156,8 +104,5 @@ fn predicted_member_loads_equal_the_xdp_member_counters() {
             predicted.packets.iter().filter(|&&p| p > 0).count()
         );
     }
-    assert!(
-        multi_member_groups_used > 0,
-        "the cases must exercise ECMP choices"
-    );
+    assert!(multi_member_groups_used > 0, "the cases must exercise ECMP choices");
 }

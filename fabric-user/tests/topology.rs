@@ -199,7 +199,10 @@ fn limits_themselves_are_accepted() {
     assert_eq!(t.link_count(), 4 + 2 * 2 * 32 + 2 * 2 * 32);
     // ... but not a /27 (room for 16).
     expect_err(
-        &one_zone("", "[addressing]\nipv4 = \"198.18.0.0\"\nipv4_prefix_len = 27\nipv6 = \"fd00::\"\nipv6_prefix_len = 64\n"),
+        &one_zone(
+            "",
+            "[addressing]\nipv4 = \"198.18.0.0\"\nipv4_prefix_len = 27\nipv6 = \"fd00::\"\nipv6_prefix_len = 64\n",
+        ),
         &["addressing.ipv4_prefix_len", "24 links", "only 16 links fit", "at most /26"],
     );
 }
@@ -242,13 +245,22 @@ fn no_zones() {
 
 #[test]
 fn duplicate_zone_names() {
-    let text = doc("", &format!("{}{}{}[atsw]\ncount = 1\n", zone("z0", 1, 1, 1, 1), zone("z1", 1, 1, 1, 1), zone("z0", 1, 1, 1, 1)));
+    let text = doc(
+        "",
+        &format!("{}{}{}[atsw]\ncount = 1\n", zone("z0", 1, 1, 1, 1), zone("z1", 1, 1, 1, 1), zone("z0", 1, 1, 1, 1)),
+    );
     expect_err(&text, &["zones[2].name:", "\"z0\"", "zones[0]", "unique"]);
 }
 
 #[test]
 fn bad_zone_names() {
-    for (name, why) in [("", "is empty"), ("zone", "too long"), ("Z0", "not allowed"), ("z_", "not allowed"), ("0z", "start with a letter")] {
+    for (name, why) in [
+        ("", "is empty"),
+        ("zone", "too long"),
+        ("Z0", "not allowed"),
+        ("z_", "not allowed"),
+        ("0z", "start with a letter"),
+    ] {
         expect_err(&doc("", &zone(name, 1, 1, 1, 1)), &["zones[0].name:", why, "1..=3", "[a-z0-9]"]);
     }
 }
@@ -268,7 +280,9 @@ fn zero_counts() {
     }
     expect_err(
         &doc("", &zone("z0", 1, 1, 1, 0)),
-        &["zones[0].uplinks_per_spine: must be at least 1 (a rack with no uplinks cannot reach the rest of the fabric)"],
+        &[
+            "zones[0].uplinks_per_spine: must be at least 1 (a rack with no uplinks cannot reach the rest of the fabric)",
+        ],
     );
 }
 
@@ -282,7 +296,10 @@ fn several_zones_need_an_atsw_layer() {
 fn bad_atsw_layer() {
     let zones = format!("{}{}", zone("z0", 1, 1, 1, 1), zone("z1", 1, 1, 1, 1));
     expect_err(&doc("", &format!("{zones}[atsw]\ncount = 0\n")), &["atsw.count:", "at least 1"]);
-    expect_err(&doc("", &format!("{zones}[atsw]\ncount = 1\nuplinks_per_ctsw = 0\n")), &["atsw.uplinks_per_ctsw:", "at least 1"]);
+    expect_err(
+        &doc("", &format!("{zones}[atsw]\ncount = 1\nuplinks_per_ctsw = 0\n")),
+        &["atsw.uplinks_per_ctsw:", "at least 1"],
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -290,14 +307,23 @@ fn bad_atsw_layer() {
 
 #[test]
 fn rtsw_uplink_group_too_large() {
-    expect_err(&doc("", &zone("z0", 1, 1, 33, 2)), &["zones[0].spines/uplinks_per_spine:", "RTSW", "33 x 2 = 66", "at most 64"]);
-    expect_err(&doc("", &zone("z0", 1, 1, 65, 1)), &["zones[0].spines/uplinks_per_spine:", "65 x 1 = 65", "at most 64"]);
+    expect_err(
+        &doc("", &zone("z0", 1, 1, 33, 2)),
+        &["zones[0].spines/uplinks_per_spine:", "RTSW", "33 x 2 = 66", "at most 64"],
+    );
+    expect_err(
+        &doc("", &zone("z0", 1, 1, 65, 1)),
+        &["zones[0].spines/uplinks_per_spine:", "65 x 1 = 65", "at most 64"],
+    );
 }
 
 #[test]
 fn ctsw_group_towards_a_rack_too_large() {
     // Always also too large for the RTSW; the CTSW side is reported on its own.
-    expect_err(&doc("", &zone("z0", 1, 1, 1, 65)), &["zones[0].uplinks_per_spine:", "towards a rack", "65 members", "at most 64"]);
+    expect_err(
+        &doc("", &zone("z0", 1, 1, 1, 65)),
+        &["zones[0].uplinks_per_spine:", "towards a rack", "65 members", "at most 64"],
+    );
 }
 
 #[test]
@@ -332,7 +358,10 @@ fn ctsw_with_too_many_ports() {
 #[test]
 fn atsw_with_too_many_ports() {
     let zones: String = (0..5).map(|i| zone(&format!("z{i}"), 1, 1, 60, 1)).collect();
-    expect_err(&doc("", &format!("{zones}[atsw]\ncount = 1\n")), &["atsw.uplinks_per_ctsw:", "ATSW would have 300 ports", "at most 256"]);
+    expect_err(
+        &doc("", &format!("{zones}[atsw]\ncount = 1\n")),
+        &["atsw.uplinks_per_ctsw:", "ATSW would have 300 ports", "at most 256"],
+    );
 }
 
 #[test]
@@ -385,27 +414,41 @@ fn bad_rates() {
 fn addressing(v4: &str, v4_len: u8, v6: &str, v6_len: u8) -> String {
     one_zone(
         "",
-        &format!("[addressing]\nipv4 = \"{v4}\"\nipv4_prefix_len = {v4_len}\nipv6 = \"{v6}\"\nipv6_prefix_len = {v6_len}\n"),
+        &format!(
+            "[addressing]\nipv4 = \"{v4}\"\nipv4_prefix_len = {v4_len}\nipv6 = \"{v6}\"\nipv6_prefix_len = {v6_len}\n"
+        ),
     )
 }
 
 #[test]
 fn ipv4_plan_outside_the_benchmarking_range() {
-    expect_err(&addressing("10.0.0.0", 16, "fd00::", 64), &["addressing.ipv4:", "10.0.0.0/16", "not inside 198.18.0.0/15"]);
+    expect_err(
+        &addressing("10.0.0.0", 16, "fd00::", 64),
+        &["addressing.ipv4:", "10.0.0.0/16", "not inside 198.18.0.0/15"],
+    );
     expect_err(&addressing("198.20.0.0", 16, "fd00::", 64), &["addressing.ipv4:", "not inside 198.18.0.0/15"]);
     // The right network, but a prefix that reaches outside it.
-    expect_err(&addressing("198.16.0.0", 14, "fd00::", 64), &["addressing.ipv4_prefix_len:", "not inside 198.18.0.0/15", "15..=31"]);
+    expect_err(
+        &addressing("198.16.0.0", 14, "fd00::", 64),
+        &["addressing.ipv4_prefix_len:", "not inside 198.18.0.0/15", "15..=31"],
+    );
     expect_err(&addressing("0.0.0.0", 0, "fd00::", 64), &["addressing.ipv4_prefix_len:", "not inside"]);
 }
 
 #[test]
 fn ipv4_prefix_len_too_long() {
-    expect_err(&addressing("198.18.0.0", 32, "fd00::", 64), &["addressing.ipv4_prefix_len:", "32 is too long", "15..=31"]);
+    expect_err(
+        &addressing("198.18.0.0", 32, "fd00::", 64),
+        &["addressing.ipv4_prefix_len:", "32 is too long", "15..=31"],
+    );
 }
 
 #[test]
 fn ipv4_plan_not_aligned() {
-    expect_err(&addressing("198.18.1.0", 16, "fd00::", 64), &["addressing.ipv4:", "not aligned", "/16", "use 198.18.0.0"]);
+    expect_err(
+        &addressing("198.18.1.0", 16, "fd00::", 64),
+        &["addressing.ipv4:", "not aligned", "/16", "use 198.18.0.0"],
+    );
 }
 
 #[test]
@@ -419,13 +462,22 @@ fn ipv4_plan_too_small() {
 
 #[test]
 fn ipv6_plan_outside_fd00() {
-    expect_err(&addressing("198.18.0.0", 15, "2001:db8::", 64), &["addressing.ipv6:", "2001:db8::/64", "not inside fd00::/8"]);
-    expect_err(&addressing("198.18.0.0", 15, "fc00::", 7), &["addressing.ipv6_prefix_len:", "not inside fd00::/8", "8..=127"]);
+    expect_err(
+        &addressing("198.18.0.0", 15, "2001:db8::", 64),
+        &["addressing.ipv6:", "2001:db8::/64", "not inside fd00::/8"],
+    );
+    expect_err(
+        &addressing("198.18.0.0", 15, "fc00::", 7),
+        &["addressing.ipv6_prefix_len:", "not inside fd00::/8", "8..=127"],
+    );
 }
 
 #[test]
 fn ipv6_prefix_len_too_long() {
-    expect_err(&addressing("198.18.0.0", 15, "fd00::", 128), &["addressing.ipv6_prefix_len:", "128 is too long", "8..=127"]);
+    expect_err(
+        &addressing("198.18.0.0", 15, "fd00::", 128),
+        &["addressing.ipv6_prefix_len:", "128 is too long", "8..=127"],
+    );
 }
 
 #[test]
@@ -443,7 +495,8 @@ fn ipv6_plan_too_small() {
 
 #[test]
 fn both_plans_reported_at_once() {
-    let msg = expect_err(&addressing("10.0.0.0", 8, "fd00::1", 64), &["2 problems", "addressing.ipv4", "addressing.ipv6:"]);
+    let msg =
+        expect_err(&addressing("10.0.0.0", 8, "fd00::1", 64), &["2 problems", "addressing.ipv4", "addressing.ipv6:"]);
     assert_eq!(msg.lines().count(), 3, "{msg}");
 }
 
@@ -455,7 +508,10 @@ fn unknown_fields() {
     expect_err(&one_zone("nmae = \"x\"", ""), &["nmae:", "unknown field `nmae`", "expected one of"]);
     let text = doc("", &format!("{}{}bogus = 1\n[atsw]\ncount = 1\n", zone("z0", 1, 1, 1, 1), zone("z1", 1, 1, 1, 1)));
     expect_err(&text, &["zones[1].bogus:", "unknown field `bogus`", "uplinks_per_spine"]);
-    expect_err(&one_zone("", "[atsw]\ncount = 1\nuplinks = 2\n"), &["atsw.uplinks:", "unknown field `uplinks`", "uplinks_per_ctsw"]);
+    expect_err(
+        &one_zone("", "[atsw]\ncount = 1\nuplinks = 2\n"),
+        &["atsw.uplinks:", "unknown field `uplinks`", "uplinks_per_ctsw"],
+    );
     expect_err(&one_zone("", "[tiers.rtsw]\nrate = 100\n"), &["tiers.rtsw.rate:", "unknown field `rate`", "rate_gbps"]);
     expect_err(&one_zone("", "[tiers.spine]\nseed = 1\n"), &["tiers.spine:", "unknown field `spine`"]);
 }
@@ -468,7 +524,10 @@ fn wrong_types() {
     expect_err(&one_zone("mtu = 1500.5", ""), &["mtu:", "invalid type", "expected u32"]);
     expect_err(&format!("name = 3\n{}", zone("z0", 1, 1, 1, 1)), &["name:", "invalid type", "expected a string"]);
     expect_err(&one_zone("", "[tiers.ctsw]\nrate_gbps = \"fast\"\n"), &["tiers.ctsw.rate_gbps:", "invalid type"]);
-    expect_err(&doc("", &zone("z0", 1, 1, 1, 1).replace("racks = 1", "racks = -1")), &["zones[0].racks:", "-1", "expected u32"]);
+    expect_err(
+        &doc("", &zone("z0", 1, 1, 1, 1).replace("racks = 1", "racks = -1")),
+        &["zones[0].racks:", "-1", "expected u32"],
+    );
     expect_err(&doc("", "zones = 1\n"), &["zones:", "invalid type", "sequence"]);
     // Inline tables are located too.
     expect_err(
@@ -479,13 +538,22 @@ fn wrong_types() {
 
 #[test]
 fn bad_enum_and_address_syntax() {
-    expect_err(&one_zone("", "[tiers.rtsw]\nhash = \"ecmp\"\n"), &["tiers.rtsw.hash:", "unknown hash mode \"ecmp\"", "five-tuple", "eecmp", "pin"]);
     expect_err(
-        &one_zone("", "[addressing]\nipv4 = \"198.18.0\"\nipv4_prefix_len = 15\nipv6 = \"fd00::\"\nipv6_prefix_len = 64\n"),
+        &one_zone("", "[tiers.rtsw]\nhash = \"ecmp\"\n"),
+        &["tiers.rtsw.hash:", "unknown hash mode \"ecmp\"", "five-tuple", "eecmp", "pin"],
+    );
+    expect_err(
+        &one_zone(
+            "",
+            "[addressing]\nipv4 = \"198.18.0\"\nipv4_prefix_len = 15\nipv6 = \"fd00::\"\nipv6_prefix_len = 64\n",
+        ),
         &["addressing.ipv4:", "invalid IPv4 address syntax"],
     );
     expect_err(
-        &one_zone("", "[addressing]\nipv4 = \"198.18.0.0\"\nipv4_prefix_len = 15\nipv6 = \"fd00:::\"\nipv6_prefix_len = 64\n"),
+        &one_zone(
+            "",
+            "[addressing]\nipv4 = \"198.18.0.0\"\nipv4_prefix_len = 15\nipv6 = \"fd00:::\"\nipv6_prefix_len = 64\n",
+        ),
         &["addressing.ipv6:", "invalid IPv6 address syntax"],
     );
     // All hash modes are accepted.
@@ -500,7 +568,10 @@ fn missing_fields() {
     expect_err(&zone("z0", 1, 1, 1, 1), &["missing field `name`"]);
     expect_err("name = \"t\"\n", &["missing field `zones`"]);
     expect_err(&doc("", &zone("z0", 1, 1, 1, 1).replace("spines = 1\n", "")), &["zones[0]:", "missing field `spines`"]);
-    expect_err(&one_zone("", "[addressing]\nipv4 = \"198.18.0.0\"\n"), &["addressing:", "missing field `ipv4_prefix_len`"]);
+    expect_err(
+        &one_zone("", "[addressing]\nipv4 = \"198.18.0.0\"\n"),
+        &["addressing:", "missing field `ipv4_prefix_len`"],
+    );
     expect_err(&one_zone("", "[atsw]\nuplinks_per_ctsw = 1\n"), &["atsw:", "missing field `count`"]);
 }
 
@@ -566,7 +637,15 @@ fn congestion_settings_are_validated_field_by_field() {
         "[congestion.rtsw]\nbuffer = \"shared\"\nbuffer_kb = 0\necn_kmin_kb = 50\necn_kmax_kb = 40\n\
          ecn_pmax = 1.5\nxoff_kb = 50\nxon_kb = 50\nheadroom_kb = 30\n",
     );
-    let msg = expect_err(&bad, &["congestion.rtsw.buffer_kb", "congestion.rtsw.ecn_kmin_kb", "congestion.rtsw.ecn_pmax", "congestion.rtsw.xon_kb"]);
+    let msg = expect_err(
+        &bad,
+        &[
+            "congestion.rtsw.buffer_kb",
+            "congestion.rtsw.ecn_kmin_kb",
+            "congestion.rtsw.ecn_pmax",
+            "congestion.rtsw.xon_kb",
+        ],
+    );
     assert!(msg.contains("4 problems"), "{msg}");
     expect_err(&one_zone("", "[congestion.rtsw]\nbuffer = \"deep\"\n"), &["congestion.rtsw"]);
     expect_err(&one_zone("", "[congestion]\nenabeld = false\n"), &["enabeld"]);

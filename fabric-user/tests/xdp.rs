@@ -15,9 +15,7 @@ use fabric_common::{
 use fabric_user::{
     capture,
     dataplane::PROGRAM_SWITCH,
-    fixture::{
-        FixtureSwitch, FrameSpec, GROUP_UPLINKS, UPLINKS, frame, in_private_netns, neighbour_mac, port_mac,
-    },
+    fixture::{FixtureSwitch, FrameSpec, GROUP_UPLINKS, UPLINKS, frame, in_private_netns, neighbour_mac, port_mac},
 };
 
 const XDP_DROP: u32 = 1;
@@ -49,10 +47,8 @@ fn predicted_uplink(mode: HashMode, seed: u32, f: &[u8]) -> u32 {
 
 /// Asserts that exactly one port transmitted one packet since `before`, and returns it.
 fn egress_port(before: &[PortCounters], after: &[PortCounters]) -> u32 {
-    let moved: Vec<u32> = (0..before.len())
-        .filter(|&p| after[p].tx_packets != before[p].tx_packets)
-        .map(|p| p as u32)
-        .collect();
+    let moved: Vec<u32> =
+        (0..before.len()).filter(|&p| after[p].tx_packets != before[p].tx_packets).map(|p| p as u32).collect();
     assert_eq!(moved.len(), 1, "exactly one egress port must count the packet: {moved:?}");
     let p = moved[0] as usize;
     assert_eq!(after[p].tx_packets - before[p].tx_packets, 1);
@@ -65,7 +61,8 @@ fn assert_forwarded(input: &[u8], output: &[u8], port: u32) {
     assert_eq!(output.len(), input.len());
     assert_eq!(&output[ethernet::DST], &neighbour_mac(port));
     assert_eq!(&output[ethernet::SRC], &port_mac(port));
-    let (i, o) = (PacketHeaders::from_ethernet_slice(input).unwrap(), PacketHeaders::from_ethernet_slice(output).unwrap());
+    let (i, o) =
+        (PacketHeaders::from_ethernet_slice(input).unwrap(), PacketHeaders::from_ethernet_slice(output).unwrap());
     match (i.net.clone().unwrap(), o.net.clone().unwrap()) {
         (NetHeaders::Ipv4(a, _), NetHeaders::Ipv4(b, _)) => {
             assert_eq!(b.time_to_live, a.time_to_live - 1);
@@ -232,7 +229,10 @@ fn truncated_at_every_length_is_dropped_with_its_reason_and_never_forwarded() {
                     "{spec:?} cut to {len}: expected {}",
                     reason.as_str()
                 );
-                assert_eq!(after.iter().map(|c| c.tx_packets).sum::<u64>(), before.iter().map(|c| c.tx_packets).sum::<u64>());
+                assert_eq!(
+                    after.iter().map(|c| c.tx_packets).sum::<u64>(),
+                    before.iter().map(|c| c.tx_packets).sum::<u64>()
+                );
             }
         }
         // Headers present but lengths lying: a UDP length beyond the IP payload, a BTH cut short.
@@ -286,7 +286,6 @@ fn counters_add_up_to_the_packets_fed() {
         Ok(())
     });
 }
-
 
 /// Every frame written by the kernel's rxe goes through the XDP program: it is recognised as
 /// RoCE, forwarded to the uplink that E-ECMP over tshark's destination QP predicts, and its

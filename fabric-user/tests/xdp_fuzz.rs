@@ -137,10 +137,7 @@ impl HostTables {
                 (HOST_A_V4, 32, GROUP_HOST_A),
                 (SWITCH_V4, 32, ROUTE_LOCAL),
             ],
-            v6: vec![
-                (Ipv6Addr::new(0xfd00, 1, 0, 0, 0, 0, 0, 0), 64, GROUP_UPLINKS),
-                (HOST_A_V6, 128, GROUP_HOST_A),
-            ],
+            v6: vec![(Ipv6Addr::new(0xfd00, 1, 0, 0, 0, 0, 0, 0), 64, GROUP_UPLINKS), (HOST_A_V6, 128, GROUP_HOST_A)],
             groups,
         }
     }
@@ -174,7 +171,11 @@ enum Fate {
     PfcConsumed,
     Pass(PassReason),
     Drop(DropReason),
-    Forward { group: u32, member_index: u32, port: u32 },
+    Forward {
+        group: u32,
+        member_index: u32,
+        port: u32,
+    },
 }
 
 impl Fate {
@@ -579,7 +580,14 @@ fn switch_program_agrees_with_the_host_on_fuzzed_frames() {
                 report.fail("redirected a frame parse_packet rejects", case, kind, ingress, &f, format!("{fate:?}"));
             }
             if action != fate.action() {
-                report.fail("action differs from the host", case, kind, ingress, &f, format!("got {action}, host {fate:?}"));
+                report.fail(
+                    "action differs from the host",
+                    case,
+                    kind,
+                    ingress,
+                    &f,
+                    format!("got {action}, host {fate:?}"),
+                );
             }
             match fate {
                 Fate::Forward { port, .. } if action == XDP_REDIRECT => {
@@ -589,7 +597,14 @@ fn switch_program_agrees_with_the_host_on_fuzzed_frames() {
                     if kind == Kind::Valid {
                         let l3 = l3_offset(&f);
                         if f[l3] >> 4 == 4 && !ipv4_checksum_verifies(&out[l3..l3 + (f[l3] & 0x0F) as usize * 4]) {
-                            report.fail("IPv4 checksum of a valid frame does not verify", case, kind, ingress, &f, String::new());
+                            report.fail(
+                                "IPv4 checksum of a valid frame does not verify",
+                                case,
+                                kind,
+                                ingress,
+                                &f,
+                                String::new(),
+                            );
                         }
                     }
                 }
@@ -622,14 +637,22 @@ fn switch_program_agrees_with_the_host_on_fuzzed_frames() {
                 let got = sw.dp.port_counters(p as u32)?;
                 let diff = counter_diff(expected, &got);
                 if !diff.is_empty() {
-                    report.fail("counters differ from the host", case, kind, ingress, &f, format!("port {p}: {}", diff.join(", ")));
+                    report.fail(
+                        "counters differ from the host",
+                        case,
+                        kind,
+                        ingress,
+                        &f,
+                        format!("port {p}: {}", diff.join(", ")),
+                    );
                     *expected = got; // resynchronise, so one miscount is reported once
                 }
             }
         }
 
         // Totals.
-        let got: Vec<PortCounters> = (0..ports as u32).map(|p| sw.dp.port_counters(p)).collect::<anyhow::Result<_>>()?;
+        let got: Vec<PortCounters> =
+            (0..ports as u32).map(|p| sw.dp.port_counters(p)).collect::<anyhow::Result<_>>()?;
         let rx: u64 = got.iter().map(|c| c.rx_packets).sum();
         let tx: u64 = got.iter().map(|c| c.tx_packets).sum();
         let drops: u64 = got.iter().map(|c| c.total_drops()).sum();
@@ -697,7 +720,8 @@ fn first_fragment_decision_does_not_depend_on_ethernet_padding() {
             let with_padding = sw.run(PROGRAM_SWITCH, 0, &f)?.0.return_value;
             let without = sw.run(PROGRAM_SWITCH, 0, &unpadded)?.0.return_value;
             assert_eq!(
-                with_padding, without,
+                with_padding,
+                without,
                 "first fragment with {datagram_payload} payload bytes: {} with Ethernet padding, {} without \
                  (host parse with padding: {:?}; without: {:?})",
                 with_padding,

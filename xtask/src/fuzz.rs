@@ -61,7 +61,8 @@ pub fn run(seconds: u64, target: Option<&str>, regenerate_seeds: bool) -> Result
         println!("fuzz: {}", did.join("; "));
     }
 
-    let missing: Vec<&str> = TARGETS.iter().copied().filter(|t| is_empty_dir(&fuzz_dir.join("corpus").join(t))).collect();
+    let missing: Vec<&str> =
+        TARGETS.iter().copied().filter(|t| is_empty_dir(&fuzz_dir.join("corpus").join(t))).collect();
     if regenerate_seeds || !missing.is_empty() {
         if !missing.is_empty() && !regenerate_seeds {
             println!("fuzz: no seed corpus for {}: generating it", missing.join(", "));
@@ -69,7 +70,10 @@ pub fn run(seconds: u64, target: Option<&str>, regenerate_seeds: bool) -> Result
         generate_seeds()?;
     }
 
-    println!("fuzz: building {} (cargo +{NIGHTLY} fuzz build)", if targets.len() == 1 { targets[0] } else { "every target" });
+    println!(
+        "fuzz: building {} (cargo +{NIGHTLY} fuzz build)",
+        if targets.len() == 1 { targets[0] } else { "every target" }
+    );
     let mut build = fuzz_command();
     build.args(["build", "--features", FEATURES]);
     if let [only] = targets[..] {
@@ -112,7 +116,11 @@ pub fn run(seconds: u64, target: Option<&str>, regenerate_seeds: bool) -> Result
             );
         }
     }
-    bail!("fuzzing found {} failing target(s): {}", bad.len(), bad.iter().map(|o| o.target).collect::<Vec<_>>().join(", "))
+    bail!(
+        "fuzzing found {} failing target(s): {}",
+        bad.len(),
+        bad.iter().map(|o| o.target).collect::<Vec<_>>().join(", ")
+    )
 }
 
 fn fuzz_dir() -> PathBuf {
@@ -154,11 +162,13 @@ fn cargo_fuzz(did: &mut Vec<String>) -> Result<()> {
         return Ok(());
     }
     println!("fuzz: installing cargo-fuzz {CARGO_FUZZ_VERSION} (cargo install --locked; a minute or two)");
-    run_cmd(
-        Command::new("cargo")
-            .current_dir(workspace_root())
-            .args(["install", "cargo-fuzz", "--locked", "--version", CARGO_FUZZ_VERSION]),
-    )
+    run_cmd(Command::new("cargo").current_dir(workspace_root()).args([
+        "install",
+        "cargo-fuzz",
+        "--locked",
+        "--version",
+        CARGO_FUZZ_VERSION,
+    ]))
     .context("installing cargo-fuzz")?;
     let v = output(Command::new("cargo").args(["fuzz", "--version"]))
         .context("cargo-fuzz was installed but `cargo fuzz --version` fails (is ~/.cargo/bin on PATH?)")?;
@@ -230,7 +240,11 @@ fn run_target(target: &'static str, seconds: u64) -> Result<Outcome> {
             }
         } else if let Some(i) = line.find("Test unit written to ") {
             let path = PathBuf::from(line[i + "Test unit written to ".len()..].trim());
-            outcome.artifacts.push(if path.is_absolute() { path } else { workspace_root().join("fabric-common").join(path) });
+            outcome.artifacts.push(if path.is_absolute() {
+                path
+            } else {
+                workspace_root().join("fabric-common").join(path)
+            });
         }
     }
     let status = child.wait()?;

@@ -5,5 +5,5 @@ pub mod fuzz;
 pub mod setup;
 pub mod test;
 pub mod testbed;
-pub mod vm;
 mod util;
+pub mod vm;

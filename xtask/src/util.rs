@@ -44,6 +44,7 @@ pub fn is_root() -> bool {
 pub fn build_fabric() -> Result<PathBuf> {
     run(Command::new("cargo").current_dir(workspace_root()).args(["build", "--release", "-p", "fabric-user"]))?;
     // Where cargo put it: CARGO_TARGET_DIR (relative to the workspace) if set.
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace_root().join("target"), |d| workspace_root().join(d));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), |d| workspace_root().join(d));
     Ok(target.join("release/fabric"))
 }

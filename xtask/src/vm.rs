@@ -112,10 +112,14 @@ pub fn boot_with(vng: &Path, vmlinuz: &Path, command: &str, rwdir: Option<&Path>
     let log = std::env::temp_dir().join(format!("fabric-vm-{}.log", std::process::id()));
     let log_file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
     let mut vm = Command::new(vng);
-    vm.env("PATH", path)
-        .args(["--verbose", "--run"])
-        .arg(vmlinuz)
-        .args(["--disable-kvm", "--force-9p", "--cpus", "2", "--memory", "2G"]);
+    vm.env("PATH", path).args(["--verbose", "--run"]).arg(vmlinuz).args([
+        "--disable-kvm",
+        "--force-9p",
+        "--cpus",
+        "2",
+        "--memory",
+        "2G",
+    ]);
     if let Some(dir) = rwdir {
         vm.arg("--rwdir").arg(dir);
     }

@@ -167,10 +167,8 @@ fn endpoint_seeds(corpus: &mut Corpus) -> Result<()> {
     }
     packets.push(("cnp".into(), RocePacketRepr::cnp(0xd2, 0xffff)));
     let ip = IpPair::V4 { src: Ipv4Addr::new(198, 18, 0, 1), dst: Ipv4Addr::new(198, 18, 1, 7) };
-    let ip6 = IpPair::V6 {
-        src: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
-        dst: Ipv6Addr::new(0xfd00, 1, 0, 0, 0, 0, 0, 7),
-    };
+    let ip6 =
+        IpPair::V6 { src: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1), dst: Ipv6Addr::new(0xfd00, 1, 0, 0, 0, 0, 0, 7) };
     for (n, (name, repr)) in packets.iter().enumerate() {
         let mut bytes = repr.to_bytes();
         write_icrc(if n % 2 == 0 { ip } else { ip6 }, 0xC000, &mut bytes);

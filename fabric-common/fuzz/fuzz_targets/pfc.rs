@@ -47,9 +47,15 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(bytes.len(), FRAME_LEN);
     assert_eq!(PauseFrame::parse(&bytes), Ok(f), "parse(emit(parse(x))) == parse(x)");
     assert_eq!(bytes[ethernet::DST], PFC_DST);
-    assert_eq!(bytes[ethernet::SRC.start..field::CLASS_ENABLE.start], data[ethernet::SRC.start..field::CLASS_ENABLE.start]);
+    assert_eq!(
+        bytes[ethernet::SRC.start..field::CLASS_ENABLE.start],
+        data[ethernet::SRC.start..field::CLASS_ENABLE.start]
+    );
     assert_eq!(bytes[field::CLASS_ENABLE.start], 0, "reserved byte");
-    assert_eq!(bytes[field::CLASS_ENABLE.end - 1..field::TIMES.end], data[field::CLASS_ENABLE.end - 1..field::TIMES.end]);
+    assert_eq!(
+        bytes[field::CLASS_ENABLE.end - 1..field::TIMES.end],
+        data[field::CLASS_ENABLE.end - 1..field::TIMES.end]
+    );
     assert!(bytes[field::TIMES.end..].iter().all(|&b| b == 0), "zero padding");
 
     // Any class index, any rate (a zero rate is no link: excluded).

@@ -50,14 +50,7 @@ impl Rng {
 }
 
 /// The 12 BTH bytes for the given fields (IBTA vol. 1, 9.2). Transport version 0, pad 0.
-pub fn bth_bytes(
-    opcode: u8,
-    solicited: bool,
-    ack_request: bool,
-    pkey: u16,
-    dest_qp: u32,
-    psn: u32,
-) -> [u8; 12] {
+pub fn bth_bytes(opcode: u8, solicited: bool, ack_request: bool, pkey: u16, dest_qp: u32, psn: u32) -> [u8; 12] {
     let q = dest_qp.to_be_bytes();
     let p = psn.to_be_bytes();
     let k = pkey.to_be_bytes();
@@ -97,9 +90,7 @@ pub const V6_DST: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0x
 
 /// Ethernet + IPv4 + UDP(sport -> dport) + `udp_payload`.
 pub fn udp_v4(sport: u16, dport: u16, ttl: u8, udp_payload: &[u8]) -> Vec<u8> {
-    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
-        .ipv4(V4_SRC, V4_DST, ttl)
-        .udp(sport, dport);
+    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ipv4(V4_SRC, V4_DST, ttl).udp(sport, dport);
     let mut out = Vec::with_capacity(b.size(udp_payload.len()));
     b.write(&mut out, udp_payload).unwrap();
     out
@@ -107,9 +98,7 @@ pub fn udp_v4(sport: u16, dport: u16, ttl: u8, udp_payload: &[u8]) -> Vec<u8> {
 
 /// Ethernet + IPv6 + UDP(sport -> dport) + `udp_payload`.
 pub fn udp_v6(sport: u16, dport: u16, hop_limit: u8, udp_payload: &[u8]) -> Vec<u8> {
-    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
-        .ipv6(V6_SRC, V6_DST, hop_limit)
-        .udp(sport, dport);
+    let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ipv6(V6_SRC, V6_DST, hop_limit).udp(sport, dport);
     let mut out = Vec::with_capacity(b.size(udp_payload.len()));
     b.write(&mut out, udp_payload).unwrap();
     out
@@ -130,9 +119,7 @@ pub fn udp_v4_vlan(vid: u16, sport: u16, dport: u16, udp_payload: &[u8]) -> Vec<
 /// etherparse sets IHL, total length and the header checksum.
 pub fn udp_v4_with_options(options: &[u8], sport: u16, dport: u16, udp_payload: &[u8]) -> Vec<u8> {
     let mut ip = Ipv4Header::new(0, 64, IpNumber::UDP, V4_SRC, V4_DST).unwrap();
-    ip.options = options
-        .try_into()
-        .expect("options must be a multiple of 4 bytes, at most 40");
+    ip.options = options.try_into().expect("options must be a multiple of 4 bytes, at most 40");
     let b = PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
         .ip(etherparse::IpHeaders::Ipv4(ip, Default::default()))
         .udp(sport, dport);
@@ -169,23 +156,12 @@ pub fn set_u16(frame: &mut [u8], at: usize, v: u16) {
 
 /// A parsed IPv4 packet built field by field, for the hash and forwarding tests (which do not
 /// need bytes).
-pub fn pkt_v4(
-    src: [u8; 4],
-    dst: [u8; 4],
-    ports: Option<(u16, u16)>,
-    dest_qp: Option<u32>,
-) -> ParsedPacket {
+pub fn pkt_v4(src: [u8; 4], dst: [u8; 4], ports: Option<(u16, u16)>, dest_qp: Option<u32>) -> ParsedPacket {
     ParsedPacket {
         dst_mac: DST_MAC,
         vlan_tci: None,
         l3_offset: 14,
-        ip: IpHeader::V4 {
-            src,
-            dst,
-            ttl: 64,
-            tos: 0,
-            header_len: 20,
-        },
+        ip: IpHeader::V4 { src, dst, ttl: 64, tos: 0, header_len: 20 },
         protocol: 17,
         ports,
         bth: dest_qp.map(|qp| Bth {
@@ -201,12 +177,7 @@ pub fn pkt_v4(
 
 /// A RoCEv2 packet (UDP to 4791 with a BTH for `dest_qp`).
 pub fn roce_pkt(src: u32, dst: u32, sport: u16, dest_qp: u32) -> ParsedPacket {
-    pkt_v4(
-        src.to_be_bytes(),
-        dst.to_be_bytes(),
-        Some((sport, ROCE_PORT)),
-        Some(dest_qp),
-    )
+    pkt_v4(src.to_be_bytes(), dst.to_be_bytes(), Some((sport, ROCE_PORT)), Some(dest_qp))
 }
 
 /// The rxe capture: the repository's copy of shared/captures/rxe-rc-mixed.pcap (so that a clone
@@ -215,24 +186,14 @@ pub const CAPTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fabric-user/t
 
 /// Every frame of the shared rxe capture. Panics (never skips) when the file is missing.
 pub fn capture_frames() -> Vec<Vec<u8>> {
-    let file = std::fs::File::open(CAPTURE).unwrap_or_else(|e| {
-        panic!("the rxe capture {CAPTURE} is required by this test and could not be opened: {e}")
-    });
+    let file = std::fs::File::open(CAPTURE)
+        .unwrap_or_else(|e| panic!("the rxe capture {CAPTURE} is required by this test and could not be opened: {e}"));
     let mut reader = pcap_file::pcap::PcapReader::new(file).expect("capture is not a pcap file");
-    assert_eq!(
-        reader.header().datalink,
-        pcap_file::DataLink::ETHERNET,
-        "capture must be Ethernet-framed"
-    );
+    assert_eq!(reader.header().datalink, pcap_file::DataLink::ETHERNET, "capture must be Ethernet-framed");
     let mut frames = Vec::new();
     while let Some(pkt) = reader.next_packet() {
         let pkt = pkt.expect("corrupt pcap record");
-        assert_eq!(
-            pkt.data.len(),
-            pkt.orig_len as usize,
-            "frame {} was cut by the snap length",
-            frames.len() + 1
-        );
+        assert_eq!(pkt.data.len(), pkt.orig_len as usize, "frame {} was cut by the snap length", frames.len() + 1);
         frames.push(pkt.data.into_owned());
     }
     assert!(!frames.is_empty(), "capture {CAPTURE} holds no frames");

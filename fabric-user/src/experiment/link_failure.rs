@@ -117,8 +117,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         (c("healthy").values["victim_share_pct"].clone(), c("failure").values["victim_share_pct"].clone())
     };
     let (pin_moved, eecmp_moved, te_moved) = (moved("pin"), moved("eecmp"), moved("te"));
-    let all_moved =
-        [&pin_moved, &eecmp_moved, &te_moved].iter().all(|(h, f)| h.iter().zip(f).all(|(h, f)| f < h));
+    let all_moved = [&pin_moved, &eecmp_moved, &te_moved].iter().all(|(h, f)| h.iter().zip(f).all(|(h, f)| f < h));
     let st = slowdown("te");
     let verdicts = vec![
         Verdict {

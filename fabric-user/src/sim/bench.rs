@@ -59,12 +59,7 @@ pub fn sim() -> Result<SimBenchReport> {
                 seed: 1,
                 hash: HashMode::Eecmp,
                 hash_seed: None,
-                endpoint: EndpointOptions {
-                    qps: 8,
-                    sport: SportPolicy::PerQp,
-                    path_mtu: 4096,
-                    ..Default::default()
-                },
+                endpoint: EndpointOptions { qps: 8, sport: SportPolicy::PerQp, path_mtu: 4096, ..Default::default() },
             };
             let t = Instant::now();
             let r = simulate(&mut fabric, &o)?;
@@ -81,41 +76,19 @@ pub fn sim() -> Result<SimBenchReport> {
             simulate_s,
             total_s: build_s + simulate_s,
             total_vs_1k: (build_s + simulate_s) / base,
-            rtsw_max_over_mean: r
-                .tiers
-                .iter()
-                .find(|t| t.tier == "rtsw")
-                .map_or(0.0, |t| t.mean_max_over_mean),
+            rtsw_max_over_mean: r.tiers.iter().find(|t| t.tier == "rtsw").map_or(0.0, |t| t.mean_max_over_mean),
             completion_s: r.completion_s,
         });
     }
     let total_24k_s = rows.last().map_or(0.0, |r| r.total_s);
-    Ok(SimBenchReport {
-        workload: "allreduce",
-        hash: "eecmp",
-        qps: 8,
-        rounds: ROUNDS,
-        rows,
-        total_24k_s,
-    })
+    Ok(SimBenchReport { workload: "allreduce", hash: "eecmp", qps: 8, rounds: ROUNDS, rows, total_24k_s })
 }
 
 pub fn print_sim(r: &SimBenchReport) {
-    println!(
-        "simulator wall time: ring AllReduce, {}, {} QPs, median of {} rounds",
-        r.hash, r.qps, r.rounds
-    );
+    println!("simulator wall time: ring AllReduce, {}, {} QPs, median of {} rounds", r.hash, r.qps, r.rounds);
     println!(
         "{:<6} {:>7} {:>10} {:>9} {:>11} {:>9} {:>8} {:>14} {:>14}",
-        "scale",
-        "hosts",
-        "QPs/step",
-        "build s",
-        "simulate s",
-        "total s",
-        "vs 1k",
-        "rtsw max/mean",
-        "modelled s"
+        "scale", "hosts", "QPs/step", "build s", "simulate s", "total s", "vs 1k", "rtsw max/mean", "modelled s"
     );
     for w in &r.rows {
         println!(
@@ -134,10 +107,6 @@ pub fn print_sim(r: &SimBenchReport) {
     println!(
         "24K GPUs: {:.2} s ({} the 10 s target)",
         r.total_24k_s,
-        if r.total_24k_s < 10.0 {
-            "within"
-        } else {
-            "OVER"
-        }
+        if r.total_24k_s < 10.0 { "within" } else { "OVER" }
     );
 }

@@ -79,11 +79,7 @@ pub fn build_fabric(topology: Option<&std::path::Path>, scale: Option<Scale>) ->
     };
     let plan = Plan::new(&topo);
     let hosts = plan.hosts().count();
-    if hosts <= 512 {
-        Ok(SimFabric::from_controller(&plan, &Default::default()))
-    } else {
-        SimFabric::clos(plan)
-    }
+    if hosts <= 512 { Ok(SimFabric::from_controller(&plan, &Default::default())) } else { SimFabric::clos(plan) }
 }
 
 pub fn run(a: &SimArgs) -> Result<SimReport> {
@@ -96,17 +92,11 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         a.hash
             .iter()
             .map(|h| {
-                HashMode::parse(h).with_context(|| {
-                    format!("--hash: unknown mode {h:?}; five-tuple, eecmp or pin")
-                })
+                HashMode::parse(h).with_context(|| format!("--hash: unknown mode {h:?}; five-tuple, eecmp or pin"))
             })
             .collect::<Result<_>>()?
     };
-    let qps = if a.qps.is_empty() {
-        vec![1, 8]
-    } else {
-        a.qps.clone()
-    };
+    let qps = if a.qps.is_empty() { vec![1, 8] } else { a.qps.clone() };
     let mut results = Vec::new();
     for &hash in &modes {
         for &q in &qps {
@@ -129,11 +119,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
             results.push(simulate(&mut fabric, &o)?);
         }
     }
-    Ok(SimReport {
-        schema: "fabric.sim/1",
-        build_s,
-        results,
-    })
+    Ok(SimReport { schema: "fabric.sim/1", build_s, results })
 }
 
 /// `fabric sim`: run, print, write JSON.

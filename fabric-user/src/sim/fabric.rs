@@ -50,12 +50,7 @@ impl SimFabric {
         let configs = plan
             .nodes
             .iter()
-            .map(|n| SwitchConfig {
-                hash_mode: n.hash as u32,
-                seed: n.seed,
-                pin_shift: 1,
-                _reserved: 0,
-            })
+            .map(|n| SwitchConfig { hash_mode: n.hash as u32, seed: n.seed, pin_shift: 1, _reserved: 0 })
             .collect();
         let mut slots = 0;
         let slot_base = groups
@@ -70,22 +65,13 @@ impl SimFabric {
                     .collect()
             })
             .collect();
-        SimFabric {
-            plan,
-            configs,
-            groups,
-            slot_base,
-            slots,
-            lookup,
-            te: HashMap::new(),
-        }
+        SimFabric { plan, configs, groups, slot_base, slots, lookup, te: HashMap::new() }
     }
 
     /// The controller's tables with `down` links out of service; group ids are the controller's.
     pub fn from_controller(plan: &Plan, down: &BTreeSet<LinkId>) -> Self {
         let tables = routing::compute(plan, down);
-        let by_ip: HashMap<std::net::Ipv4Addr, NodeId> =
-            plan.hosts().map(|h| (plan.host_ipv4(h), h)).collect();
+        let by_ip: HashMap<std::net::Ipv4Addr, NodeId> = plan.hosts().map(|h| (plan.host_ipv4(h), h)).collect();
         let mut groups = Vec::new();
         let mut lookups = Vec::new();
         for t in &tables {
@@ -130,18 +116,11 @@ impl SimFabric {
                     (Role::Rtsw, Role::Ctsw) | (Role::Ctsw, Role::Atsw) => up.push(i),
                     (Role::Ctsw, Role::Rtsw) => put(&mut down, pn.rack.expect("rtsw rack"), i),
                     (Role::Atsw, Role::Ctsw) => put(&mut down, pn.zone.expect("ctsw zone"), i),
-                    (a, b) => anyhow::bail!(
-                        "{}: unexpected {a:?}-{b:?} link for a Clos",
-                        plan.nodes[n].name
-                    ),
+                    (a, b) => anyhow::bail!("{}: unexpected {a:?}-{b:?} link for a Clos", plan.nodes[n].name),
                 }
             }
             if node.role.is_switch() {
-                ensure!(
-                    down.iter().all(|g| !g.is_empty()),
-                    "{}: a child without links",
-                    node.name
-                );
+                ensure!(down.iter().all(|g| !g.is_empty()), "{}: a child without links", node.name);
                 if node.role != Role::Atsw {
                     down.push(up);
                 }
@@ -158,12 +137,7 @@ impl SimFabric {
             let node = &self.plan.nodes[sw];
             if node.role.is_switch() {
                 let seed = seed.map_or(node.seed, |s| switch_seed(s, sw));
-                self.configs[sw] = SwitchConfig {
-                    hash_mode: mode as u32,
-                    seed,
-                    pin_shift: 1,
-                    _reserved: 0,
-                };
+                self.configs[sw] = SwitchConfig { hash_mode: mode as u32, seed, pin_shift: 1, _reserved: 0 };
             }
         }
     }
@@ -177,9 +151,7 @@ impl SimFabric {
                 let (me, d) = (&self.plan.nodes[sw], &self.plan.nodes[dst]);
                 let up = self.groups[sw].len().saturating_sub(1) as u32;
                 Some(match me.role {
-                    Role::Rtsw if (me.zone, me.rack) == (d.zone, d.rack) => {
-                        d.ports[0].peer_port as u32
-                    }
+                    Role::Rtsw if (me.zone, me.rack) == (d.zone, d.rack) => d.ports[0].peer_port as u32,
                     Role::Rtsw => up,
                     Role::Ctsw if me.zone == d.zone => d.rack? as u32,
                     Role::Ctsw => up,
@@ -250,23 +222,13 @@ impl Scale {
 pub fn synthetic(zones: u32, racks: u32, hosts_per_rack: u32, spines: u32, atsws: u32) -> Topology {
     // Through serde rather than a struct literal: every field this does not name keeps its
     // documented default, and `Topology::parse`'s netns limits are not applied.
-    let mut t: Topology = toml::from_str(&format!(
-        "name = \"sim-{zones}x{racks}x{hosts_per_rack}\"\nprefix = \"sim\"\nzones = []\n"
-    ))
-    .expect("a minimal topology");
+    let mut t: Topology =
+        toml::from_str(&format!("name = \"sim-{zones}x{racks}x{hosts_per_rack}\"\nprefix = \"sim\"\nzones = []\n"))
+            .expect("a minimal topology");
     t.zones = (0..zones)
-        .map(|z| Zone {
-            name: format!("z{z}"),
-            racks,
-            hosts_per_rack,
-            spines,
-            uplinks_per_spine: 1,
-        })
+        .map(|z| Zone { name: format!("z{z}"), racks, hosts_per_rack, spines, uplinks_per_spine: 1 })
         .collect();
-    t.atsw = (zones > 1).then_some(AtswLayer {
-        count: atsws,
-        uplinks_per_ctsw: 1,
-    });
+    t.atsw = (zones > 1).then_some(AtswLayer { count: atsws, uplinks_per_ctsw: 1 });
     t
 }
 
@@ -275,18 +237,13 @@ mod tests {
     use super::*;
 
     fn shipped(file: &str) -> Topology {
-        let path =
-            std::path::PathBuf::from(format!("{}/../testbed/{file}", env!("CARGO_MANIFEST_DIR")));
+        let path = std::path::PathBuf::from(format!("{}/../testbed/{file}", env!("CARGO_MANIFEST_DIR")));
         Topology::load(Some(&path)).unwrap()
     }
 
     #[test]
     fn clos_groups_are_the_controllers_groups() {
-        for topo in [
-            Topology::default_topology(),
-            shipped("two-zones.toml"),
-            synthetic(2, 3, 2, 3, 2),
-        ] {
+        for topo in [Topology::default_topology(), shipped("two-zones.toml"), synthetic(2, 3, 2, 3, 2)] {
             let plan = Plan::new(&topo);
             let ctl = SimFabric::from_controller(&plan, &BTreeSet::new());
             let clos = SimFabric::clos(plan.clone()).unwrap();
@@ -315,9 +272,6 @@ mod tests {
         // Addresses stay distinct (one /31 per link inside 198.18.0.0/15).
         let last = f.plan.links.len() - 1;
         let l = &f.plan.links[last];
-        assert!(
-            u32::from(f.plan.nodes[l.a].ports[l.a_port].ipv4)
-                < u32::from(std::net::Ipv4Addr::new(198, 20, 0, 0))
-        );
+        assert!(u32::from(f.plan.nodes[l.a].ports[l.a_port].ipv4) < u32::from(std::net::Ipv4Addr::new(198, 20, 0, 0)));
     }
 }

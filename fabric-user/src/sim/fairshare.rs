@@ -16,10 +16,7 @@ pub struct Paths {
 
 impl Paths {
     pub fn new() -> Self {
-        Paths {
-            offsets: vec![0],
-            links: Vec::new(),
-        }
+        Paths { offsets: vec![0], links: Vec::new() }
     }
 
     pub fn push(&mut self, path: impl IntoIterator<Item = u32>) {
@@ -131,10 +128,7 @@ pub fn max_min(capacity: &[f64], paths: &Paths, active: &[bool]) -> Vec<f64> {
         for l2 in touched.drain(..) {
             dirty[l2] = false;
             if count[l2] > 0 {
-                heap.push(Reverse((
-                    Share((rem[l2] / count[l2] as f64).max(0.0)),
-                    l2 as u32,
-                )));
+                heap.push(Reverse((Share((rem[l2] / count[l2] as f64).max(0.0)), l2 as u32)));
             }
         }
     }
@@ -149,17 +143,10 @@ pub fn max_min(capacity: &[f64], paths: &Paths, active: &[bool]) -> Vec<f64> {
 /// When all flows are the same size (within 0.1 %: every collective here stripes equal
 /// shares), one allocation gives the answer: the slowest flows' bottleneck is saturated by
 /// flows at that same rate, which finish together and so never speed up.
-pub fn completion_time(
-    capacity: &[f64],
-    paths: &Paths,
-    bits: &[f64],
-    max_rounds: usize,
-) -> (f64, usize) {
+pub fn completion_time(capacity: &[f64], paths: &Paths, bits: &[f64], max_rounds: usize) -> (f64, usize) {
     let n = paths.len();
     let sizes = bits.iter().filter(|&&b| b > 0.0);
-    let (lo, hi) = sizes.fold((f64::INFINITY, 0.0f64), |(lo, hi), &b| {
-        (lo.min(b), hi.max(b))
-    });
+    let (lo, hi) = sizes.fold((f64::INFINITY, 0.0f64), |(lo, hi), &b| (lo.min(b), hi.max(b)));
     let max_rounds = if hi <= lo * 1.001 { 1 } else { max_rounds };
     let mut left: Vec<f64> = bits.to_vec();
     let mut active: Vec<bool> = left.iter().map(|&b| b > 0.0).collect();
@@ -169,32 +156,17 @@ pub fn completion_time(
         let rate = max_min(capacity, paths, &active);
         rounds += 1;
         let finish = |f: usize| {
-            if rate[f] > 0.0 {
-                left[f] / rate[f]
-            } else {
-                f64::INFINITY
-            }
+            if rate[f] > 0.0 { left[f] / rate[f] } else { f64::INFINITY }
         };
         if rounds >= max_rounds {
-            return (
-                t + (0..n)
-                    .filter(|&f| active[f])
-                    .map(finish)
-                    .fold(0.0, f64::max),
-                rounds,
-            );
+            return (t + (0..n).filter(|&f| active[f]).map(finish).fold(0.0, f64::max), rounds);
         }
-        let dt = (0..n)
-            .filter(|&f| active[f])
-            .map(finish)
-            .fold(f64::INFINITY, f64::min);
+        let dt = (0..n).filter(|&f| active[f]).map(finish).fold(f64::INFINITY, f64::min);
         if !dt.is_finite() {
             return (f64::INFINITY, rounds);
         }
         t += dt;
-        let done: Vec<bool> = (0..n)
-            .map(|f| active[f] && finish(f) <= dt * 1.001)
-            .collect();
+        let done: Vec<bool> = (0..n).map(|f| active[f] && finish(f) <= dt * 1.001).collect();
         for f in 0..n {
             if active[f] {
                 if done[f] {

@@ -169,9 +169,7 @@ mod tests {
     #[test]
     fn wire_counts_equal_the_roce_state_machines() {
         for mtu in [256, 1024, 4096] {
-            for bytes in [
-                1, 3, 255, 256, 257, 1023, 1024, 1025, 5000, 65_537, 131_072, 1_000_003,
-            ] {
+            for bytes in [1, 3, 255, 256, 257, 1023, 1024, 1025, 5000, 65_537, 131_072, 1_000_003] {
                 for ack_every in [1, 3, 4, 64] {
                     assert_eq!(
                         qp_wire(bytes, mtu, ack_every),
@@ -188,39 +186,16 @@ mod tests {
         use crate::{endpoint::SportPolicy, endpoint::rxe_udp_sport, topology::Topology};
         let plan = Plan::new(&Topology::default_topology());
         let h: Vec<NodeId> = plan.hosts().collect();
-        let t = [
-            HostTransfer {
-                src: h[0],
-                dst: h[3],
-                bytes: 10_000,
-            },
-            HostTransfer {
-                src: h[3],
-                dst: h[0],
-                bytes: 10,
-            },
-        ];
-        let opts = EndpointOptions {
-            qps: 2,
-            sport: SportPolicy::PerQp,
-            ..Default::default()
-        };
+        let t =
+            [HostTransfer { src: h[0], dst: h[3], bytes: 10_000 }, HostTransfer { src: h[3], dst: h[0], bytes: 10 }];
+        let opts = EndpointOptions { qps: 2, sport: SportPolicy::PerQp, ..Default::default() };
         let f = step_flows(&plan, &t, &opts);
         assert_eq!(f.len(), 8);
         // h0 allocates 0x11, 0x12 for its requesters, h3 0x11, 0x12 for its responders, then
         // the reverse transfer takes 0x13, 0x14 on both.
-        assert_eq!(
-            (f[0].dest_qp, f[1].dest_qp, f[0].sport),
-            (0x11, 0x11, rxe_udp_sport(0x11, 0x11))
-        );
-        assert_eq!(
-            (f[4].src, f[4].dest_qp, f[4].sport),
-            (h[3], 0x13, rxe_udp_sport(0x13, 0x13))
-        );
-        assert_eq!(
-            (f[1].src, f[1].dst, f[1].direction),
-            (h[3], h[0], Direction::Ack)
-        );
+        assert_eq!((f[0].dest_qp, f[1].dest_qp, f[0].sport), (0x11, 0x11, rxe_udp_sport(0x11, 0x11)));
+        assert_eq!((f[4].src, f[4].dest_qp, f[4].sport), (h[3], 0x13, rxe_udp_sport(0x13, 0x13)));
+        assert_eq!((f[1].src, f[1].dst, f[1].direction), (h[3], h[0], Direction::Ack));
         assert_eq!(f[0].frame_bytes, qp_wire(5000, 1024, 4).data_bytes);
     }
 }

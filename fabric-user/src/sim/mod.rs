@@ -76,10 +76,7 @@ pub struct MemberLoad {
 
 impl MemberLoad {
     pub fn new(fabric: &SimFabric) -> Self {
-        MemberLoad {
-            packets: vec![0; fabric.slot_count()],
-            bytes: vec![0; fabric.slot_count()],
-        }
+        MemberLoad { packets: vec![0; fabric.slot_count()], bytes: vec![0; fabric.slot_count()] }
     }
 }
 
@@ -179,32 +176,19 @@ pub fn steps_of(fabric: &SimFabric, o: &SimOptions) -> Result<(Vec<NodeId>, Step
         o.endpoint.qps,
         transfers * o.endpoint.qps.max(1) as usize
     );
-    Ok((
-        hosts,
-        schedule_runs(o.collective, ranks, o.message_bytes, o.seed),
-    ))
+    Ok((hosts, schedule_runs(o.collective, ranks, o.message_bytes, o.seed)))
 }
 
 /// Member loads of `iterations` iterations of a case: what the XDP member counters of a
 /// lossless `fabric run` with the same options add up.
-pub fn predict_member_load(
-    fabric: &SimFabric,
-    o: &SimOptions,
-    iterations: u32,
-) -> Result<MemberLoad> {
+pub fn predict_member_load(fabric: &SimFabric, o: &SimOptions, iterations: u32) -> Result<MemberLoad> {
     let mut fabric = fabric.clone();
     fabric.set_hash(o.hash, o.hash_seed);
     let (hosts, steps) = steps_of(&fabric, o)?;
     let mut load = MemberLoad::new(&fabric);
     for (step, times) in &steps {
         let t = crate::workload::on_hosts(step, &hosts);
-        trace_step(
-            &fabric,
-            &t,
-            &o.endpoint,
-            u64::from(iterations) * *times as u64,
-            &mut load,
-        )?;
+        trace_step(&fabric, &t, &o.endpoint, u64::from(iterations) * *times as u64, &mut load)?;
     }
     Ok(load)
 }
@@ -214,11 +198,7 @@ pub fn tier_balance(fabric: &SimFabric, load: &MemberLoad) -> Vec<TierBalance> {
     let mut out = Vec::new();
     for role in [Role::Rtsw, Role::Ctsw, Role::Atsw] {
         let mut figures = Vec::new();
-        for sw in fabric
-            .plan
-            .switches()
-            .filter(|&s| fabric.plan.nodes[s].role == role)
-        {
+        for sw in fabric.plan.switches().filter(|&s| fabric.plan.nodes[s].role == role) {
             for g in 0..fabric.group_count(sw) as u32 {
                 let n = fabric.members(sw, g).len() as u32;
                 if n < 2 {
@@ -247,12 +227,7 @@ pub fn tier_balance(fabric: &SimFabric, load: &MemberLoad) -> Vec<TierBalance> {
 
 /// Capacity of every directed link, bits/s.
 pub fn capacities(fabric: &SimFabric) -> Vec<f64> {
-    fabric
-        .plan
-        .links
-        .iter()
-        .flat_map(|l| [l.rate_gbps * 1e9; 2])
-        .collect()
+    fabric.plan.links.iter().flat_map(|l| [l.rate_gbps * 1e9; 2]).collect()
 }
 
 /// Simulates one case: loads, balance and the modelled completion time of one iteration.
@@ -276,7 +251,8 @@ pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
             .map(|((src, dst, sport, dest_qp), bytes)| crate::te::TeFlow { src, dst, sport, dest_qp, bytes })
             .collect();
         let placement = crate::te::assign_on(fabric, &flows)?;
-        fabric.te = placement.entries.into_iter().flat_map(|(n, es)| es.into_iter().map(move |(k, e)| ((n, k), e))).collect();
+        fabric.te =
+            placement.entries.into_iter().flat_map(|(n, es)| es.into_iter().map(move |(k, e)| ((n, k), e))).collect();
     }
     let capacity = capacities(fabric);
     let mut load = MemberLoad::new(fabric);
@@ -288,8 +264,8 @@ pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
     // Runs of identical steps (a ring's 2(N-1) steps are one) are simulated once.
     for (i, (step, repeat)) in steps.iter().enumerate() {
         let t = crate::workload::on_hosts(step, &hosts);
-        let (paths, bits, qps) = trace_step(fabric, &t, &o.endpoint, *repeat as u64, &mut load)
-            .with_context(|| format!("step {i}"))?;
+        let (paths, bits, qps) =
+            trace_step(fabric, &t, &o.endpoint, *repeat as u64, &mut load).with_context(|| format!("step {i}"))?;
         qps_per_step = qps_per_step.max(qps);
         let (s, r) = completion_time(&capacity, &paths, &bits, 64);
         rounds += r;
@@ -299,13 +275,7 @@ pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
     }
     let e = &o.endpoint;
     Ok(SimResult {
-        case: format!(
-            "{} {} qps={} sport={}",
-            o.collective.as_str(),
-            o.hash.as_str(),
-            e.qps,
-            e.sport.as_str()
-        ),
+        case: format!("{} {} qps={} sport={}", o.collective.as_str(), o.hash.as_str(), e.qps, e.sport.as_str()),
         topology: fabric.plan.topology.name.clone(),
         hosts: fabric.plan.hosts().count(),
         ranks: hosts.len(),

@@ -5,8 +5,8 @@ use anyhow::{Result, bail};
 use fabric_common::{
     config::HashMode,
     hash::select_member,
-    te::te_key,
     parse::{Bth, IpHeader, ParsedPacket},
+    te::te_key,
     wire::{ipv4::PROTO_UDP, udp::ROCEV2_PORT},
 };
 
@@ -31,23 +31,10 @@ pub fn packet(fabric: &SimFabric, flow: &Flow) -> ParsedPacket {
         dst_mac: fabric.plan.nodes[host.peer_node].ports[host.peer_port].mac,
         vlan_tci: None,
         l3_offset: 14,
-        ip: IpHeader::V4 {
-            src: flow.src_ip.octets(),
-            dst: flow.dst_ip.octets(),
-            ttl: 64,
-            tos: 0,
-            header_len: 20,
-        },
+        ip: IpHeader::V4 { src: flow.src_ip.octets(), dst: flow.dst_ip.octets(), ttl: 64, tos: 0, header_len: 20 },
         protocol: PROTO_UDP,
         ports: Some((flow.sport, ROCEV2_PORT)),
-        bth: Some(Bth {
-            opcode: 0,
-            solicited: false,
-            ack_request: false,
-            pkey: 0xFFFF,
-            dest_qp: flow.dest_qp,
-            psn: 0,
-        }),
+        bth: Some(Bth { opcode: 0, solicited: false, ack_request: false, pkey: 0xFFFF, dest_qp: flow.dest_qp, psn: 0 }),
     }
 }
 
@@ -60,12 +47,7 @@ pub fn directed(fabric: &SimFabric, node: NodeId, port: usize) -> u32 {
 
 /// Calls `hop` for every switch hop of `flow`, and `link` for every directed link it crosses
 /// (the source host's uplink first).
-pub fn trace(
-    fabric: &SimFabric,
-    flow: &Flow,
-    mut hop: impl FnMut(Hop),
-    mut link: impl FnMut(u32),
-) -> Result<()> {
+pub fn trace(fabric: &SimFabric, flow: &Flow, mut hop: impl FnMut(Hop), mut link: impl FnMut(u32)) -> Result<()> {
     let pkt = packet(fabric, flow);
     let plan = &fabric.plan;
     link(directed(fabric, flow.src, 0));
@@ -83,11 +65,7 @@ pub fn trace(
             );
         }
         let Some(group) = fabric.group_of(at, flow.dst) else {
-            bail!(
-                "{} has no route to {}",
-                plan.nodes[at].name,
-                plan.nodes[flow.dst].name
-            );
+            bail!("{} has no route to {}", plan.nodes[at].name, plan.nodes[flow.dst].name);
         };
         let members = fabric.members(at, group);
         if members.is_empty() {
@@ -101,20 +79,11 @@ pub fn trace(
             .filter(|e| e.group == group && e.member_index < n);
         let member = te.map_or_else(|| select_member(&fabric.configs[at], &pkt, n), |e| e.member_index);
         let port = members[member as usize];
-        hop(Hop {
-            switch: at,
-            group,
-            member,
-            port,
-        });
+        hop(Hop { switch: at, group, member, port });
         link(directed(fabric, at, port));
         at = plan.nodes[at].ports[port].peer_node;
     }
-    bail!(
-        "{} -> {}: routing loop",
-        plan.nodes[flow.src].name,
-        plan.nodes[flow.dst].name
-    )
+    bail!("{} -> {}: routing loop", plan.nodes[flow.src].name, plan.nodes[flow.dst].name)
 }
 
 #[cfg(test)]
@@ -144,10 +113,7 @@ mod tests {
 
     impl ForwardingTables for Tables {
         fn route_v4(&self, dst: &[u8; 4]) -> Option<RouteTarget> {
-            self.v4
-                .iter()
-                .find(|(a, _)| a.octets() == *dst)
-                .map(|r| r.1)
+            self.v4.iter().find(|(a, _)| a.octets() == *dst).map(|r| r.1)
         }
         fn route_v6(&self, _: &[u8; 16]) -> Option<RouteTarget> {
             None
@@ -160,45 +126,25 @@ mod tests {
     fn tables(plan: &Plan, sw: NodeId, t: &SwitchTables) -> Tables {
         Tables {
             v4: t.routes_v4.iter().map(|&(a, _, g)| (a, g)).collect(),
-            groups: (0..t.groups.len())
-                .map(|g| t.ecmp_group(plan, sw, g))
-                .collect(),
+            groups: (0..t.groups.len()).map(|g| t.ecmp_group(plan, sw, g)).collect(),
         }
     }
 
     #[test]
     fn predicted_paths_equal_the_forwarding_decision_on_the_controllers_tables() {
-        for topo in [
-            Topology::default_topology(),
-            crate::sim::fabric::synthetic(2, 3, 2, 3, 2),
-        ] {
+        for topo in [Topology::default_topology(), crate::sim::fabric::synthetic(2, 3, 2, 3, 2)] {
             let plan = Plan::new(&topo);
             let ctl = routing::compute(&plan, &BTreeSet::new());
-            let xdp: Vec<Option<Tables>> = ctl
-                .iter()
-                .enumerate()
-                .map(|(n, t)| t.as_ref().map(|t| tables(&plan, n, t)))
-                .collect();
+            let xdp: Vec<Option<Tables>> =
+                ctl.iter().enumerate().map(|(n, t)| t.as_ref().map(|t| tables(&plan, n, t))).collect();
             let hosts: Vec<NodeId> = plan.hosts().collect();
             let transfers: Vec<HostTransfer> = (0..hosts.len())
-                .flat_map(|i| {
-                    (0..hosts.len())
-                        .filter(move |&j| j != i)
-                        .map(move |j| (i, j))
-                })
-                .map(|(i, j)| HostTransfer {
-                    src: hosts[i],
-                    dst: hosts[j],
-                    bytes: 5000,
-                })
+                .flat_map(|i| (0..hosts.len()).filter(move |&j| j != i).map(move |j| (i, j)))
+                .map(|(i, j)| HostTransfer { src: hosts[i], dst: hosts[j], bytes: 5000 })
                 .collect();
             for mode in HashMode::ALL {
                 for sport in [SportPolicy::PerQp, SportPolicy::Fixed] {
-                    let opts = EndpointOptions {
-                        qps: 3,
-                        sport,
-                        ..Default::default()
-                    };
+                    let opts = EndpointOptions { qps: 3, sport, ..Default::default() };
                     let flows = step_flows(&plan, &transfers, &opts);
                     let mut sims = vec![SimFabric::from_controller(&plan, &BTreeSet::new())];
                     sims.push(SimFabric::clos(plan.clone()).unwrap());
@@ -215,8 +161,7 @@ mod tests {
                             paths.push(hops);
                         }
                         // Both group lookups choose the same ports.
-                        let ports =
-                            |p: &Vec<Hop>| p.iter().map(|h| (h.switch, h.port)).collect::<Vec<_>>();
+                        let ports = |p: &Vec<Hop>| p.iter().map(|h| (h.switch, h.port)).collect::<Vec<_>>();
                         assert_eq!(ports(&paths[0]), ports(&paths[1]));
                         // And every hop is what `forward::decide` does with the XDP tables.
                         let mut ingress = plan.nodes[f.src].ports[0].peer_port;
@@ -231,11 +176,7 @@ mod tests {
                             };
                             let t = xdp[h.switch].as_ref().unwrap();
                             match decide(t, &sims[0].configs[h.switch], &info, &pkt) {
-                                Decision::Forward {
-                                    group,
-                                    member_index,
-                                    member,
-                                } => {
+                                Decision::Forward { group, member_index, member } => {
                                     assert_eq!(
                                         (group, member_index, member.port as usize),
                                         (h.group, h.member, h.port)

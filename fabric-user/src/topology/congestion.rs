@@ -115,7 +115,9 @@ impl SwitchQos {
         if self.xon_kb >= self.xoff_kb {
             err("xon_kb", format!("{} must be below xoff_kb ({})", self.xon_kb, self.xoff_kb));
         }
-        for (field, v) in [("ecn_kmax_kb", self.ecn_kmax_kb), ("xoff_kb", self.xoff_kb), ("headroom_kb", self.headroom_kb)] {
+        for (field, v) in
+            [("ecn_kmax_kb", self.ecn_kmax_kb), ("xoff_kb", self.xoff_kb), ("headroom_kb", self.headroom_kb)]
+        {
             if u64::from(v) * 1024 > u64::from(u32::MAX) {
                 err(field, format!("{v} KiB is too large (at most 4 GiB)"));
             }

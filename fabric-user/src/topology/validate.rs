@@ -218,9 +218,7 @@ impl Topology {
                 );
             }
             let (up_ports, up_desc) = match atsw {
-                Some((count, upc)) => {
-                    (count * upc, format!(" + atsw.count x atsw.uplinks_per_ctsw {count} x {upc}"))
-                }
+                Some((count, upc)) => (count * upc, format!(" + atsw.count x atsw.uplinks_per_ctsw {count} x {upc}")),
                 None => (0, String::new()),
             };
             let ctsw_ports = racks * ups + up_ports;
@@ -498,10 +496,7 @@ fn check_plan<F: Fn(u128) -> String>(errs: &mut Errors, p: AddrPlan<F>) {
     if p.len > p.per_link {
         errs.push(
             &len_path,
-            format!(
-                "{} is too long; allowed: {allowed} (every link needs a /{} of 2 addresses)",
-                p.len, p.per_link
-            ),
+            format!("{} is too long; allowed: {allowed} (every link needs a /{} of 2 addresses)", p.len, p.per_link),
         );
         return;
     }
