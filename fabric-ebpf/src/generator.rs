@@ -1,4 +1,4 @@
-//! A traffic generator for `fabric bench forwarding`: run with BPF_PROG_TEST_RUN in live-frame
+//! A traffic generator for `fabric-bench forwarding`: run with BPF_PROG_TEST_RUN in live-frame
 //! mode, it sends every frame out of the generator's veth (XDP_TX) towards the first switch.
 //!
 //! Live-frame pages are recycled without being re-initialised, so a frame comes back to this

@@ -1,32 +1,37 @@
-//! The fabric controller: loads the XDP switch program, programs its maps, reads its counters.
+//! The fabric controller: builds testbeds, loads the XDP switch program and programs its maps,
+//! drives the RoCEv2 endpoints, reads the counters, and simulates fabrics too large to build.
 //! The `fabric` binary (src/main.rs) is the command line over this library.
+//!
+//! The folders are layers; a module imports only from the layers listed before it (checked by
+//! `cargo xtask lint`):
+//!
+//! | layer | what it holds |
+//! |---|---|
+//! | [`sys`] | the FFI: network namespaces, rtnetlink |
+//! | [`model`] | pure descriptions: topology files, the plan derived from them, routing, workloads, placements |
+//! | [`dataplane`] | the XDP object: loading, attaching, typed map accessors |
+//! | [`state`] | a testbed's saved state and where it lives |
+//! | [`endpoint`] | our RoCEv2 endpoints (`fabric-roce`'s state machines over UDP sockets) |
+//! | [`forwarding`] | the controller's picture of forwarding: groups, a step's flows, the path each takes |
+//! | [`te`] | traffic engineering: placing flows on paths, installing them |
+//! | [`agent`] | the per-testbed switch agent: PFC frames, watchdog, telemetry |
+//! | [`telemetry`] | counters of a live testbed: stats, Prometheus |
+//! | [`testbed`] | up, down, links, probes, soft-RoCE hosts |
+//! | [`run`] | runs on a testbed: collectives, job records, traces, rxe runs |
+//! | [`sim`] | the flow-level simulator |
+//! | [`experiment`], [`analyze`] | the paper's claims measured; captures analysed |
 
 pub mod agent;
 pub mod analyze;
-pub mod bench;
-pub mod bench_forwarding;
-pub mod capture;
 pub mod dataplane;
 pub mod endpoint;
 pub mod experiment;
-pub mod fixture;
-pub mod job;
-pub mod netlink;
-pub mod netns;
-pub mod partition;
-pub mod placement;
-pub mod plan;
-pub mod probe;
-pub mod prometheus;
-pub mod roce;
-pub mod routing;
+pub mod forwarding;
+pub mod model;
 pub mod run;
-pub mod rxe;
-pub mod rxe_run;
 pub mod sim;
-pub mod stats;
+pub mod state;
+pub mod sys;
 pub mod te;
+pub mod telemetry;
 pub mod testbed;
-pub mod topology;
-pub mod trace;
-pub mod workload;

@@ -1,14 +1,10 @@
 //! `fabric`: the controller's command line.
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 use fabric_user::{
-    bench,
-    dataplane::SwitchDataplane,
-    probe, stats,
-    testbed::{self, State},
-    topology::Topology,
+    dataplane::SwitchDataplane, model::topology::Topology, state::State, telemetry::stats, testbed, testbed::probe,
 };
 
 #[derive(Parser)]
@@ -66,7 +62,7 @@ enum Command {
         /// Host endpoints: own (our RoCEv2 endpoints, a namespace per host) or rxe (the kernel's
         /// soft-RoCE; host veths in the initial namespace with policy routing, see src/rxe.rs).
         #[arg(long, value_enum, default_value = "own")]
-        endpoints: fabric_user::rxe::Endpoints,
+        endpoints: fabric_user::testbed::rxe::Endpoints,
     },
     /// Remove every namespace, link and pinned object of a testbed (safe to repeat).
     Down {
@@ -124,7 +120,7 @@ enum Command {
     #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Run {
         #[command(subcommand)]
-        trace: Option<fabric_user::trace::replay::RunSub>,
+        trace: Option<fabric_user::run::trace::replay::RunSub>,
         #[command(flatten)]
         spec: fabric_user::run::RunSpec,
         /// Read the run from a workload file (testbed/workloads/*.toml) instead of the flags.
@@ -150,7 +146,7 @@ enum Command {
     Sim(fabric_user::sim::cli::SimArgs),
     /// RoCEv2 flows and QPs of a pcap/pcapng capture, their ECMP entropy per hash mode and the
     /// predicted load per uplink (the switch's own parser and hash).
-    Analyze(fabric_user::analyze::AnalyzeArgs),
+    Analyze(fabric_user::analyze::cli::AnalyzeArgs),
     /// Load the XDP switch program through the verifier and report whether this kernel runs it.
     Check,
     /// Experiments that reproduce the paper's results in kind, with reports and charts under
@@ -158,50 +154,9 @@ enum Command {
     Experiment(fabric_user::experiment::cli::ExperimentArgs),
     /// Topology-aware rank placement: a rank-to-host map that minimises the traffic crossing
     /// zones (min-cut partitioning of the job's traffic graph).
-    Place(fabric_user::partition::PlaceArgs),
+    Place(fabric_user::model::partition::PlaceArgs),
     /// Workloads on rxe hosts (`up --endpoints rxe`): perftest point to point, the smoke test.
-    Rxe(fabric_user::rxe_run::RxeArgs),
-    /// Benchmarks.
-    Bench {
-        #[command(subcommand)]
-        which: BenchCommand,
-    },
-}
-
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// Time to bring up and tear down each shipped topology and synthetic ones of 8..256 hosts.
-    Bringup {
-        #[arg(long, default_value = "results/bench/bringup.json")]
-        json: PathBuf,
-    },
-    /// Packets/s per core of the RoCEv2 endpoint vs raw UDP, and of a whole AllReduce.
-    Endpoint {
-        #[arg(long, default_value = "results/bench/endpoint.json")]
-        json: PathBuf,
-    },
-    /// Per-packet cost of the switch program vs XDP_PASS and parse + fixed redirect.
-    Dataplane {
-        /// Packets per case and round.
-        #[arg(long, default_value_t = 1_000_000)]
-        packets: u64,
-        /// Rounds per case (the median is reported).
-        #[arg(long, default_value_t = 5)]
-        rounds: u32,
-        /// Where to write the JSON report.
-        #[arg(long, default_value = "results/bench/dataplane.json")]
-        json: PathBuf,
-    },
-    /// Wall time of `fabric sim` on 1K, 4K and 24K GPUs (ring AllReduce, eecmp, 8 QPs).
-    Sim {
-        #[arg(long, default_value = "results/bench/sim.json")]
-        json: PathBuf,
-    },
-    /// Packets/s per core through RTSW-CTSW-RTSW: the XDP switch vs Linux kernel forwarding.
-    Forwarding {
-        #[arg(long, default_value = "results/bench/forwarding.json")]
-        json: PathBuf,
-    },
+    Rxe(fabric_user::run::rxe::RxeArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -233,8 +188,8 @@ fn run() -> Result<()> {
                 topo = Topology::parse(&toml_of(&topo)?, "--prefix")?;
             }
             let s = match endpoints {
-                fabric_user::rxe::Endpoints::Own => testbed::up(&topo, quiet)?,
-                fabric_user::rxe::Endpoints::Rxe => fabric_user::rxe_run::up_and_report(&topo, quiet)?,
+                fabric_user::testbed::rxe::Endpoints::Own => testbed::up(&topo, quiet)?,
+                fabric_user::testbed::rxe::Endpoints::Rxe => fabric_user::run::rxe::up_and_report(&topo, quiet)?,
             };
             println!(
                 "testbed {:?} (prefix {}) is up: {} switches, {} hosts, {} links in {:.2} s",
@@ -306,15 +261,15 @@ fn run() -> Result<()> {
         }
         Command::Exporter { which, listen } => {
             let state = State::load(&which.prefix()?)?;
-            fabric_user::prometheus::serve(&state, listen, None)?;
+            fabric_user::telemetry::prometheus::serve(&state, listen, None)?;
         }
-        Command::Report { job } => fabric_user::job::print(&fabric_user::job::JobRecord::load(&job)?),
+        Command::Report { job } => fabric_user::run::job::print(&fabric_user::run::job::JobRecord::load(&job)?),
         Command::Stats { which, json, watch, prometheus } => {
             let state = State::load(&which.prefix()?)?;
             loop {
                 let report = stats::collect(&state)?;
                 if prometheus {
-                    print!("{}", fabric_user::prometheus::render(&report));
+                    print!("{}", fabric_user::telemetry::prometheus::render(&report));
                 } else if json {
                     println!("{}", serde_json::to_string_pretty(&report)?);
                 } else {
@@ -342,8 +297,8 @@ fn run() -> Result<()> {
                 std::process::exit(1);
             }
         }
-        Command::Run { trace: Some(fabric_user::trace::replay::RunSub::Trace(args)), .. } => {
-            fabric_user::trace::replay::main(&args)?
+        Command::Run { trace: Some(fabric_user::run::trace::replay::RunSub::Trace(args)), .. } => {
+            fabric_user::run::trace::replay::main(&args)?
         }
         Command::Run { trace: None, spec, file, which, json, quiet } => {
             let spec = match file {
@@ -365,43 +320,13 @@ fn run() -> Result<()> {
             println!("wrote {}", path.display());
         }
         Command::Sim(args) => fabric_user::sim::cli::main(&args)?,
-        Command::Analyze(args) => fabric_user::analyze::main(&args)?,
-        Command::Rxe(args) => fabric_user::rxe_run::main(&args)?,
-        Command::Bench { which: BenchCommand::Sim { json } } => {
-            let report = bench::sim()?;
-            bench::print_sim(&report);
-            write_json(&json, &report)?;
-        }
+        Command::Analyze(args) => fabric_user::analyze::cli::main(&args)?,
+        Command::Rxe(args) => fabric_user::run::rxe::main(&args)?,
         Command::Experiment(args) => fabric_user::experiment::cli::main(&args)?,
-        Command::Place(args) => fabric_user::partition::main(&args)?,
+        Command::Place(args) => fabric_user::model::partition::main(&args)?,
         Command::Check => {
             SwitchDataplane::load()?;
             println!("ok: the XDP switch program and its maps load and pass this kernel's verifier");
-        }
-        Command::Bench { which: BenchCommand::Bringup { json } } => {
-            let report = bench::bringup()?;
-            bench::print_bringup(&report);
-            write_json(&json, &report)?;
-        }
-        Command::Bench { which: BenchCommand::Endpoint { json } } => {
-            let report = bench::endpoint()?;
-            bench::print_endpoint(&report);
-            write_json(&json, &report)?;
-        }
-        Command::Bench { which: BenchCommand::Forwarding { json } } => {
-            let report = fabric_user::bench_forwarding::forwarding()?;
-            fabric_user::bench_forwarding::print_forwarding(&report);
-            write_json(&json, &report)?;
-        }
-        Command::Bench { which: BenchCommand::Dataplane { packets, rounds, json } } => {
-            let report = bench::dataplane(packets, rounds)?;
-            bench::print_dataplane(&report);
-            if let Some(dir) = json.parent() {
-                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            }
-            std::fs::write(&json, serde_json::to_vec_pretty(&report)?)
-                .with_context(|| format!("writing {}", json.display()))?;
-            println!("wrote {}", json.display());
         }
     }
     Ok(())
@@ -410,13 +335,4 @@ fn run() -> Result<()> {
 /// The topology as TOML again (to re-validate after a command-line override).
 fn toml_of(t: &Topology) -> Result<String> {
     Ok(toml::to_string(t)?)
-}
-
-fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    std::fs::write(path, serde_json::to_vec_pretty(value)?).with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {}", path.display());
-    Ok(())
 }

@@ -11,13 +11,18 @@ use fabric_common::{
     parse::parse_packet,
 };
 use fabric_user::{
-    analyze::{AnalyzeArgs, Analyzer, Group, Report, analyze_file, group_of},
-    endpoint::{EndpointOptions, engine::HostTransfer},
-    placement::Placement,
-    plan::Plan,
-    sim::{SimOptions, fabric::SimFabric, flows::step_flows, predict_member_load, steps_of},
-    topology::Topology,
-    workload::Collective,
+    analyze::{
+        Analyzer, Group, Report, analyze_file,
+        cli::{AnalyzeArgs, group_of},
+    },
+    endpoint::EndpointOptions,
+    forwarding::{fabric::SimFabric, flows::step_flows},
+    model::placement::Placement,
+    model::plan::Plan,
+    model::topology::Topology,
+    model::workload::Collective,
+    model::workload::HostTransfer,
+    sim::{SimOptions, predict_member_load, steps_of},
 };
 use pcap_file::{
     DataLink,
@@ -240,7 +245,7 @@ fn the_rxe_capture() {
         assert!(mode.member_entropy_bits <= mode.max_entropy_bits + 1e-9);
         assert!(mode.member_entropy_bits <= mode.input_entropy_bits + 1e-9);
     }
-    let frames = fabric_user::capture::read_pcap(&path).unwrap();
+    let frames = fabric_testkit::capture::read_pcap(&path).unwrap();
     check_members_against_kernel(&r, &frames);
     // Another group: the answer changes, and still matches the kernel's function.
     let r8 = analyze_file(&path, &group(8, 0xDEAD_BEEF)).unwrap();
@@ -367,7 +372,7 @@ fn json_report_and_chart() {
         json: Some(dir.join("a.json")),
         chart: Some(dir.join("a.svg")),
     };
-    fabric_user::analyze::main(&args).unwrap();
+    fabric_user::analyze::cli::main(&args).unwrap();
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("a.json")).unwrap()).unwrap();
     assert_eq!(v["schema"], "fabric.analyze/1");
     assert_eq!(v["group"]["seed"], 0x1234);

@@ -9,11 +9,8 @@ use fabric_common::{
     qos::{BufferMode, PfcEvent, QosConfig},
     queue::{ECN_CE, ECN_MASK, RedParams},
 };
-use fabric_user::{
-    agent::monotonic_ns,
-    dataplane::PROGRAM_SWITCH,
-    fixture::{FixtureSwitch, FrameSpec, UPLINKS, frame, in_private_netns, neighbour_mac, set_tos},
-};
+use fabric_testkit::fixture::{FixtureSwitch, FrameSpec, UPLINKS, frame, in_private_netns, neighbour_mac, set_tos};
+use fabric_user::{agent::monotonic_ns, dataplane::PROGRAM_SWITCH};
 
 const XDP_DROP: u32 = 1;
 const XDP_REDIRECT: u32 = 4;
@@ -227,7 +224,7 @@ mod common;
 
 use std::{process::Command, time::Duration};
 
-use fabric_user::{netns, stats, testbed::State};
+use fabric_user::{state::State, sys::netns, telemetry::stats};
 
 /// Sends DSCP 26 / ECT(0) UDP datagrams from `host` to `dst` as fast as it can for `secs`,
 /// ignoring pauses (a misbehaving NIC, or rather one without PFC: the veth has none).
@@ -371,9 +368,9 @@ fn switch_agents_send_pfc_that_spreads_from_the_receivers_rack_to_the_spine_and_
 
 use fabric_user::{
     endpoint::{CcMode, EndpointOptions, SlowReceiver},
-    placement::Placement,
+    model::placement::Placement,
+    model::workload::Collective,
     run::{RunOptions, RunResult, run},
-    workload::Collective,
 };
 
 /// Four senders (one in the receiver's rack, three behind the spines) into z0r0h0.

@@ -18,11 +18,12 @@ use fabric_common::{
 };
 use fabric_user::{
     endpoint::{CcMode, EndpointOptions, SlowReceiver, SportPolicy, engine::host_link_rate_bps, socket},
-    netns,
-    placement::Placement,
+    model::placement::Placement,
+    model::workload::Collective,
     run::{RunOptions, RunResult, run},
-    testbed::{DownOnDrop, State},
-    workload::Collective,
+    state::State,
+    sys::netns,
+    testbed::DownOnDrop,
 };
 
 fn testbed(tag: char) -> (DownOnDrop, State) {

@@ -12,7 +12,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn run(name: &str, tag: char) -> ExperimentReport {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    fabric_user::netns::require_capabilities().expect("these tests need root: they build network namespaces");
+    fabric_user::sys::netns::require_capabilities().expect("these tests need root: they build network namespaces");
     common::use_fabric_binary();
     let out = std::env::temp_dir().join(format!("fabric-experiments-{}", std::process::id()));
     let opts = Options {

@@ -6,15 +6,15 @@ mod common;
 use std::io::{Read as _, Write as _};
 
 use fabric_common::config::HashMode;
+use fabric_testkit::fixture::in_private_netns;
 use fabric_user::{
     endpoint::{EndpointOptions, SportPolicy},
-    fixture::in_private_netns,
-    job::JobRecord,
-    netns,
-    placement::Placement,
+    model::placement::Placement,
+    model::workload::Collective,
+    run::job::JobRecord,
     run::{RunOptions, run},
+    sys::netns,
     testbed,
-    workload::Collective,
 };
 
 #[test]
@@ -25,7 +25,7 @@ fn the_job_report_names_the_uplink_a_test_congested_on_purpose() {
     for spine in ["z0c0", "z0c1", "z0c2"] {
         testbed::set_link(&prefix, &format!("z0r1:{spine}"), false).unwrap();
     }
-    let state = testbed::State::load(&prefix).unwrap();
+    let state = fabric_user::state::State::load(&prefix).unwrap();
     let o = RunOptions {
         collective: Collective::Allreduce,
         ranks: None,
@@ -65,7 +65,7 @@ fn the_job_report_names_the_uplink_a_test_congested_on_purpose() {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
         std::thread::scope(|s| {
-            let server = s.spawn(|| fabric_user::prometheus::serve(&state, addr, Some(1)));
+            let server = s.spawn(|| fabric_user::telemetry::prometheus::serve(&state, addr, Some(1)));
             let mut conn = loop {
                 match std::net::TcpStream::connect(addr) {
                     Ok(c) => break c,
@@ -87,6 +87,6 @@ fn the_job_report_names_the_uplink_a_test_congested_on_purpose() {
         .expect("the uplink's counter");
     let v: f64 = line.rsplit_once(' ').unwrap().1.parse().unwrap();
     assert!(v >= up.tx_bytes as f64, "{line}");
-    let refused = fabric_user::prometheus::serve(&state, "198.18.0.1:9464".parse().unwrap(), Some(1));
+    let refused = fabric_user::telemetry::prometheus::serve(&state, "198.18.0.1:9464".parse().unwrap(), Some(1));
     assert!(refused.unwrap_err().to_string().contains("loopback"));
 }

@@ -13,10 +13,10 @@ use fabric_common::{
     route::{EcmpGroup, GroupMember, ROUTE_LOCAL},
     wire::ethernet,
 };
+use fabric_testkit::fixture::bth_bytes;
 use fabric_user::{
     dataplane::{PROGRAM_PASS, SwitchDataplane},
-    fixture::bth_bytes,
-    netns::{self, ifindex, in_named, ip},
+    sys::netns::{self, ifindex, in_named, ip},
 };
 
 /// Deletes the test's namespaces (and with them every veth) when dropped, panic or not.

@@ -12,7 +12,7 @@ use common::{assert_all_reachable, assert_nothing_left as nothing_left, root_lin
 use etherparse::PacketBuilder;
 use fabric_common::counters::{DropReason, PortCounters};
 use fabric_user::{
-    netns,
+    sys::netns,
     testbed::{self, DownOnDrop},
 };
 

@@ -7,15 +7,13 @@ use std::{net::Ipv4Addr, path::Path, process::Command, time::Duration};
 
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use fabric_common::{parse::parse_packet, wire::udp::ROCEV2_PORT};
-use fabric_user::{
-    capture,
-    roce::{
-        icrc::{self, IpPair, Ipv4Ident},
-        psn::Psn,
-        qp::{Connection, DEFAULT_PKEY, Requester, RequesterConfig, Responder, ResponderConfig},
-        wire::{Body, ICRC_LEN, RocePacketRepr, WireError, opcode},
-    },
+use fabric_roce::{
+    icrc::{self, IpPair, Ipv4Ident},
+    psn::Psn,
+    qp::{Connection, DEFAULT_PKEY, Requester, RequesterConfig, Responder, ResponderConfig},
+    wire::{Body, ICRC_LEN, RocePacketRepr, WireError, opcode},
 };
+use fabric_testkit::capture;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 
 /// What the ICRC needs from a captured frame, read with etherparse.

@@ -9,10 +9,11 @@ mod common;
 use std::{process::Command, time::Duration};
 
 use fabric_user::{
-    netns,
-    rxe::{self, RxeLayout, RxeOptions},
-    stats::UplinkBytes,
-    testbed::{self, State},
+    state::State,
+    sys::netns,
+    telemetry::stats::UplinkBytes,
+    testbed,
+    testbed::rxe::{self, RxeLayout, RxeOptions},
 };
 
 fn ip_out(args: &[&str]) -> String {
@@ -35,7 +36,8 @@ fn layout_test(prefix: &str) {
     netns::ip(&["link", "set", "lo", "up"]).unwrap();
     let topo = common::topology(Some("rxe-smoke.toml"), prefix);
     let guard = testbed::DownOnDrop(prefix.into());
-    let (_, layout) = rxe::up(&topo, true, RxeOptions { create_devices: false }).unwrap_or_else(|e| panic!("{e:#}"));
+    let (_, layout) =
+        testbed::up_rxe(&topo, true, RxeOptions { create_devices: false }).unwrap_or_else(|e| panic!("{e:#}"));
     let state = State::load(prefix).unwrap();
     assert!(!layout.per_host_netns);
     assert_eq!(layout.hosts.len(), 2);
@@ -89,7 +91,7 @@ fn layout_test(prefix: &str) {
 
     // After a crash that lost the record: down finds everything by name and table.
     let guard = testbed::DownOnDrop(prefix.into());
-    rxe::up(&topo, true, RxeOptions { create_devices: false }).unwrap_or_else(|e| panic!("{e:#}"));
+    testbed::up_rxe(&topo, true, RxeOptions { create_devices: false }).unwrap_or_else(|e| panic!("{e:#}"));
     std::fs::remove_file(RxeLayout::path(prefix)).unwrap();
     let s = testbed::down(prefix).unwrap();
     assert!(s.rxe_removed >= 2 * 2 + 2, "removed only {}", s.rxe_removed);

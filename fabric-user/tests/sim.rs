@@ -7,11 +7,12 @@ mod common;
 use fabric_common::config::HashMode;
 use fabric_user::{
     endpoint::{EndpointOptions, SportPolicy},
-    placement::Placement,
+    forwarding::fabric::SimFabric,
+    model::placement::Placement,
+    model::workload::Collective,
     run::{RunOptions, run},
-    sim::{MemberLoad, SimOptions, fabric::SimFabric, predict_member_load},
-    testbed::State,
-    workload::Collective,
+    sim::{MemberLoad, SimOptions, predict_member_load},
+    state::State,
 };
 
 /// Every member counter of every group the controller installed, indexed like [`MemberLoad`].

@@ -6,10 +6,10 @@ mod common;
 use fabric_common::config::HashMode;
 use fabric_user::{
     endpoint::{EndpointOptions, SportPolicy},
-    placement::Placement,
+    model::placement::Placement,
+    model::workload::Collective,
     run::{RunOptions, RunResult, run},
     testbed,
-    workload::Collective,
 };
 
 fn ring(hash: HashMode) -> RunOptions {
@@ -26,7 +26,7 @@ fn ring(hash: HashMode) -> RunOptions {
     }
 }
 
-fn go(state: &testbed::State, o: &RunOptions) -> RunResult {
+fn go(state: &fabric_user::state::State, o: &RunOptions) -> RunResult {
     run(state, o, true).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
@@ -52,7 +52,7 @@ fn te_beats_eecmp_on_uplink_balance_and_routes_around_a_failed_link() {
     let port = state.plan.uplinks(rtsw)[0];
     let ifname = state.plan.nodes[rtsw].ports[port].ifname.clone();
     testbed::set_link(&state.plan.topology.prefix, &format!("z0r0:{ifname}"), false).unwrap();
-    let state = testbed::State::load(&state.plan.topology.prefix).unwrap();
+    let state = fabric_user::state::State::load(&state.plan.topology.prefix).unwrap();
     let after = go(&state, &ring(HashMode::Te));
     assert_eq!(after.bytes_delivered, after.bytes_needed);
     let z0r0 = after.uplinks.iter().find(|u| u.rtsw == "z0r0").unwrap();

@@ -4,10 +4,7 @@
 mod common;
 
 use common::{assert_all_reachable as all_reachable, assert_nothing_left, root_links, topology, unique_prefix};
-use fabric_user::{
-    netns,
-    testbed::{self, DownOnDrop as Teardown, State},
-};
+use fabric_user::{state::State, sys::netns, testbed, testbed::DownOnDrop as Teardown};
 
 /// Bytes sent on both ends of a link, from the switches' XDP counters.
 fn link_tx(state: &State, link: usize) -> u64 {

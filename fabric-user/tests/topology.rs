@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use fabric_common::config::HashMode;
-use fabric_user::topology::{Addressing, AtswLayer, DEFAULT_TOPOLOGY, Tiers, Topology, Zone};
+use fabric_user::model::topology::{Addressing, AtswLayer, DEFAULT_TOPOLOGY, Tiers, Topology, Zone};
 
 fn testbed_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed")
@@ -68,7 +68,7 @@ fn default_file_is_the_embedded_default() {
         tiers: Tiers::default(),
         zones: vec![Zone { name: "z0".into(), racks: 4, hosts_per_rack: 2, spines: 4, uplinks_per_spine: 1 }],
         atsw: None,
-        time_scale: fabric_user::topology::DEFAULT_TIME_SCALE,
+        time_scale: fabric_user::model::topology::DEFAULT_TIME_SCALE,
         congestion: Default::default(),
     };
     assert_eq!(topo, expected);

@@ -2,12 +2,12 @@
 //! op accounted for (bytes delivered = bytes needed, per op).
 mod common;
 
-use fabric_user::trace::{
+use fabric_user::run::trace::{
     replay::{self, TraceArgs},
     shipped,
 };
 
-fn replay_to_completion(state: &fabric_user::testbed::State, path: std::path::PathBuf, ops: usize) {
+fn replay_to_completion(state: &fabric_user::state::State, path: std::path::PathBuf, ops: usize) {
     let mut args = TraceArgs::for_file(path);
     args.quiet = true;
     let r = replay::run(state, &args).unwrap_or_else(|e| panic!("{e:#}"));

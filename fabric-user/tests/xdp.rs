@@ -12,11 +12,11 @@ use fabric_common::{
     parse::parse_packet,
     wire::ethernet,
 };
-use fabric_user::{
+use fabric_testkit::{
     capture,
-    dataplane::PROGRAM_SWITCH,
     fixture::{FixtureSwitch, FrameSpec, GROUP_UPLINKS, UPLINKS, frame, in_private_netns, neighbour_mac, port_mac},
 };
+use fabric_user::dataplane::PROGRAM_SWITCH;
 
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
@@ -175,7 +175,7 @@ fn arp_local_and_foreign_frames_go_to_the_kernel_and_unrouted_ones_are_dropped()
         // To the switch's own address (a ROUTE_LOCAL entry).
         let mut to_switch = frame(&FrameSpec::default());
         let l3 = ethernet::HEADER_LEN;
-        to_switch[l3 + 16..l3 + 20].copy_from_slice(&fabric_user::fixture::SWITCH_V4.octets());
+        to_switch[l3 + 16..l3 + 20].copy_from_slice(&fabric_testkit::fixture::SWITCH_V4.octets());
         assert_eq!(run(sw, &to_switch).0.return_value, XDP_PASS);
         // No route: 198.19.0.1 is outside every prefix.
         let mut unrouted = frame(&FrameSpec::default());

@@ -33,13 +33,11 @@ use fabric_common::{
     route::{EcmpGroup, GroupMember, MAX_GROUPS, ROUTE_LOCAL, RouteTarget},
     wire::{ethernet, ipv4, ipv6, udp},
 };
-use fabric_user::{
-    dataplane::PROGRAM_SWITCH,
-    fixture::{
-        FixtureSwitch, FrameSpec, GROUP_HOST_A, GROUP_UPLINKS, HOST_A_V4, HOST_A_V6, SWITCH_V4, UPLINKS, frame,
-        in_private_netns, neighbour_mac, port_mac,
-    },
+use fabric_testkit::fixture::{
+    FixtureSwitch, FrameSpec, GROUP_HOST_A, GROUP_UPLINKS, HOST_A_V4, HOST_A_V6, SWITCH_V4, UPLINKS, frame,
+    in_private_netns, neighbour_mac, port_mac,
 };
+use fabric_user::dataplane::PROGRAM_SWITCH;
 
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;

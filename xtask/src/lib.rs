@@ -2,6 +2,8 @@
 pub mod bench;
 pub mod demo;
 pub mod fuzz;
+pub mod lint;
+pub mod modgraph;
 pub mod setup;
 pub mod test;
 pub mod testbed;

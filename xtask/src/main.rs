@@ -2,7 +2,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use xtask::{bench, demo, fuzz, setup, test, testbed, vm};
+use xtask::{bench, demo, fuzz, lint, setup, test, testbed, vm};
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "fabric project tasks")]
@@ -47,6 +47,12 @@ enum Command {
         /// parse_packet, icrc, pfc or roce_wire (default: all).
         target: Option<String>,
     },
+    /// rustfmt check, clippy with warnings denied on every crate, and no import cycle between
+    /// modules (`--modules`: only the module graph, printed).
+    Lint {
+        #[arg(long)]
+        modules: bool,
+    },
     /// Thin wrapper over `fabric up|down|status|...`.
     Testbed {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -61,6 +67,8 @@ fn main() -> Result<()> {
         Command::Bench { name } => bench::run(name.as_deref()),
         Command::Demo => demo::run(),
         Command::Fuzz { seconds, seeds, target } => fuzz::run(seconds, target.as_deref(), seeds),
+        Command::Lint { modules: true } => lint::modules(),
+        Command::Lint { modules: false } => lint::run_all(),
         Command::Testbed { args } => testbed::run(&args),
         Command::Vm { kernel, command } => vm::run(kernel.as_deref(), &command),
     }

@@ -42,9 +42,23 @@ pub fn is_root() -> bool {
 
 /// Builds the controller in release mode and returns the path of the `fabric` binary.
 pub fn build_fabric() -> Result<PathBuf> {
-    run(Command::new("cargo").current_dir(workspace_root()).args(["build", "--release", "-p", "fabric-user"]))?;
-    // Where cargo put it: CARGO_TARGET_DIR (relative to the workspace) if set.
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| workspace_root().join("target"), |d| workspace_root().join(d));
-    Ok(target.join("release/fabric"))
+    build_release(&["fabric-user"])?;
+    Ok(release_dir().join("fabric"))
+}
+
+/// Builds `packages` in release mode.
+pub fn build_release(packages: &[&str]) -> Result<()> {
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(workspace_root()).args(["build", "--release", "--locked"]);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    run(&mut cmd)
+}
+
+/// Where cargo puts release binaries: CARGO_TARGET_DIR (relative to the workspace) if set.
+pub fn release_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), |d| workspace_root().join(d))
+        .join("release")
 }

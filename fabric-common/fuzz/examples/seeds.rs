@@ -1,6 +1,6 @@
 //! Writes the seed corpus, `corpus/<target>/`, from real frames: one frame of each (opcode,
 //! length) in the rxe capture (shared/captures/rxe-rc-mixed.pcap), the frames
-//! `fabric_user::fixture` builds for the switch tests (IPv4/IPv6, tagged or not, RoCE or plain
+//! `fabric_testkit::fixture` builds for the switch tests (IPv4/IPv6, tagged or not, RoCE or plain
 //! UDP, fragments, ARP), the endpoint's own packets (`RocePacketRepr::to_bytes`) and PFC frames
 //! (`PauseFrame::emit`, an 802.3x PAUSE).
 //!
@@ -20,14 +20,14 @@ use fabric_common::{
     pfc::{CLASSES, PauseFrame},
     wire::{ethernet, ipv4, udp},
 };
-use fabric_user::{
+use fabric_roce::{
+    icrc::{IpPair, write_icrc},
+    psn::Psn,
+    wire::{AethRepr, Body, BthFields, NakCode, RethRepr, RocePacketRepr, Syndrome},
+};
+use fabric_testkit::{
     capture::read_pcap,
     fixture::{FrameSpec, frame, neighbour_mac, port_mac},
-    roce::{
-        icrc::{IpPair, write_icrc},
-        psn::Psn,
-        wire::{AethRepr, Body, BthFields, NakCode, RethRepr, RocePacketRepr, Syndrome},
-    },
 };
 
 struct Corpus {

@@ -1,5 +1,5 @@
-//! The endpoint's RoCEv2 UDP-payload parser, `fabric_user::roce::wire::RocePacketRepr::parse`,
-//! on arbitrary bytes. Needs the `user` feature (and AYA_BUILD_SKIP=1 to build: see README.md).
+//! The endpoint's RoCEv2 UDP-payload parser, `fabric_roce::wire::RocePacketRepr::parse`,
+//! on arbitrary bytes.
 //!
 //! Properties:
 //! - parsing never panics;
@@ -11,7 +11,7 @@
 #![no_main]
 
 use fabric_common::wire::bth;
-use fabric_user::roce::wire::{
+use fabric_roce::wire::{
     AETH_LEN, BTH_LEN, Body, BthPacket, CNP_RESERVED_LEN, ICRC_LEN, RETH_LEN, RocePacketRepr,
 };
 use libfuzzer_sys::fuzz_target;

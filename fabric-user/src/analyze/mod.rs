@@ -24,6 +24,7 @@
 //!   or before the end of its BTH), and `malformed:<reason>` with the switch's
 //!   [`DropReason`] name (a frame the switch would drop as malformed).
 pub mod chart;
+pub mod cli;
 pub mod report;
 
 use std::{
@@ -31,7 +32,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     io::Read,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -45,7 +46,7 @@ use fabric_common::{
 use pcap_file::DataLink;
 use serde::Serialize;
 
-use crate::stats::imbalance;
+use crate::model::balance::imbalance;
 
 /// The JSON schema of [`Report`] (documented in `docs` of each field and in README.md).
 pub const SCHEMA: &str = "fabric.analyze/1";
@@ -648,96 +649,6 @@ pub fn analyze_file(path: &Path, group: &Group) -> Result<Report> {
     let mut a = Analyzer::new();
     let format = read_capture(path, &mut a)?;
     Ok(a.report(&path.display().to_string(), format, group))
-}
-
-fn parse_u32(s: &str) -> std::result::Result<u32, String> {
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => u32::from_str_radix(h, 16),
-        None => s.parse(),
-    }
-    .map_err(|e| e.to_string())
-}
-
-/// `fabric analyze`.
-#[derive(Clone, Debug, clap::Args)]
-pub struct AnalyzeArgs {
-    /// A pcap or pcapng file, taken anywhere (port mirror, testbed veth, tcpdump -i any).
-    pub capture: PathBuf,
-    /// ECMP group size to predict for (an RTSW's uplinks; default 4, or the --switch's).
-    #[arg(long)]
-    pub uplinks: Option<u32>,
-    /// The switch's hash seed, decimal or 0x-hex (default 0, or the --switch's).
-    #[arg(long, value_parser = parse_u32)]
-    pub seed: Option<u32>,
-    /// Hash mode(s): five-tuple, eecmp, pin (repeatable; default all three).
-    #[arg(long)]
-    pub hash: Vec<String>,
-    /// `pin` mode's shift (low destination bits dropped; the testbed installs 1).
-    #[arg(long, default_value_t = 1)]
-    pub pin_shift: u32,
-    /// Take the seed and group size from this switch of a topology (e.g. z0r0), as `fabric up`
-    /// installs them.
-    #[arg(long)]
-    pub switch: Option<String>,
-    /// Topology file for --switch (default: the embedded default testbed).
-    #[arg(long, requires = "switch")]
-    pub topology: Option<PathBuf>,
-    /// List every QP (five-tuple + destination QP) with its predicted member per mode.
-    #[arg(long)]
-    pub per_qp: bool,
-    /// Write the report as JSON (schema fabric.analyze/1).
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Draw the per-uplink load per mode as SVG (and PNG beside it).
-    #[arg(long)]
-    pub chart: Option<PathBuf>,
-}
-
-/// The group of `args`: explicit values over the --switch's over defaults.
-pub fn group_of(args: &AnalyzeArgs) -> Result<Group> {
-    let mut modes = Vec::new();
-    for h in &args.hash {
-        // Only the modes that choose by the packet alone: `te` needs the controller's table.
-        let m = HashMode::parse(h)
-            .filter(|m| HashMode::ALL.contains(m))
-            .with_context(|| format!("hash mode {h:?} cannot be predicted from a capture (five-tuple, eecmp, pin)"))?;
-        modes.push(m);
-    }
-    if modes.is_empty() {
-        modes = HashMode::ALL.to_vec();
-    }
-    let (mut uplinks, mut seed) = (4, 0);
-    if let Some(name) = &args.switch {
-        let topo = crate::topology::Topology::load(args.topology.as_deref())?;
-        let plan = crate::plan::Plan::new(&topo);
-        let node = plan.node_by_name(name).with_context(|| format!("no node {name} in topology {}", topo.name))?;
-        ensure!(plan.nodes[node].role.is_switch(), "{name} is not a switch");
-        uplinks = plan.uplinks(node).len() as u32;
-        seed = plan.nodes[node].seed;
-        ensure!(uplinks > 0, "{name} has no uplinks");
-    }
-    let uplinks = args.uplinks.unwrap_or(uplinks);
-    ensure!((1..=64).contains(&uplinks), "--uplinks must be 1..64 (an ECMP group's size)");
-    Ok(Group { uplinks, seed: args.seed.unwrap_or(seed), pin_shift: args.pin_shift, modes })
-}
-
-pub fn main(args: &AnalyzeArgs) -> Result<()> {
-    let group = group_of(args)?;
-    let r = analyze_file(&args.capture, &group)?;
-    report::print(&r, args.per_qp);
-    if let Some(path) = &args.json {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
-    }
-    if let Some(path) = &args.chart {
-        for f in chart::write(&r, path)? {
-            println!("wrote {}", f.display());
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

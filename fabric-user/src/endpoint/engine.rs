@@ -19,21 +19,22 @@ use fabric_common::pfc::{CLASSES, PauseFrame, quanta_to_ns};
 use serde::Serialize;
 
 use super::{CcMode, EndpointOptions, SportPolicy, fixed_udp_sport, rxe_udp_sport, socket};
+use crate::model::workload::HostTransfer;
 use crate::{
-    netns,
-    plan::{NodeId, Plan},
-    roce::{
-        cc::{RateTrajectory, ReceiverQp, SenderQp},
-        cts::{self, CtsConfig, CtsReceiver, CtsSender},
-        icrc::IpPair,
-        pacer::PacerConfig,
-        pause::PauseState,
-        psn::Psn,
-        qp::{Connection, DEFAULT_PKEY, Requester, RequesterConfig, Responder, ResponderConfig},
-        segment::PathMtu,
-        traffic_class::{CONTROL_TOS, data_tos, is_ce, priority_class},
-        wire::opcode,
-    },
+    model::plan::{NodeId, Plan},
+    sys::netns,
+};
+use fabric_roce::{
+    cc::{RateTrajectory, ReceiverQp, SenderQp},
+    cts::{self, CtsConfig, CtsReceiver, CtsSender},
+    icrc::IpPair,
+    pacer::PacerConfig,
+    pause::PauseState,
+    psn::Psn,
+    qp::{Connection, DEFAULT_PKEY, Requester, RequesterConfig, Responder, ResponderConfig},
+    segment::PathMtu,
+    traffic_class::{CONTROL_TOS, data_tos, is_ce, priority_class},
+    wire::opcode,
 };
 
 /// How often the DCQCN rate of every QP is sampled (wall time), and the most samples kept.
@@ -43,14 +44,6 @@ const RATE_SAMPLES_MAX: usize = 256;
 /// can drop datagrams when the CPU falls behind, which a lossless fabric does not, and a NIC's
 /// 64 ms timeout slowed 4000 times would outlast the step.
 const RETRANSMIT_TIMEOUT_WALL_MAX_NS: u64 = 1_000_000_000;
-
-/// One transfer of a step, between hosts.
-#[derive(Clone, Copy, Debug)]
-pub struct HostTransfer {
-    pub src: NodeId,
-    pub dst: NodeId,
-    pub bytes: u64,
-}
 
 /// What happened to one transfer.
 #[derive(Clone, Debug, Serialize)]

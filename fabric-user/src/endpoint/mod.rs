@@ -1,4 +1,4 @@
-//! Our own RoCEv2 endpoints on the testbed's hosts: RC QPs from [`crate::roce`] driven over UDP
+//! Our own RoCEv2 endpoints on the testbed's hosts: RC QPs from [`fabric_roce`] driven over UDP
 //! sockets inside each host's namespace, one thread per host.
 //!
 //! A step of a collective is a set of transfers (host to host, bytes); each is striped over
@@ -6,9 +6,9 @@
 //! `NCCL_IB_QPS_PER_CONNECTION`. A step ends when every requester has every message acknowledged.
 //!
 //! Congestion handling, as a RoCE NIC and collective library do it (the sans-IO parts are in
-//! [`crate::roce`]): packets carry a DSCP (the switches' priority class is `DSCP >> 3`) and ECT(0);
-//! each host obeys the PFC frames its rack switch sends ([`crate::roce::pause`]); `cc` adds
-//! DCQCN ([`crate::roce::cc`]) or receiver-driven admission ([`crate::roce::cts`]) on top.
+//! [`fabric_roce`]): packets carry a DSCP (the switches' priority class is `DSCP >> 3`) and ECT(0);
+//! each host obeys the PFC frames its rack switch sends ([`fabric_roce::pause`]); `cc` adds
+//! DCQCN ([`fabric_roce::cc`]) or receiver-driven admission ([`fabric_roce::cts`]) on top.
 //! Time is slowed by `time_scale` S as the fabric models it: rates divided by S, timers times S.
 pub mod downlink;
 pub mod engine;
@@ -121,7 +121,7 @@ pub struct EndpointOptions {
     pub ecn: bool,
     pub cc: CcMode,
     /// DCQCN parameters in unslowed time (the engine applies `DcqcnParams::scaled`).
-    pub dcqcn: crate::roce::dcqcn::DcqcnParams,
+    pub dcqcn: fabric_roce::dcqcn::DcqcnParams,
     /// CTS: chunks granted at once per receiver.
     pub cts_channels: u32,
     /// CTS: bytes of one chunk; in flight toward a receiver <= channels x this.
@@ -143,10 +143,10 @@ impl Default for EndpointOptions {
             // 64 ms: what a RoCE NIC waits with the usual local ACK timeout exponent (14).
             retransmit_timeout_ns: 64_000_000,
             step_timeout_ns: 60_000_000_000,
-            dscp: crate::roce::traffic_class::DSCP_ROCE,
+            dscp: fabric_roce::traffic_class::DSCP_ROCE,
             ecn: true,
             cc: CcMode::None,
-            dcqcn: crate::roce::dcqcn::DcqcnParams::default(),
+            dcqcn: fabric_roce::dcqcn::DcqcnParams::default(),
             // Four 256 KiB staging buffers, NCCL's default channel buffer size.
             cts_channels: 4,
             cts_buffer_bytes: 256 * 1024,

@@ -19,7 +19,7 @@ pub const BATCH: usize = 64;
 /// identification 0, so the sender knows the whole IP header the ICRC covers.
 /// Packets leave with the default RoCE TOS (DSCP 26, ECT(0)).
 pub fn roce_socket(addr: SocketAddrV4) -> Result<UdpSocket> {
-    use crate::roce::traffic_class::{DSCP_ROCE, data_tos};
+    use fabric_roce::traffic_class::{DSCP_ROCE, data_tos};
     roce_socket_with_tos(addr, data_tos(DSCP_ROCE, true))
 }
 
@@ -225,7 +225,7 @@ pub const ETH_P_MAC_CONTROL: u16 = 0x8808;
 /// A non-blocking `AF_PACKET` socket for MAC control frames on `ifname` (of the calling
 /// thread's namespace): it receives the PFC frames that arrive there and sends whole frames.
 pub fn pfc_socket(ifname: &str) -> Result<OwnedFd> {
-    let ifindex = crate::netns::ifindex(ifname)?;
+    let ifindex = crate::sys::netns::ifindex(ifname)?;
     let proto = ETH_P_MAC_CONTROL.to_be();
     // SAFETY: plain syscall.
     let fd = unsafe {

@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{Result, anyhow};
 use plotters::{coord::Shift, prelude::*};
 
-use super::{Better, ExperimentReport, Metric};
+use super::harness::{Better, ExperimentReport, Metric};
 
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 pub(crate) const FAMILY: &str = "sans-serif";
@@ -127,7 +127,7 @@ fn wrap(s: &str, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::{Case, Outcome};
+    use crate::experiment::harness::{Case, Outcome};
 
     #[test]
     fn svg_and_png_render_without_system_fonts() {
@@ -138,7 +138,7 @@ mod tests {
         b.push("m", 1.2);
         b.push("m", f64::NAN);
         let r = ExperimentReport {
-            schema: super::super::SCHEMA,
+            schema: crate::experiment::harness::SCHEMA,
             name: "t".into(),
             summary: String::new(),
             paper: String::new(),

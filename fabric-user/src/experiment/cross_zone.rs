@@ -2,13 +2,13 @@
 //! tier) with random rank placement vs topology-aware placement (min-cut, `fabric place`).
 use anyhow::Result;
 
-use super::{Better, Case, Ctx, Metric, Outcome, Scenario, base_options, compare, completion_ms};
+use super::harness::{Better, Case, Ctx, Metric, Outcome, Scenario, base_options, compare, completion_ms};
 use crate::{
-    partition::{self, Graph},
-    placement::Placement,
+    model::partition::{self, Graph},
+    model::placement::Placement,
+    model::workload::Collective,
     run::RunResult,
-    testbed::State,
-    workload::Collective,
+    state::State,
 };
 
 pub const SCENARIO: Scenario = Scenario {
@@ -30,7 +30,7 @@ pub fn measured_cross_zone_bytes(state: &State, r: &RunResult) -> f64 {
 }
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
-    let mut topo = super::shipped_topology(Some("two-zones.toml"))?;
+    let mut topo = super::harness::shipped_topology(Some("two-zones.toml"))?;
     let cal = ctx.time_scale()?;
     topo.time_scale = cal.time_scale;
     let ranks = 8;
@@ -99,7 +99,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                  ports), E-ECMP as configured.",
                 message >> 20
             ),
-            "Random: `random:SEED`. Topology-aware: `fabric_user::partition::place` on the job's traffic graph \
+            "Random: `random:SEED`. Topology-aware: `fabric_user::model::partition::place` on the job's traffic graph \
              (recursive bisection with Fiduccia–Mattheyses refinement, zone sizes as capacities; then racks \
              within each zone), the same as `fabric place --topology testbed/two-zones.toml --job JOB.toml`."
                 .into(),
@@ -122,7 +122,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         cases,
         verdicts,
         notes: vec![],
-        tables: vec![super::Table {
+        tables: vec![super::harness::Table {
             title: "Placements (rank 0 first)".into(),
             header: ["seed", "random", "topology-aware"].map(String::from).to_vec(),
             rows: placements,

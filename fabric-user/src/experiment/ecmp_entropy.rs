@@ -3,8 +3,8 @@
 use anyhow::Result;
 use fabric_common::config::HashMode;
 
-use super::{Better, Case, Ctx, Metric, Outcome, Scenario, base_options, compare, completion_ms, modelled_us};
-use crate::{endpoint::SportPolicy, placement::Placement, workload::Collective};
+use super::harness::{Better, Case, Ctx, Metric, Outcome, Scenario, base_options, compare, completion_ms, modelled_us};
+use crate::{endpoint::SportPolicy, model::placement::Placement, model::workload::Collective};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "ecmp-entropy",
@@ -30,7 +30,7 @@ pub const CASES: [(&str, &str, u32, SportPolicy, HashMode); 5] = [
 ];
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
-    let mut topo = super::shipped_topology(None)?;
+    let mut topo = super::harness::shipped_topology(None)?;
     let cal = ctx.time_scale()?;
     topo.time_scale = cal.time_scale;
     let ranks = 8;
@@ -83,7 +83,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         {
             // "No gain": the fixed-sport QPs hash exactly like the single QP.
             let (a, b) = (cases[1].mean("max_over_mean"), cases[0].mean("max_over_mean"));
-            super::Verdict {
+            super::harness::Verdict {
                 claim: "QP scaling with a fixed UDP source port adds no entropy for 5-tuple ECMP: no gain in \
                         imbalance over 1 QP"
                     .into(),

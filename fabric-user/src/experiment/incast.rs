@@ -1,8 +1,8 @@
 //! `incast`: a 4-to-1 incast under PFC only, DCQCN and receiver-driven admission (CTS).
 use anyhow::Result;
 
-use super::{Better, Case, Ctx, Metric, Outcome, Scenario, Verdict, base_options, compare, completion_ms};
-use crate::{endpoint::CcMode, placement::Placement, run::RunOptions, workload::Collective};
+use super::harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Verdict, base_options, compare, completion_ms};
+use crate::{endpoint::CcMode, model::placement::Placement, model::workload::Collective, run::RunOptions};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "incast",
@@ -38,13 +38,13 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         [("pfc-only", "PFC only", CcMode::None), ("dcqcn", "DCQCN", CcMode::Dcqcn), ("cts", "CTS", CcMode::Cts)];
     let mut cases: Vec<Case> = modes.iter().map(|m| Case::new(m.0, m.1)).collect();
     let mut cts_bound = 0;
-    ctx.with_testbed(super::shipped_topology(None)?, |state| {
+    ctx.with_testbed(super::harness::shipped_topology(None)?, |state| {
         for &seed in &ctx.seeds {
             for (i, &(key, _, cc)) in modes.iter().enumerate() {
                 let o = incast(cc, message);
-                let depth_before = super::DepthSnapshot::read(state);
+                let depth_before = super::harness::DepthSnapshot::read(state);
                 let r = ctx.run(state, &format!("{key} seed {seed}"), &o)?;
-                let depth = super::DepthSnapshot::read(state).max_since(&depth_before);
+                let depth = super::harness::DepthSnapshot::read(state).max_since(&depth_before);
                 let c = &mut cases[i];
                 let g = &r.congestion;
                 c.push("completion_ms", completion_ms(&r));

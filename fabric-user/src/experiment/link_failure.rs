@@ -5,8 +5,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use fabric_common::config::HashMode;
 
-use super::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, Verdict, base_options, completion_ms};
-use crate::{endpoint::SportPolicy, placement::Placement, run::RunResult, testbed, workload::Collective};
+use super::harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, Verdict, base_options, completion_ms};
+use crate::{endpoint::SportPolicy, model::placement::Placement, model::workload::Collective, run::RunResult, testbed};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "link-failure",

@@ -3,8 +3,10 @@
 use anyhow::Result;
 use fabric_common::config::HashMode;
 
-use super::{Better, Case, Ctx, Metric, Outcome, Scenario, Verdict, base_options, compare, completion_ms};
-use crate::{endpoint::SportPolicy, placement::Placement, topology::Topology, workload::Collective};
+use super::harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Verdict, base_options, compare, completion_ms};
+use crate::{
+    endpoint::SportPolicy, model::placement::Placement, model::topology::Topology, model::workload::Collective,
+};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "path-pinning",

@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 
-use super::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, Verdict, completion_ms};
+use super::harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, Verdict, completion_ms};
 use crate::{
     endpoint::{CcMode, SlowReceiver},
-    plan::Role,
-    stats,
-    testbed::State,
+    model::plan::Role,
+    state::State,
+    telemetry::stats,
 };
 
 pub const SCENARIO: Scenario = Scenario {
@@ -46,7 +46,7 @@ fn tier_pauses(state: &State) -> Result<(BTreeMap<&'static str, u64>, u64)> {
 fn run(ctx: &Ctx) -> Result<Outcome> {
     let message: u64 = ctx.pick(2 << 20, 4 << 20);
     let stall_s: f64 = ctx.pick(1.0, 2.0);
-    let mut topo = super::shipped_topology(None)?;
+    let mut topo = super::harness::shipped_topology(None)?;
     topo.congestion.watchdog_us = 50.0;
     let watchdog_wall_ms = topo.congestion.watchdog_us * topo.time_scale as f64 / 1e3;
     let mut cases = vec![Case::new("healthy", "healthy receiver"), Case::new("slow", "slow receiver")];

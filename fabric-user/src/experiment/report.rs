@@ -3,7 +3,7 @@ use std::{fmt::Write as _, path::Path};
 
 use anyhow::{Context as _, Result};
 
-use super::{Better, ExperimentReport};
+use super::harness::{Better, ExperimentReport};
 
 fn fmt_value(v: f64) -> String {
     if !v.is_finite() {

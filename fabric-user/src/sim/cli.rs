@@ -5,18 +5,15 @@ use anyhow::{Context as _, Result};
 use fabric_common::config::HashMode;
 use serde::Serialize;
 
-use super::{
-    SimOptions, SimResult,
-    fabric::{Scale, SimFabric},
-    print, simulate,
-};
+use super::{SimOptions, SimResult, print, simulate};
+use crate::forwarding::fabric::{Scale, SimFabric};
 use crate::{
     endpoint::{EndpointOptions, SportPolicy},
-    placement::Placement,
-    plan::Plan,
-    run::parse_size,
-    topology::Topology,
-    workload::Collective,
+    model::placement::Placement,
+    model::plan::Plan,
+    model::topology::Topology,
+    model::units::parse_size,
+    model::workload::Collective,
 };
 
 #[derive(Clone, Debug, clap::Args)]

@@ -3,14 +3,14 @@
 //!
 //! What is shared with the real thing, so that at testbed scale the prediction is exact
 //! (`tests/sim.rs` checks it against the XDP member counters, packet for packet):
-//! - the fabric: [`crate::plan::Plan`] (node ids, ports, addresses, per-switch seeds via
-//!   [`crate::plan::switch_seed`]) and the controller's ECMP groups in installed order
-//!   ([`fabric::SimFabric`]);
+//! - the fabric: [`crate::model::plan::Plan`] (node ids, ports, addresses, per-switch seeds via
+//!   [`crate::model::plan::switch_seed`]) and the controller's ECMP groups in installed order
+//!   ([`crate::forwarding::fabric::SimFabric`]);
 //! - the member choice: [`fabric_common::hash::select_member`] on the packet the switch parses,
 //!   under the [`fabric_common::config::SwitchConfig`] `fabric run --hash --hash-seed` installs;
 //! - the flows: [`crate::endpoint::engine::plan_qps`] (QP numbers, UDP source ports, striping),
-//!   [`crate::workload::schedule`] and [`crate::placement::Placement`]; both directions of
-//!   every QP (WRITEs and ACKs), with the frames the RoCE state machines emit ([`flows::qp_wire`]).
+//!   [`crate::model::workload::schedule`] and [`crate::model::placement::Placement`]; both directions of
+//!   every QP (WRITEs and ACKs), with the frames the RoCE state machines emit ([`crate::forwarding::flows::qp_wire`]).
 //!
 //! The model behind the times (an estimate, not a packet simulation):
 //! - flow level: a QP's data direction is one fluid flow, all flows of a step start together,
@@ -24,12 +24,8 @@
 //! Imbalance is reported per tier, over every ECMP group with two or more members that carried
 //! bytes: max/mean and Jain's index of the bytes on its members, averaged over groups, and the
 //! worst group's max/mean.
-pub mod bench;
 pub mod cli;
-pub mod fabric;
 pub mod fairshare;
-pub mod flows;
-pub mod route;
 
 use std::time::Instant;
 
@@ -37,17 +33,19 @@ use anyhow::{Context as _, Result, ensure};
 use fabric_common::config::HashMode;
 use serde::Serialize;
 
-use self::{
+use self::fairshare::{Paths, completion_time};
+use crate::forwarding::{
     fabric::SimFabric,
-    fairshare::{Paths, completion_time},
     flows::{Direction, step_flows},
+    route,
 };
 use crate::{
-    endpoint::{EndpointOptions, engine::HostTransfer},
-    placement::Placement,
-    plan::{NodeId, Role},
-    stats::imbalance,
-    workload::{Collective, Transfer, schedule_runs},
+    endpoint::EndpointOptions,
+    model::balance::imbalance,
+    model::placement::Placement,
+    model::plan::{NodeId, Role},
+    model::workload::HostTransfer,
+    model::workload::{Collective, Transfer, schedule_runs},
 };
 
 /// One simulated case.
@@ -60,7 +58,7 @@ pub struct SimOptions {
     pub placement: Placement,
     /// Workload seed (permutation).
     pub seed: u64,
-    #[serde(with = "crate::topology::hash_mode_serde")]
+    #[serde(with = "crate::model::topology::hash_mode_serde")]
     pub hash: HashMode,
     /// Re-seed the switches as `fabric run --hash-seed` does (default: the topology's seeds).
     pub hash_seed: Option<u32>,
@@ -187,7 +185,7 @@ pub fn predict_member_load(fabric: &SimFabric, o: &SimOptions, iterations: u32) 
     let (hosts, steps) = steps_of(&fabric, o)?;
     let mut load = MemberLoad::new(&fabric);
     for (step, times) in &steps {
-        let t = crate::workload::on_hosts(step, &hosts);
+        let t = crate::model::workload::on_hosts(step, &hosts);
         trace_step(&fabric, &t, &o.endpoint, u64::from(iterations) * *times as u64, &mut load)?;
     }
     Ok(load)
@@ -241,7 +239,7 @@ pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
         // --hash te` installs it.
         let mut by_key: std::collections::HashMap<(NodeId, NodeId, u16, u32), u64> = Default::default();
         for (step, repeat) in &steps {
-            let t = crate::workload::on_hosts(step, &hosts);
+            let t = crate::model::workload::on_hosts(step, &hosts);
             for f in step_flows(&fabric.plan, &t, &o.endpoint) {
                 *by_key.entry((f.src, f.dst, f.sport, f.dest_qp)).or_default() += f.frame_bytes * *repeat as u64;
             }
@@ -263,7 +261,7 @@ pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
     let mut step_count = 0;
     // Runs of identical steps (a ring's 2(N-1) steps are one) are simulated once.
     for (i, (step, repeat)) in steps.iter().enumerate() {
-        let t = crate::workload::on_hosts(step, &hosts);
+        let t = crate::model::workload::on_hosts(step, &hosts);
         let (paths, bits, qps) =
             trace_step(fabric, &t, &o.endpoint, *repeat as u64, &mut load).with_context(|| format!("step {i}"))?;
         qps_per_step = qps_per_step.max(qps);

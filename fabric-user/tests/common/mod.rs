@@ -1,11 +1,7 @@
 //! Helpers shared by the namespace tests: testbeds with unique prefixes, torn down on drop.
 #![allow(dead_code, reason = "each test file uses its own subset")]
 
-use fabric_user::{
-    netns, probe,
-    testbed::{self, DownOnDrop, State},
-    topology::Topology,
-};
+use fabric_user::{model::topology::Topology, state::State, sys::netns, testbed, testbed::DownOnDrop, testbed::probe};
 
 /// A prefix no other test (or concurrent test process) uses: `tag`, then the pid.
 pub fn unique_prefix(tag: char, n: u32) -> String {
@@ -55,7 +51,7 @@ pub fn assert_all_reachable(state: &State) -> usize {
 /// Nothing of the testbed is left: namespaces, pinned objects, state.
 pub fn assert_nothing_left(prefix: &str) {
     assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty(), "namespaces of {prefix} remain");
-    assert!(!testbed::bpf_dir(prefix).exists(), "pins of {prefix} remain");
+    assert!(!fabric_user::state::bpf_dir(prefix).exists(), "pins of {prefix} remain");
     assert!(State::load(prefix).is_err(), "state of {prefix} remains");
     let agents = std::fs::read_dir("/proc")
         .unwrap()

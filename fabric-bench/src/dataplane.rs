@@ -1,0 +1,201 @@
+//! `fabric-bench dataplane`: per-packet cost of the switch program with BPF_PROG_TEST_RUN,
+//! against two references measured in the same run: (a) a bare XDP_PASS and (b) parse + a fixed
+//! redirect. Figures are ratios; absolute nanoseconds are printed but depend on the machine.
+use std::time::Duration;
+
+use anyhow::Result;
+use fabric_common::config::HashMode;
+use serde::Serialize;
+
+use fabric_testkit::fixture::{FixtureSwitch, FrameSpec, frame, in_private_netns, port_mac};
+use fabric_user::dataplane::{PROGRAM_BENCH_PARSE_REDIRECT, PROGRAM_PASS, PROGRAM_SWITCH};
+
+/// Runs per test_run call. The switch rewrites TTL in place and non-live test_run reuses one
+/// buffer, so a call must stay well under the starting TTL (255) to measure the forwarding path.
+const CHUNK: u32 = 200;
+
+#[derive(Debug, Serialize)]
+pub struct Row {
+    pub program: String,
+    pub family: &'static str,
+    pub ns_per_packet: f64,
+    pub vs_pass: f64,
+    pub vs_parse_redirect: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DataplaneReport {
+    pub packets_per_case: u64,
+    pub rounds: u32,
+    pub frame_bytes: usize,
+    pub rows: Vec<Row>,
+    /// Largest full-pipeline / parse-redirect ratio; the target is <= 2.
+    pub worst_vs_parse_redirect: f64,
+    /// The same with the congestion model on.
+    pub worst_with_congestion_vs_parse_redirect: f64,
+    /// Largest (d) / (c) ratio for one mode and family: what the model adds.
+    pub worst_congestion_over_plain: f64,
+}
+
+/// RoCE data as our endpoints send it: DSCP 26 (the lossless class) with ECT(0), so that the
+/// congestion model's cases take its full path (queue, RED, ingress accounting).
+fn bench_frame(ipv6: bool) -> Vec<u8> {
+    let mut f = frame(&FrameSpec { ipv6, ttl: 255, dst_mac: port_mac(0), payload_len: 1024, ..Default::default() });
+    fabric_testkit::fixture::set_tos(&mut f, 26 << 2 | 0b10);
+    f
+}
+
+/// The default RTSW's congestion model, at real line rate (time scale 1): the queue drains
+/// faster than test_run feeds it, so nothing is dropped or paused and every packet pays for
+/// the model's common path.
+fn bench_qos(enabled: bool) -> fabric_common::qos::QosConfig {
+    let c = fabric_user::model::topology::Congestion::default();
+    let mut q = c.qos_config(&c.rtsw);
+    q.enabled = enabled as u32;
+    q
+}
+
+/// Mean ns/packet of `packets` runs of `program` on `frame`.
+fn measure_once(sw: &mut FixtureSwitch, program: &str, frame: &[u8], packets: u64) -> Result<f64> {
+    let mut total = Duration::ZERO;
+    let calls = packets.div_ceil(CHUNK as u64);
+    for _ in 0..calls {
+        // Fresh copy each call: the TTL starts from 255 again.
+        total += sw.time(program, 0, frame, CHUNK)? * CHUNK;
+    }
+    Ok(total.as_nanos() as f64 / (calls * CHUNK as u64) as f64)
+}
+
+/// One benchmark case: a program, a hash mode to configure first, a frame.
+struct Case {
+    label: String,
+    program: &'static str,
+    mode: HashMode,
+    /// With the congestion model on.
+    qos: bool,
+    family: &'static str,
+    frame: Vec<u8>,
+}
+
+pub fn dataplane(packets: u64, rounds: u32) -> Result<DataplaneReport> {
+    // A private namespace for the fixture's veths; it vanishes with the thread.
+    in_private_netns(|| {
+        let frames = [("ipv4", bench_frame(false)), ("ipv6", bench_frame(true))];
+        let mut cases = vec![Case {
+            label: "(a) XDP_PASS".into(),
+            program: PROGRAM_PASS,
+            mode: HashMode::FiveTuple,
+            qos: false,
+            family: "ipv4",
+            frame: frames[0].1.clone(),
+        }];
+        for (family, f) in &frames {
+            cases.push(Case {
+                label: "(b) parse + fixed redirect".into(),
+                program: PROGRAM_BENCH_PARSE_REDIRECT,
+                mode: HashMode::FiveTuple,
+                qos: false,
+                family,
+                frame: f.clone(),
+            });
+        }
+        for qos in [false, true] {
+            for mode in HashMode::ALL {
+                for (family, f) in &frames {
+                    cases.push(Case {
+                        label: if qos {
+                            format!("(d) switch + congestion, {}", mode.as_str())
+                        } else {
+                            format!("(c) switch, {}", mode.as_str())
+                        },
+                        program: PROGRAM_SWITCH,
+                        mode,
+                        qos,
+                        family,
+                        frame: f.clone(),
+                    });
+                }
+            }
+        }
+        // Rounds outermost, so that the machine's slow phases hit every case alike.
+        let mut sw = FixtureSwitch::new(HashMode::FiveTuple, 0x5eed)?;
+        for p in 0..=fabric_testkit::fixture::UPLINKS {
+            sw.dp.set_port_rate(p, 400_000_000_000)?;
+        }
+        let mut samples = vec![Vec::new(); cases.len()];
+        for _ in 0..rounds {
+            for (i, c) in cases.iter().enumerate() {
+                sw.set_mode(c.mode, 0x5eed)?;
+                sw.dp.set_qos(bench_qos(c.qos))?;
+                samples[i].push(measure_once(&mut sw, c.program, &c.frame, packets)?);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let ns: Vec<f64> = samples.iter_mut().map(median).collect();
+        let pass = ns[0];
+        let baseline = |family: &str| if family == "ipv4" { ns[1] } else { ns[2] };
+        let rows: Vec<Row> = cases
+            .iter()
+            .zip(&ns)
+            .map(|(c, &v)| Row {
+                program: c.label.clone(),
+                family: c.family,
+                ns_per_packet: v,
+                vs_pass: v / pass,
+                vs_parse_redirect: v / baseline(c.family),
+            })
+            .collect();
+        let worst = |prefix: &str| {
+            rows.iter().filter(|r| r.program.starts_with(prefix)).map(|r| r.vs_parse_redirect).fold(0.0, f64::max)
+        };
+        let (worst_c, worst_d) = (worst("(c)"), worst("(d)"));
+        // The model's own cost: (d) over (c) for the same mode and family.
+        let model_cost = rows
+            .iter()
+            .filter(|r| r.program.starts_with("(d)"))
+            .filter_map(|d| {
+                let mode = d.program.rsplit(", ").next()?;
+                let c = rows.iter().find(|c| c.program == format!("(c) switch, {mode}") && c.family == d.family)?;
+                Some(d.ns_per_packet / c.ns_per_packet)
+            })
+            .fold(0.0, f64::max);
+        Ok(DataplaneReport {
+            packets_per_case: packets,
+            rounds,
+            frame_bytes: frames[0].1.len(),
+            rows,
+            worst_vs_parse_redirect: worst_c,
+            worst_with_congestion_vs_parse_redirect: worst_d,
+            worst_congestion_over_plain: model_cost,
+        })
+    })
+}
+
+pub fn print_dataplane(r: &DataplaneReport) {
+    println!(
+        "dataplane: BPF_PROG_TEST_RUN, {} packets x {} rounds (median), {}-byte IPv4 frame",
+        r.packets_per_case, r.rounds, r.frame_bytes
+    );
+    println!("{:<44} {:<6} {:>10} {:>9} {:>14}", "program", "family", "ns/packet", "vs (a)", "vs (b) same IP");
+    for row in &r.rows {
+        println!(
+            "{:<44} {:<6} {:>10.1} {:>8.2}x {:>13.2}x",
+            row.program, row.family, row.ns_per_packet, row.vs_pass, row.vs_parse_redirect
+        );
+    }
+    let verdict = |x: f64| if x <= 2.0 { "meets" } else { "MISSES" };
+    println!(
+        "full pipeline vs parse + fixed redirect: worst {:.2}x ({} the 2x target); with the congestion model {:.2}x ({})",
+        r.worst_vs_parse_redirect,
+        verdict(r.worst_vs_parse_redirect),
+        r.worst_with_congestion_vs_parse_redirect,
+        verdict(r.worst_with_congestion_vs_parse_redirect)
+    );
+    println!(
+        "the congestion model costs at most {:.2}x the plain switch (same mode and family)",
+        r.worst_congestion_over_plain
+    );
+}

@@ -1,0 +1,109 @@
+//! `fabric-bench`: the benchmarks `cargo xtask bench` runs. Each prints a table and writes JSON
+//! under `results/bench/`. Figures are ratios against a baseline measured in the same run; the
+//! absolute times depend on the machine.
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+
+mod bringup;
+mod dataplane;
+mod endpoint;
+mod forwarding;
+mod sim;
+
+#[derive(Parser)]
+#[command(name = "fabric-bench", about = "fabric's benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    which: BenchCommand,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Time to bring up and tear down each shipped topology and synthetic ones of 8..256 hosts.
+    Bringup {
+        #[arg(long, default_value = "results/bench/bringup.json")]
+        json: PathBuf,
+    },
+    /// Packets/s per core of the RoCEv2 endpoint vs raw UDP, and of a whole AllReduce.
+    Endpoint {
+        #[arg(long, default_value = "results/bench/endpoint.json")]
+        json: PathBuf,
+    },
+    /// Per-packet cost of the switch program vs XDP_PASS and parse + fixed redirect.
+    Dataplane {
+        /// Packets per case and round.
+        #[arg(long, default_value_t = 1_000_000)]
+        packets: u64,
+        /// Rounds per case (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        rounds: u32,
+        /// Where to write the JSON report.
+        #[arg(long, default_value = "results/bench/dataplane.json")]
+        json: PathBuf,
+    },
+    /// Wall time of `fabric sim` on 1K, 4K and 24K GPUs (ring AllReduce, eecmp, 8 QPs).
+    Sim {
+        #[arg(long, default_value = "results/bench/sim.json")]
+        json: PathBuf,
+    },
+    /// Packets/s per core through RTSW-CTSW-RTSW: the XDP switch vs Linux kernel forwarding.
+    Forwarding {
+        #[arg(long, default_value = "results/bench/forwarding.json")]
+        json: PathBuf,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    match Cli::parse().which {
+        BenchCommand::Sim { json } => {
+            let report = sim::sim()?;
+            sim::print_sim(&report);
+            write_json(&json, &report)?;
+        }
+        BenchCommand::Bringup { json } => {
+            let report = bringup::bringup()?;
+            bringup::print_bringup(&report);
+            write_json(&json, &report)?;
+        }
+        BenchCommand::Endpoint { json } => {
+            let report = endpoint::endpoint()?;
+            endpoint::print_endpoint(&report);
+            write_json(&json, &report)?;
+        }
+        BenchCommand::Forwarding { json } => {
+            let report = forwarding::forwarding()?;
+            forwarding::print_forwarding(&report);
+            write_json(&json, &report)?;
+        }
+        BenchCommand::Dataplane { packets, rounds, json } => {
+            let report = dataplane::dataplane(packets, rounds)?;
+            dataplane::print_dataplane(&report);
+            write_json(&json, &report)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, serde_json::to_vec_pretty(value)?).with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}

@@ -1,0 +1,1135 @@
+//! Reliable Connection queue pairs doing RDMA WRITE, as sans-IO state machines: packets go in
+//! and out as UDP payloads (BTH to ICRC), the time is an argument, nothing here reads a clock or
+//! touches a socket.
+//!
+//! - [`Requester`]: queues messages, sends their packets within a window of unacknowledged
+//!   packets and a pacer's rate, completes them on cumulative ACKs, goes back to the NAKed PSN on
+//!   a sequence-error NAK, and back to the oldest unacknowledged PSN when its timer expires
+//!   (go-back-N, as RC requesters do).
+//! - [`Responder`]: accepts exactly the expected PSN, NAKs the first packet after a gap (once per
+//!   gap), re-acknowledges duplicates, and coalesces ACKs.
+//!
+//! Payload bytes are zeros: the endpoint exists to put realistic RoCE traffic on the fabric, not to
+//! move data. ICRCs follow the design in [`super::icrc`]; incoming ICRCs are the driver's to check
+//! ([`Connection::verify_incoming`]) because only it knows the packet's UDP source port.
+use std::collections::VecDeque;
+
+use super::{
+    icrc::{self, IpPair},
+    pacer::{Pacer, PacerConfig},
+    psn::Psn,
+    segment::{self, PathMtu, Position},
+    wire::{AethRepr, Body, BthFields, CREDIT_UNLIMITED, NakCode, RethRepr, RocePacketRepr, Syndrome, WireError},
+};
+
+/// The default partition key, as rxe and most NICs use.
+pub const DEFAULT_PKEY: u16 = 0xFFFF;
+
+/// Payload source: the endpoint sends zeros, at most one path MTU per packet.
+static ZEROS: [u8; 4096] = [0; 4096];
+
+/// One end of an RC connection: the QP numbers and the header fields the ICRC covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Connection {
+    pub local_qp: u32,
+    pub remote_qp: u32,
+    pub pkey: u16,
+    /// Source (this end) and destination (the peer) of the packets this end sends.
+    pub ip: IpPair,
+    /// UDP source port of the packets this end sends (covered by the ICRC; ECMP hashes it).
+    pub udp_src_port: u16,
+}
+
+impl Connection {
+    /// Whether a UDP payload received from the peer, sent from `peer_udp_src_port`, has a good
+    /// ICRC (assuming the peer sends as we do: see [`super::icrc`]).
+    pub fn verify_incoming(&self, peer_udp_src_port: u16, udp_payload: &[u8]) -> bool {
+        icrc::verify(self.ip.reversed(), peer_udp_src_port, udp_payload)
+    }
+
+    fn bth(&self, psn: Psn, ack_req: bool) -> BthFields {
+        BthFields { pkey: self.pkey, dest_qp: self.remote_qp, psn, ack_req, ..BthFields::default() }
+    }
+
+    /// The packet's bytes with the ICRC filled in.
+    fn finish(&self, repr: &RocePacketRepr<'_>) -> Vec<u8> {
+        let mut bytes = repr.to_bytes();
+        icrc::write_icrc(self.ip, self.udp_src_port, &mut bytes);
+        bytes
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requester
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequesterConfig {
+    pub connection: Connection,
+    pub mtu: PathMtu,
+    pub first_psn: Psn,
+    /// Most packets sent and not yet acknowledged.
+    pub window_packets: u32,
+    /// `None`: as fast as the window allows.
+    pub pacer: Option<PacerConfig>,
+    /// What each packet costs the pacer beyond its UDP payload: Ethernet + IP + UDP headers.
+    pub wire_overhead_bytes: u32,
+    pub retransmit_timeout_ns: u64,
+    /// Timeouts in a row without progress before the QP gives up (IB's retry count, at most 7).
+    pub retry_limit: u32,
+    /// Where every WRITE lands on the responder (RETH address and key).
+    pub remote_addr: u64,
+    pub rkey: u32,
+}
+
+impl RequesterConfig {
+    /// Defaults: 1024-byte MTU, PSN 0, 128 packets in flight, unpaced, 1 ms timeout, 7 retries.
+    pub fn new(connection: Connection) -> Self {
+        let ip_header = match connection.ip {
+            IpPair::V4 { .. } => 20,
+            IpPair::V6 { .. } => 40,
+        };
+        RequesterConfig {
+            connection,
+            mtu: PathMtu::Mtu1024,
+            first_psn: Psn::new(0),
+            window_packets: 128,
+            pacer: None,
+            wire_overhead_bytes: 14 + ip_header + 8,
+            retransmit_timeout_ns: 1_000_000,
+            retry_limit: 7,
+            remote_addr: 0,
+            rkey: 0,
+        }
+    }
+}
+
+/// A message the responder has acknowledged in full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub msg_id: u64,
+    pub len: u32,
+    /// The `now_ns` of the ACK that completed it.
+    pub completed_ns: u64,
+}
+
+/// Why a requester stopped: like an RC QP entering the error state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    #[error("no progress after the retry limit of retransmission timeouts")]
+    RetryLimitExceeded,
+    #[error("the responder sent NAK {0:?}")]
+    Nak(NakCode),
+    #[error("the responder sent an RNR NAK (receiver not ready: impossible for RDMA WRITE)")]
+    RnrNak,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    #[error("{outstanding_packets} packets would be outstanding: PSN order needs fewer than 2^23")]
+    PsnSpaceExhausted { outstanding_packets: u64 },
+    #[error("the queue pair has failed: {0}")]
+    Failed(Failure),
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequesterCounters {
+    /// Every packet handed out, retransmissions included.
+    pub packets_sent: u64,
+    pub packets_retransmitted: u64,
+    /// Payload bytes of every packet handed out.
+    pub bytes_sent: u64,
+    pub acks_received: u64,
+    pub naks_received: u64,
+    /// ACKs and sequence NAKs that acknowledged nothing new (stale, repeated, or beyond what was
+    /// sent): ignored.
+    pub duplicate_acks: u64,
+    pub timeouts: u64,
+    pub cnps_received: u64,
+    pub messages_completed: u64,
+    /// Packets for another QP, or of a kind a requester does not take.
+    pub ignored_packets: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct OutboundMessage {
+    msg_id: u64,
+    len: u32,
+    first_psn: Psn,
+    packets: u32,
+}
+
+impl OutboundMessage {
+    fn end_psn(&self) -> Psn {
+        self.first_psn + self.packets
+    }
+
+    fn contains(&self, psn: Psn) -> bool {
+        self.first_psn.distance_to(psn) < self.packets
+    }
+}
+
+/// The sending side of one RC QP. PSNs in order: `oldest_unacked <= next_psn <= sent_end <=
+/// posted_end`; go-back-N moves `next_psn` back to `oldest_unacked` or to a NAKed PSN.
+#[derive(Clone, Debug)]
+pub struct Requester {
+    config: RequesterConfig,
+    pacer: Option<Pacer>,
+    /// Posted messages not yet completed, oldest first, with consecutive PSN ranges.
+    messages: VecDeque<OutboundMessage>,
+    /// Index in `messages` of the one holding `next_psn`, when that is known.
+    cursor: usize,
+    oldest_unacked: Psn,
+    next_psn: Psn,
+    /// One past the highest PSN ever sent.
+    sent_end: Psn,
+    /// One past the last PSN of the last posted message.
+    posted_end: Psn,
+    retransmit_deadline_ns: Option<u64>,
+    timeouts_in_a_row: u32,
+    failure: Option<Failure>,
+    counters: RequesterCounters,
+}
+
+impl Requester {
+    pub fn new(config: RequesterConfig) -> Self {
+        assert!(config.window_packets > 0, "a window of 0 packets never sends");
+        assert!(config.window_packets < Psn::WINDOW, "the window must stay within half the PSN space");
+        let psn = config.first_psn;
+        Requester {
+            config,
+            pacer: config.pacer.map(Pacer::new),
+            messages: VecDeque::new(),
+            cursor: 0,
+            oldest_unacked: psn,
+            next_psn: psn,
+            sent_end: psn,
+            posted_end: psn,
+            retransmit_deadline_ns: None,
+            timeouts_in_a_row: 0,
+            failure: None,
+            counters: RequesterCounters::default(),
+        }
+    }
+
+    pub fn config(&self) -> &RequesterConfig {
+        &self.config
+    }
+
+    pub fn counters(&self) -> &RequesterCounters {
+        &self.counters
+    }
+
+    pub fn failure(&self) -> Option<Failure> {
+        self.failure
+    }
+
+    /// Messages posted and not yet completed.
+    pub fn outstanding_messages(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Packets sent (at least once) and not yet acknowledged.
+    pub fn unacked_packets(&self) -> u32 {
+        self.oldest_unacked.distance_to(self.sent_end)
+    }
+
+    pub fn next_psn(&self) -> Psn {
+        self.next_psn
+    }
+
+    pub fn oldest_unacked(&self) -> Psn {
+        self.oldest_unacked
+    }
+
+    /// Queues an RDMA WRITE of `len` bytes; its completion will carry `msg_id`.
+    pub fn post_write(&mut self, msg_id: u64, len: u32) -> Result<(), PostError> {
+        if let Some(failure) = self.failure {
+            return Err(PostError::Failed(failure));
+        }
+        let packets = segment::packet_count(len, self.config.mtu);
+        let outstanding = self.oldest_unacked.distance_to(self.posted_end) as u64 + packets as u64;
+        if outstanding >= Psn::WINDOW as u64 {
+            return Err(PostError::PsnSpaceExhausted { outstanding_packets: outstanding });
+        }
+        self.messages.push_back(OutboundMessage { msg_id, len, first_psn: self.posted_end, packets });
+        self.posted_end += packets;
+        Ok(())
+    }
+
+    /// Changes the pacing rate from `now_ns` on (the congestion-control hook). An unpaced
+    /// requester starts pacing, with a burst of one full packet.
+    pub fn set_rate(&mut self, now_ns: u64, rate_bps: u64) {
+        match &mut self.pacer {
+            Some(pacer) => pacer.set_rate(now_ns, rate_bps),
+            None => {
+                let burst = (self.config.mtu.bytes() + 64 + self.config.wire_overhead_bytes) as u64;
+                let mut pacer = Pacer::new(PacerConfig { rate_bps, burst_bytes: burst });
+                pacer.set_rate(now_ns, rate_bps);
+                self.pacer = Some(pacer);
+            }
+        }
+    }
+
+    pub fn rate_bps(&self) -> Option<u64> {
+        self.pacer.as_ref().map(Pacer::rate_bps)
+    }
+
+    fn window_open(&self) -> bool {
+        self.next_psn != self.posted_end && self.oldest_unacked.distance_to(self.next_psn) < self.config.window_packets
+    }
+
+    /// The next packet to send at `now_ns` (new data or a retransmission), or `None` if the
+    /// window, the pacer or an empty queue holds it back. Also runs the retransmission timer.
+    pub fn poll_transmit(&mut self, now_ns: u64) -> Option<Vec<u8>> {
+        self.run_timer(now_ns);
+        if self.failure.is_some() || !self.window_open() {
+            return None;
+        }
+        if let Some(pacer) = &mut self.pacer
+            && !pacer.is_ready(now_ns)
+        {
+            return None;
+        }
+        let psn = self.next_psn;
+        let message = *self.locate(psn);
+        let seg = segment::segment(message.len, self.config.mtu, message.first_psn, message.first_psn.distance_to(psn));
+        // Ask for an ACK when the window fills too, or a responder that coalesces more packets
+        // than the window holds would leave us waiting for the timer.
+        let fills_window = self.oldest_unacked.distance_to(psn + 1) >= self.config.window_packets;
+        let payload = &ZEROS[..seg.len as usize];
+        let reth = RethRepr { virtual_addr: self.config.remote_addr, rkey: self.config.rkey, dma_len: message.len };
+        let body = match seg.position {
+            Position::First => Body::WriteFirst { reth, payload },
+            Position::Middle => Body::WriteMiddle { payload },
+            Position::Last => Body::WriteLast { payload },
+            Position::Only => Body::WriteOnly { reth, payload },
+        };
+        let bytes = self
+            .config
+            .connection
+            .finish(&RocePacketRepr { bth: self.config.connection.bth(psn, seg.ack_req || fills_window), body });
+
+        if let Some(pacer) = &mut self.pacer {
+            pacer.consume(now_ns, (bytes.len() + self.config.wire_overhead_bytes as usize) as u64);
+        }
+        if psn.is_before(self.sent_end) {
+            self.counters.packets_retransmitted += 1;
+        } else {
+            self.sent_end = psn + 1;
+        }
+        self.counters.packets_sent += 1;
+        self.counters.bytes_sent += seg.len as u64;
+        self.next_psn = psn + 1;
+        if self.retransmit_deadline_ns.is_none() {
+            self.retransmit_deadline_ns = Some(now_ns + self.config.retransmit_timeout_ns);
+        }
+        Some(bytes)
+    }
+
+    /// Up to `budget` packets for `now_ns` (for batched sends such as `sendmmsg`).
+    pub fn poll_transmit_many(&mut self, now_ns: u64, budget: usize) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| self.poll_transmit(now_ns)).take(budget).collect()
+    }
+
+    /// When to call [`Self::poll_transmit`] next without new input: `now_ns` if a packet can go
+    /// now, the pacer's or the timer's time otherwise; `None` if only an ACK or a post can help.
+    pub fn poll_timeout(&self, now_ns: u64) -> Option<u64> {
+        if self.failure.is_some() {
+            return None;
+        }
+        let send_at = self.window_open().then(|| self.pacer.as_ref().map_or(now_ns, |p| p.ready_at().max(now_ns)));
+        match (send_at, self.retransmit_deadline_ns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The posted message holding `psn` (which must be in `oldest_unacked..posted_end`).
+    fn locate(&mut self, psn: Psn) -> &OutboundMessage {
+        let hint_holds = self.messages.get(self.cursor).is_some_and(|m| m.contains(psn));
+        if !hint_holds {
+            self.cursor = if self.messages.get(self.cursor + 1).is_some_and(|m| m.contains(psn)) {
+                self.cursor + 1
+            } else {
+                self.messages.iter().position(|m| m.contains(psn)).expect("PSN inside a posted message")
+            };
+        }
+        &self.messages[self.cursor]
+    }
+
+    fn run_timer(&mut self, now_ns: u64) {
+        let Some(deadline) = self.retransmit_deadline_ns else { return };
+        if now_ns < deadline || self.failure.is_some() {
+            return;
+        }
+        if self.oldest_unacked == self.sent_end {
+            self.retransmit_deadline_ns = None;
+            return;
+        }
+        self.counters.timeouts += 1;
+        self.timeouts_in_a_row += 1;
+        if self.timeouts_in_a_row > self.config.retry_limit {
+            self.fail(Failure::RetryLimitExceeded);
+            return;
+        }
+        self.next_psn = self.oldest_unacked;
+        self.retransmit_deadline_ns = Some(now_ns + self.config.retransmit_timeout_ns);
+    }
+
+    fn fail(&mut self, failure: Failure) {
+        self.failure = Some(failure);
+        self.retransmit_deadline_ns = None;
+    }
+
+    /// Handles an ACK or NAK whose BTH carried `psn`; returns the messages it completes.
+    pub fn on_ack(&mut self, aeth: AethRepr, psn: Psn, now_ns: u64) -> Vec<Completion> {
+        if self.failure.is_some() {
+            return Vec::new();
+        }
+        let sent = self.oldest_unacked.distance_to(self.sent_end);
+        match aeth.syndrome {
+            Syndrome::Ack { .. } => {
+                self.counters.acks_received += 1;
+                // Cumulative: everything up to and including `psn`.
+                let acked = self.oldest_unacked.distance_to(psn + 1);
+                if acked == 0 || acked > sent {
+                    self.counters.duplicate_acks += 1;
+                    return Vec::new();
+                }
+                self.advance(psn + 1, now_ns)
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                self.counters.naks_received += 1;
+                // Everything before `psn` arrived; go back to `psn` itself.
+                if self.oldest_unacked.distance_to(psn) >= sent {
+                    self.counters.duplicate_acks += 1;
+                    return Vec::new();
+                }
+                let completed = self.advance(psn, now_ns);
+                self.next_psn = psn;
+                self.retransmit_deadline_ns = Some(now_ns + self.config.retransmit_timeout_ns);
+                completed
+            }
+            Syndrome::Nak(code) => {
+                self.counters.naks_received += 1;
+                self.fail(Failure::Nak(code));
+                Vec::new()
+            }
+            Syndrome::RnrNak { .. } => {
+                self.counters.naks_received += 1;
+                self.fail(Failure::RnrNak);
+                Vec::new()
+            }
+        }
+    }
+
+    /// Everything before `new_oldest` is acknowledged: complete those messages.
+    fn advance(&mut self, new_oldest: Psn, now_ns: u64) -> Vec<Completion> {
+        let acked = self.oldest_unacked.distance_to(new_oldest);
+        let mut completed = Vec::new();
+        while let Some(m) = self.messages.front()
+            && self.oldest_unacked.distance_to(m.end_psn()) <= acked
+        {
+            completed.push(Completion { msg_id: m.msg_id, len: m.len, completed_ns: now_ns });
+            self.messages.pop_front();
+            self.cursor = self.cursor.saturating_sub(1);
+        }
+        self.counters.messages_completed += completed.len() as u64;
+        if acked > 0 {
+            self.timeouts_in_a_row = 0;
+        }
+        if self.next_psn.is_before(new_oldest) {
+            self.next_psn = new_oldest;
+        }
+        self.oldest_unacked = new_oldest;
+        self.retransmit_deadline_ns =
+            (new_oldest != self.sent_end).then_some(now_ns + self.config.retransmit_timeout_ns);
+        completed
+    }
+
+    /// Handles a UDP payload from the peer (ICRC already checked): ACKs and NAKs for this QP go to
+    /// [`Self::on_ack`], CNPs are counted; anything else is ignored.
+    pub fn on_packet(&mut self, udp_payload: &[u8], now_ns: u64) -> Result<Vec<Completion>, WireError> {
+        let packet = RocePacketRepr::parse(udp_payload)?;
+        if packet.bth.dest_qp != self.config.connection.local_qp {
+            self.counters.ignored_packets += 1;
+            return Ok(Vec::new());
+        }
+        match packet.body {
+            Body::Ack(aeth) => Ok(self.on_ack(aeth, packet.bth.psn, now_ns)),
+            Body::Cnp => {
+                self.counters.cnps_received += 1;
+                Ok(Vec::new())
+            }
+            _ => {
+                self.counters.ignored_packets += 1;
+                Ok(Vec::new())
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Responder
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResponderConfig {
+    pub connection: Connection,
+    /// The PSN the requester starts at.
+    pub first_psn: Psn,
+    /// Acknowledge every `ack_every` accepted packets, and always on AckReq or a message's end.
+    pub ack_every: u32,
+}
+
+impl ResponderConfig {
+    /// Defaults: PSN 0, an ACK every 4 packets.
+    pub fn new(connection: Connection) -> Self {
+        ResponderConfig { connection, first_psn: Psn::new(0), ack_every: 4 }
+    }
+}
+
+/// An RDMA WRITE the responder has received in full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceivedWrite {
+    pub remote_addr: u64,
+    pub rkey: u32,
+    /// Bytes received (the RETH's length, unless `length_mismatches` counted it).
+    pub len: u64,
+    pub completed_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResponderCounters {
+    /// Well-formed WRITE packets for this QP, whatever their PSN.
+    pub packets_received: u64,
+    /// Packets accepted in order: each PSN once.
+    pub packets_accepted: u64,
+    /// Payload bytes of accepted packets.
+    pub bytes_received: u64,
+    pub messages_completed: u64,
+    /// Packets behind the expected PSN (re-acknowledged).
+    pub duplicates: u64,
+    /// Packets ahead of the expected PSN (dropped).
+    pub out_of_order: u64,
+    pub acks_sent: u64,
+    pub naks_sent: u64,
+    pub cnps_sent: u64,
+    /// MIDDLE or LAST without a FIRST, or FIRST or ONLY inside a message (NAKed).
+    pub invalid_requests: u64,
+    /// Messages whose byte count differs from their RETH's DMA length.
+    pub length_mismatches: u64,
+    /// Bytes that did not parse, or opcodes this endpoint does not implement (SEND, READ).
+    pub malformed: u64,
+    /// Packets for another QP, or ACKs and CNPs, which a responder does not take.
+    pub ignored_packets: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct InboundMessage {
+    reth: RethRepr,
+    received: u64,
+}
+
+/// The receiving side of one RC QP.
+#[derive(Clone, Debug)]
+pub struct Responder {
+    config: ResponderConfig,
+    expected_psn: Psn,
+    /// Messages completed, mod 2^24, as every AETH reports.
+    msn: u32,
+    packets_since_ack: u32,
+    /// A sequence-error NAK went out for the current gap: stay quiet until it is filled.
+    gap_nakked: bool,
+    inbound: Option<InboundMessage>,
+    completions: VecDeque<ReceivedWrite>,
+    counters: ResponderCounters,
+}
+
+impl Responder {
+    pub fn new(config: ResponderConfig) -> Self {
+        assert!(config.ack_every > 0, "ack_every counts packets per ACK: at least 1");
+        Responder {
+            config,
+            expected_psn: config.first_psn,
+            msn: 0,
+            packets_since_ack: 0,
+            gap_nakked: false,
+            inbound: None,
+            completions: VecDeque::new(),
+            counters: ResponderCounters::default(),
+        }
+    }
+
+    pub fn config(&self) -> &ResponderConfig {
+        &self.config
+    }
+
+    pub fn counters(&self) -> &ResponderCounters {
+        &self.counters
+    }
+
+    pub fn expected_psn(&self) -> Psn {
+        self.expected_psn
+    }
+
+    /// The oldest WRITE received in full and not yet taken (they queue until taken).
+    pub fn poll_completion(&mut self) -> Option<ReceivedWrite> {
+        self.completions.pop_front()
+    }
+
+    /// A congestion notification for the requester (to send when a packet arrives ECN-marked).
+    pub fn congestion_notification(&mut self) -> Vec<u8> {
+        self.counters.cnps_sent += 1;
+        let c = &self.config.connection;
+        c.finish(&RocePacketRepr::cnp(c.remote_qp, c.pkey))
+    }
+
+    fn response(&mut self, psn: Psn, syndrome: Syndrome) -> Vec<u8> {
+        match syndrome {
+            Syndrome::Ack { .. } => self.counters.acks_sent += 1,
+            _ => self.counters.naks_sent += 1,
+        }
+        let c = &self.config.connection;
+        c.finish(&RocePacketRepr { bth: c.bth(psn, false), body: Body::Ack(AethRepr { syndrome, msn: self.msn }) })
+    }
+
+    /// Handles a UDP payload from the requester (ICRC already checked); returns the ACKs and
+    /// NAKs to send back.
+    pub fn on_packet(&mut self, udp_payload: &[u8], now_ns: u64) -> Vec<Vec<u8>> {
+        let Ok(packet) = RocePacketRepr::parse(udp_payload) else {
+            self.counters.malformed += 1;
+            return Vec::new();
+        };
+        let (position, payload, reth) = match packet.body {
+            Body::WriteFirst { reth, payload } => (Position::First, payload, Some(reth)),
+            Body::WriteMiddle { payload } => (Position::Middle, payload, None),
+            Body::WriteLast { payload } => (Position::Last, payload, None),
+            Body::WriteOnly { reth, payload } => (Position::Only, payload, Some(reth)),
+            Body::Ack(_) | Body::Cnp => {
+                self.counters.ignored_packets += 1;
+                return Vec::new();
+            }
+        };
+        if packet.bth.dest_qp != self.config.connection.local_qp {
+            self.counters.ignored_packets += 1;
+            return Vec::new();
+        }
+        self.counters.packets_received += 1;
+        let psn = packet.bth.psn;
+        let ahead = self.expected_psn.offset_to(psn);
+        if ahead < 0 {
+            // Our ACK was lost or the requester went back too far: say again where we are.
+            self.counters.duplicates += 1;
+            return vec![self.response(self.expected_psn - 1, Syndrome::Ack { credit: CREDIT_UNLIMITED })];
+        }
+        if ahead > 0 {
+            self.counters.out_of_order += 1;
+            if self.gap_nakked {
+                return Vec::new();
+            }
+            self.gap_nakked = true;
+            return vec![self.response(self.expected_psn, Syndrome::Nak(NakCode::PsnSequenceError))];
+        }
+        if position.starts_message() != self.inbound.is_none() {
+            self.counters.invalid_requests += 1;
+            return vec![self.response(self.expected_psn, Syndrome::Nak(NakCode::InvalidRequest))];
+        }
+
+        self.expected_psn = psn + 1;
+        self.gap_nakked = false;
+        self.counters.packets_accepted += 1;
+        self.counters.bytes_received += payload.len() as u64;
+        self.packets_since_ack += 1;
+        let message = match reth {
+            Some(reth) => self.inbound.insert(InboundMessage { reth, received: 0 }),
+            None => self.inbound.as_mut().expect("checked: inside a message"),
+        };
+        message.received += payload.len() as u64;
+        if position.ends_message() {
+            let message = self.inbound.take().expect("inside a message");
+            if message.received != message.reth.dma_len as u64 {
+                self.counters.length_mismatches += 1;
+            }
+            self.completions.push_back(ReceivedWrite {
+                remote_addr: message.reth.virtual_addr,
+                rkey: message.reth.rkey,
+                len: message.received,
+                completed_ns: now_ns,
+            });
+            self.counters.messages_completed += 1;
+            self.msn = (self.msn + 1) & Psn::MASK;
+        }
+        if packet.bth.ack_req || position.ends_message() || self.packets_since_ack >= self.config.ack_every {
+            self.packets_since_ack = 0;
+            return vec![self.response(psn, Syndrome::Ack { credit: CREDIT_UNLIMITED })];
+        }
+        Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+    use crate::wire::opcode;
+
+    const REQUESTER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+    const RESPONDER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 6);
+    const PORT: u16 = 0xC011;
+    const REQUESTER_QP: u32 = 0x11;
+    const RESPONDER_QP: u32 = 0x12;
+
+    fn requester_side() -> Connection {
+        Connection {
+            local_qp: REQUESTER_QP,
+            remote_qp: RESPONDER_QP,
+            pkey: DEFAULT_PKEY,
+            ip: IpPair::V4 { src: REQUESTER_IP, dst: RESPONDER_IP },
+            udp_src_port: PORT,
+        }
+    }
+
+    fn responder_side() -> Connection {
+        Connection {
+            local_qp: RESPONDER_QP,
+            remote_qp: REQUESTER_QP,
+            pkey: DEFAULT_PKEY,
+            ip: IpPair::V4 { src: RESPONDER_IP, dst: REQUESTER_IP },
+            udp_src_port: PORT,
+        }
+    }
+
+    /// Whether to lose the `n`th packet in one direction, given its bytes.
+    type DropRule = Box<dyn FnMut(usize, &[u8]) -> bool>;
+
+    /// A requester and a responder joined by two one-way links with a fixed delay; packets can be
+    /// dropped by their index in each direction. Every packet's ICRC is checked on arrival.
+    struct Pair {
+        req: Requester,
+        resp: Responder,
+        now: u64,
+        delay_ns: u64,
+        to_responder: VecDeque<(u64, Vec<u8>)>,
+        to_requester: VecDeque<(u64, Vec<u8>)>,
+        data_packets: usize,
+        responses: usize,
+        drop_data: DropRule,
+        drop_response: DropRule,
+        completions: Vec<Completion>,
+        /// (time, bytes on the wire) of each packet the requester sent.
+        sent_log: Vec<(u64, usize)>,
+        max_unacked: u32,
+    }
+
+    impl Pair {
+        fn new(req: RequesterConfig, resp: ResponderConfig, delay_ns: u64) -> Self {
+            Pair {
+                req: Requester::new(req),
+                resp: Responder::new(resp),
+                now: 0,
+                delay_ns,
+                to_responder: VecDeque::new(),
+                to_requester: VecDeque::new(),
+                data_packets: 0,
+                responses: 0,
+                drop_data: Box::new(|_, _| false),
+                drop_response: Box::new(|_, _| false),
+                completions: Vec::new(),
+                sent_log: Vec::new(),
+                max_unacked: 0,
+            }
+        }
+
+        /// Runs until nothing is left to happen or `until_ns` is reached.
+        fn run(&mut self, until_ns: u64) {
+            loop {
+                while let Some(p) = self.req.poll_transmit(self.now) {
+                    self.sent_log.push((self.now, p.len() + self.req.config().wire_overhead_bytes as usize));
+                    self.max_unacked = self.max_unacked.max(self.req.unacked_packets());
+                    let n = self.data_packets;
+                    self.data_packets += 1;
+                    if !(self.drop_data)(n, &p) {
+                        self.to_responder.push_back((self.now + self.delay_ns, p));
+                    }
+                }
+                while self.to_responder.front().is_some_and(|(t, _)| *t <= self.now) {
+                    let (_, p) = self.to_responder.pop_front().unwrap();
+                    assert!(self.resp.config().connection.verify_incoming(PORT, &p), "ICRC of a data packet");
+                    for r in self.resp.on_packet(&p, self.now) {
+                        let n = self.responses;
+                        self.responses += 1;
+                        if !(self.drop_response)(n, &r) {
+                            self.to_requester.push_back((self.now + self.delay_ns, r));
+                        }
+                    }
+                }
+                let mut delivered = false;
+                while self.to_requester.front().is_some_and(|(t, _)| *t <= self.now) {
+                    let (_, r) = self.to_requester.pop_front().unwrap();
+                    assert!(self.req.config().connection.verify_incoming(PORT, &r), "ICRC of a response");
+                    self.completions.extend(self.req.on_packet(&r, self.now).unwrap());
+                    delivered = true;
+                }
+                if delivered {
+                    continue; // the window may have opened at this very instant
+                }
+                let next = [
+                    self.req.poll_timeout(self.now),
+                    self.to_responder.front().map(|(t, _)| *t),
+                    self.to_requester.front().map(|(t, _)| *t),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
+                match next {
+                    Some(t) if t < until_ns => {
+                        assert!(t > self.now, "nothing happened at {} yet {t} is next", self.now);
+                        self.now = t;
+                    }
+                    _ => return,
+                }
+            }
+        }
+
+        fn received(&mut self) -> Vec<ReceivedWrite> {
+            std::iter::from_fn(|| self.resp.poll_completion()).collect()
+        }
+    }
+
+    fn psn_of(p: &[u8]) -> Psn {
+        Psn::new(u32::from_be_bytes([0, p[9], p[10], p[11]]))
+    }
+
+    /// Posts `sizes` and checks the transfer ends with every message delivered once, whole.
+    fn assert_delivered_exactly_once(pair: &mut Pair, sizes: &[u32]) {
+        let ids: Vec<u64> = pair.completions.iter().map(|c| c.msg_id).collect();
+        assert_eq!(ids, (0..sizes.len() as u64).collect::<Vec<_>>(), "every message completes once, in order");
+        let received = pair.received();
+        let lens: Vec<u64> = received.iter().map(|w| w.len).collect();
+        assert_eq!(lens, sizes.iter().map(|&s| s as u64).collect::<Vec<_>>());
+        let total: u64 = sizes.iter().map(|&s| s as u64).sum();
+        let c = pair.resp.counters();
+        assert_eq!(c.bytes_received, total, "no byte accepted twice");
+        assert_eq!(c.messages_completed, sizes.len() as u64);
+        assert_eq!(c.length_mismatches, 0);
+        assert_eq!(pair.req.outstanding_messages(), 0);
+        assert_eq!(pair.req.failure(), None);
+    }
+
+    fn post_all(pair: &mut Pair, sizes: &[u32]) {
+        for (id, &len) in sizes.iter().enumerate() {
+            pair.req.post_write(id as u64, len).unwrap();
+        }
+    }
+
+    #[test]
+    fn one_write_only_is_acknowledged_and_completes() {
+        let mut pair = Pair::new(RequesterConfig::new(requester_side()), ResponderConfig::new(responder_side()), 5_000);
+        pair.req.post_write(7, 100).unwrap();
+        pair.run(u64::MAX);
+        assert_eq!(pair.completions, [Completion { msg_id: 7, len: 100, completed_ns: 10_000 }]);
+        assert_eq!(pair.received()[0], ReceivedWrite { remote_addr: 0, rkey: 0, len: 100, completed_ns: 5_000 });
+        assert_eq!((pair.req.counters().packets_sent, pair.resp.counters().acks_sent), (1, 1));
+        assert_eq!(pair.req.poll_timeout(pair.now), None, "idle: nothing to send, no timer");
+    }
+
+    #[test]
+    fn packets_carry_reth_opcodes_and_ack_req_as_segmented() {
+        let mut cfg = RequesterConfig::new(requester_side());
+        cfg.remote_addr = 0x1000;
+        cfg.rkey = 0x42;
+        let mut req = Requester::new(cfg);
+        req.post_write(1, 2500).unwrap();
+        req.post_write(2, 10).unwrap();
+        let packets: Vec<_> = std::iter::from_fn(|| req.poll_transmit(0)).collect();
+        let reprs: Vec<_> = packets.iter().map(|p| RocePacketRepr::parse(p).unwrap()).collect();
+        let ops: Vec<u8> = reprs.iter().map(|r| r.body.opcode()).collect();
+        assert_eq!(
+            ops,
+            [opcode::RC_WRITE_FIRST, opcode::RC_WRITE_MIDDLE, opcode::RC_WRITE_LAST, opcode::RC_WRITE_ONLY]
+        );
+        let acks: Vec<bool> = reprs.iter().map(|r| r.bth.ack_req).collect();
+        assert_eq!(acks, [false, false, true, true]);
+        let lens: Vec<usize> = reprs.iter().map(|r| r.body.payload().len()).collect();
+        assert_eq!(lens, [1024, 1024, 452, 10]);
+        assert_eq!(reprs[0].body.reth(), Some(RethRepr { virtual_addr: 0x1000, rkey: 0x42, dma_len: 2500 }));
+        assert_eq!(reprs[3].body.reth().unwrap().dma_len, 10);
+        assert!(reprs.iter().all(|r| r.bth.dest_qp == RESPONDER_QP && r.bth.pkey == DEFAULT_PKEY));
+        let psns: Vec<u32> = reprs.iter().map(|r| r.bth.psn.value()).collect();
+        assert_eq!(psns, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn ack_coalescing_every_4_over_16_packets() {
+        let mut resp_cfg = ResponderConfig::new(responder_side());
+        resp_cfg.ack_every = 4;
+        let mut pair = Pair::new(RequesterConfig::new(requester_side()), resp_cfg, 1_000);
+        post_all(&mut pair, &[16 * 1024]);
+        pair.run(u64::MAX);
+        assert_eq!(pair.resp.counters().packets_accepted, 16);
+        assert_eq!(pair.resp.counters().acks_sent, 4, "ACKs after packets 4, 8, 12 and 16");
+        assert_eq!(pair.req.counters().acks_received, 4);
+        assert_delivered_exactly_once(&mut pair, &[16 * 1024]);
+
+        // Coalescing never delays the end of a message: 8 one-packet messages, 8 ACKs.
+        let mut pair = Pair::new(RequesterConfig::new(requester_side()), resp_cfg, 1_000);
+        post_all(&mut pair, &[100; 8]);
+        pair.run(u64::MAX);
+        assert_eq!(pair.resp.counters().acks_sent, 8);
+    }
+
+    #[test]
+    fn psn_wraps_through_2_pow_24_in_a_full_transfer() {
+        let first = Psn::new(Psn::MODULUS - 20);
+        let mut req_cfg = RequesterConfig::new(requester_side());
+        req_cfg.first_psn = first;
+        req_cfg.window_packets = 16;
+        let mut resp_cfg = ResponderConfig::new(responder_side());
+        resp_cfg.first_psn = first;
+        let mut pair = Pair::new(req_cfg, resp_cfg, 2_000);
+        // Drop the first try of one packet on each side of the wrap, more than a window apart so
+        // the second loss is a gap of its own: go-back-N across the wrap too.
+        let mut dropped = std::collections::HashSet::new();
+        pair.drop_data = Box::new(move |_, p| {
+            let psn = psn_of(p).value();
+            (psn == Psn::MASK - 1 || psn == 20) && dropped.insert(psn)
+        });
+        let sizes = [5000u32; 10]; // 5 packets each: 50 packets from 2^24 - 20
+        post_all(&mut pair, &sizes);
+        pair.run(u64::MAX);
+        assert_delivered_exactly_once(&mut pair, &sizes);
+        assert_eq!(pair.resp.expected_psn(), Psn::new(30));
+        assert_eq!(pair.req.next_psn(), Psn::new(30));
+        assert!(pair.req.counters().packets_retransmitted > 0);
+        assert_eq!(pair.resp.counters().naks_sent, 2);
+    }
+
+    #[test]
+    fn go_back_n_after_a_dropped_packet() {
+        let mut req_cfg = RequesterConfig::new(requester_side());
+        req_cfg.window_packets = 32;
+        let mut pair = Pair::new(req_cfg, ResponderConfig::new(responder_side()), 10_000);
+        pair.drop_data = Box::new(|n, _| n == 5);
+        let sizes = [3000u32, 1024, 1, 0, 8192, 2049, 4096, 700];
+        post_all(&mut pair, &sizes);
+        pair.run(u64::MAX);
+        assert_delivered_exactly_once(&mut pair, &sizes);
+        let (rc, sc) = (pair.req.counters(), pair.resp.counters());
+        assert!(rc.packets_retransmitted > 0);
+        assert_eq!(rc.timeouts, 0, "the NAK, not the timer, recovered");
+        assert_eq!(rc.naks_received, 1);
+        assert_eq!(sc.naks_sent, 1, "one NAK per gap");
+        assert!(sc.out_of_order > 0);
+        assert_eq!(sc.packets_accepted, rc.packets_sent - rc.packets_retransmitted);
+        assert_eq!(sc.packets_received, rc.packets_sent - 1, "all but the dropped one arrived");
+    }
+
+    #[test]
+    fn timeout_recovers_when_the_last_ack_is_lost() {
+        let mut req_cfg = RequesterConfig::new(requester_side());
+        req_cfg.retransmit_timeout_ns = 200_000;
+        let mut pair = Pair::new(req_cfg, ResponderConfig::new(responder_side()), 10_000);
+        let sizes = [4096u32, 4096];
+        post_all(&mut pair, &sizes);
+        // ack_every 4 and AckReq at each message end: responses 0 and 1 are the messages' ACKs.
+        pair.drop_response = Box::new(|n, _| n == 1);
+        pair.run(u64::MAX);
+        assert_delivered_exactly_once(&mut pair, &sizes);
+        let (rc, sc) = (pair.req.counters(), pair.resp.counters());
+        assert_eq!(rc.timeouts, 1);
+        assert!(rc.packets_retransmitted >= 1);
+        assert!(sc.duplicates >= 1, "the retransmission was a duplicate, re-acknowledged");
+        assert_eq!(sc.naks_sent, 0);
+        // Message 0's ACK (20 µs) re-armed the 200 µs timer: it fires at 220 µs, and the
+        // re-ACK of the first retransmitted packet is back at 240 µs.
+        assert_eq!(pair.completions[1].completed_ns, 240_000);
+    }
+
+    #[test]
+    fn pacing_at_1_gbit_s_for_10_ms_sends_1_25_mb() {
+        let mut req_cfg = RequesterConfig::new(requester_side());
+        req_cfg.pacer = Some(PacerConfig { rate_bps: 1_000_000_000, burst_bytes: 4 * 1100 });
+        let mut pair = Pair::new(req_cfg, ResponderConfig::new(responder_side()), 20_000);
+        post_all(&mut pair, &[1 << 20; 4]); // 4 MiB: more than 10 ms can carry
+        pair.run(10_000_000);
+        let wire_bytes: usize = pair.sent_log.iter().filter(|(t, _)| *t < 10_000_000).map(|(_, b)| b).sum();
+        let expected = 1_250_000.0;
+        let error = (wire_bytes as f64 - expected).abs() / expected;
+        assert!(error < 0.05, "{wire_bytes} bytes on the wire in 10 ms at 1 Gbit/s");
+        // Evenly spaced, not in bursts: the gap after the first burst is one packet's time.
+        let (t1, b1) = pair.sent_log[10];
+        let (t2, _) = pair.sent_log[11];
+        assert_eq!(t2 - t1, b1 as u64 * 8, "8 ns per byte at 1 Gbit/s");
+        assert_eq!(pair.req.counters().packets_retransmitted, 0);
+    }
+
+    #[test]
+    fn window_caps_packets_in_flight_and_fills_ask_for_acks() {
+        let mut req_cfg = RequesterConfig::new(requester_side());
+        req_cfg.window_packets = 4;
+        let mut resp_cfg = ResponderConfig::new(responder_side());
+        resp_cfg.ack_every = 64; // would never ACK mid-message without AckReq
+        let mut pair = Pair::new(req_cfg, resp_cfg, 50_000);
+        let sizes = [40 * 1024u32];
+        post_all(&mut pair, &sizes);
+        pair.run(u64::MAX);
+        assert_delivered_exactly_once(&mut pair, &sizes);
+        assert_eq!(pair.max_unacked, 4);
+        assert_eq!(pair.req.counters().timeouts, 0);
+        assert_eq!(pair.resp.counters().acks_sent, 10, "one per window of 4");
+        // Each window takes one round trip.
+        assert_eq!(pair.completions[0].completed_ns, 10 * 100_000);
+    }
+
+    #[test]
+    fn a_silent_peer_exhausts_the_retries() {
+        let mut req_cfg = RequesterConfig::new(requester_side());
+        req_cfg.retry_limit = 3;
+        let mut pair = Pair::new(req_cfg, ResponderConfig::new(responder_side()), 1_000);
+        pair.drop_data = Box::new(|_, _| true);
+        post_all(&mut pair, &[2048]);
+        pair.run(u64::MAX);
+        assert_eq!(pair.req.failure(), Some(Failure::RetryLimitExceeded));
+        assert_eq!(pair.req.counters().timeouts, 4);
+        assert_eq!(pair.req.counters().packets_sent, 2 * 4);
+        assert_eq!(pair.now, 4_000_000, "four timeouts of 1 ms");
+        assert_eq!(pair.req.poll_transmit(pair.now + 1), None);
+        assert_eq!(pair.req.post_write(9, 1), Err(PostError::Failed(Failure::RetryLimitExceeded)));
+    }
+
+    fn ack(syndrome: Syndrome) -> AethRepr {
+        AethRepr { syndrome, msn: 0 }
+    }
+
+    const OK: Syndrome = Syndrome::Ack { credit: CREDIT_UNLIMITED };
+
+    #[test]
+    fn requester_ignores_acks_for_nothing_new() {
+        let mut req = Requester::new(RequesterConfig::new(requester_side()));
+        req.post_write(1, 3 * 1024).unwrap();
+        req.post_write(2, 1024).unwrap();
+        for _ in 0..3 {
+            req.poll_transmit(0).unwrap();
+        }
+        assert!(req.on_ack(ack(OK), Psn::new(5), 1).is_empty(), "beyond what was sent");
+        assert!(req.on_ack(ack(OK), Psn::new(Psn::MASK), 1).is_empty(), "before anything was sent");
+        assert_eq!(req.counters().duplicate_acks, 2);
+        assert_eq!(req.on_ack(ack(OK), Psn::new(2), 1), [Completion { msg_id: 1, len: 3072, completed_ns: 1 }]);
+        assert!(req.on_ack(ack(OK), Psn::new(2), 2).is_empty(), "repeated");
+        assert_eq!(req.counters().duplicate_acks, 3);
+        assert_eq!(req.unacked_packets(), 0);
+        assert_eq!(req.poll_timeout(5), Some(5), "message 2 is ready to go");
+    }
+
+    #[test]
+    fn requester_goes_back_to_the_nakked_psn() {
+        let mut req = Requester::new(RequesterConfig::new(requester_side()));
+        req.post_write(1, 1024).unwrap();
+        req.post_write(2, 4 * 1024).unwrap();
+        let sent: Vec<_> = std::iter::from_fn(|| req.poll_transmit(0)).collect();
+        assert_eq!(sent.len(), 5);
+        // Packet 2 went missing: PSNs 0 and 1 arrived, so message 1 completes.
+        let done = req.on_ack(ack(Syndrome::Nak(NakCode::PsnSequenceError)), Psn::new(2), 10);
+        assert_eq!(done, [Completion { msg_id: 1, len: 1024, completed_ns: 10 }]);
+        assert_eq!((req.oldest_unacked(), req.next_psn()), (Psn::new(2), Psn::new(2)));
+        let again: Vec<_> = std::iter::from_fn(|| req.poll_transmit(10)).collect();
+        assert_eq!(again, sent[2..], "the same bytes again");
+        assert_eq!(req.counters().packets_retransmitted, 3);
+        // A fatal NAK stops the QP.
+        req.on_ack(ack(Syndrome::Nak(NakCode::RemoteAccessError)), Psn::new(2), 20);
+        assert_eq!(req.failure(), Some(Failure::Nak(NakCode::RemoteAccessError)));
+        assert_eq!(req.poll_timeout(20), None);
+    }
+
+    fn write(psn: u32, body: Body<'_>) -> Vec<u8> {
+        let c = requester_side();
+        c.finish(&RocePacketRepr { bth: c.bth(Psn::new(psn), false), body })
+    }
+
+    fn reth(len: u32) -> RethRepr {
+        RethRepr { virtual_addr: 0x10, rkey: 1, dma_len: len }
+    }
+
+    fn parse_response(bytes: &[u8]) -> (Psn, AethRepr) {
+        let r = RocePacketRepr::parse(bytes).unwrap();
+        assert_eq!(r.bth.dest_qp, REQUESTER_QP);
+        match r.body {
+            Body::Ack(aeth) => (r.bth.psn, aeth),
+            other => panic!("not an ACK: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn responder_naks_once_per_gap_and_reacks_duplicates() {
+        let mut cfg = ResponderConfig::new(responder_side());
+        cfg.ack_every = 100;
+        let mut resp = Responder::new(cfg);
+        let data = [0u8; 1024];
+        assert!(resp.on_packet(&write(0, Body::WriteFirst { reth: reth(4096), payload: &data }), 0).is_empty());
+        // PSN 1 lost: 2 and 3 are out of order; only the first of them is NAKed.
+        let r = resp.on_packet(&write(2, Body::WriteMiddle { payload: &data }), 1);
+        assert_eq!(parse_response(&r[0]), (Psn::new(1), ack(Syndrome::Nak(NakCode::PsnSequenceError))));
+        assert!(resp.on_packet(&write(3, Body::WriteLast { payload: &data }), 2).is_empty());
+        // A duplicate of 0 is re-acknowledged with the last PSN accepted.
+        let r = resp.on_packet(&write(0, Body::WriteFirst { reth: reth(4096), payload: &data }), 3);
+        assert_eq!(parse_response(&r[0]), (Psn::new(0), ack(OK)));
+        // The gap fills; a later gap gets its own NAK.
+        assert!(resp.on_packet(&write(1, Body::WriteMiddle { payload: &data }), 4).is_empty());
+        let r = resp.on_packet(&write(3, Body::WriteLast { payload: &data }), 5);
+        assert_eq!(parse_response(&r[0]).0, Psn::new(2));
+        let c = resp.counters();
+        assert_eq!((c.naks_sent, c.out_of_order, c.duplicates, c.packets_accepted), (2, 3, 1, 2));
+        assert_eq!(c.bytes_received, 2048);
+    }
+
+    #[test]
+    fn responder_reports_msn_and_completions() {
+        let mut resp = Responder::new(ResponderConfig::new(responder_side()));
+        let r = resp.on_packet(&write(0, Body::WriteOnly { reth: reth(3), payload: b"abc" }), 7);
+        assert_eq!(parse_response(&r[0]), (Psn::new(0), AethRepr { syndrome: OK, msn: 1 }));
+        assert_eq!(resp.poll_completion(), Some(ReceivedWrite { remote_addr: 0x10, rkey: 1, len: 3, completed_ns: 7 }));
+        assert_eq!(resp.poll_completion(), None);
+        // A DMA length that the data does not match is counted, not hidden.
+        resp.on_packet(&write(1, Body::WriteOnly { reth: reth(9), payload: b"abc" }), 8);
+        assert_eq!(resp.counters().length_mismatches, 1);
+    }
+
+    #[test]
+    fn responder_refuses_what_it_cannot_take() {
+        let mut resp = Responder::new(ResponderConfig::new(responder_side()));
+        // MIDDLE without FIRST: NAK invalid request, PSN not consumed.
+        let r = resp.on_packet(&write(0, Body::WriteMiddle { payload: &[0; 256] }), 0);
+        assert_eq!(parse_response(&r[0]), (Psn::new(0), ack(Syndrome::Nak(NakCode::InvalidRequest))));
+        assert_eq!(resp.expected_psn(), Psn::new(0));
+        // Garbage, another QP, an ACK: dropped and counted, no response.
+        assert!(resp.on_packet(&[1, 2, 3], 0).is_empty());
+        let mut other_qp = write(0, Body::WriteOnly { reth: reth(0), payload: &[] });
+        other_qp[7] = 0x99;
+        assert!(resp.on_packet(&other_qp, 0).is_empty());
+        assert!(resp.on_packet(&write(0, Body::Ack(ack(OK))), 0).is_empty());
+        let c = resp.counters();
+        assert_eq!((c.invalid_requests, c.malformed, c.ignored_packets), (1, 1, 2));
+    }
+
+    #[test]
+    fn cnps_reach_the_requester() {
+        let mut resp = Responder::new(ResponderConfig::new(responder_side()));
+        let cnp = resp.congestion_notification();
+        assert!(requester_side().verify_incoming(PORT, &cnp));
+        let mut req = Requester::new(RequesterConfig::new(requester_side()));
+        assert!(req.on_packet(&cnp, 0).unwrap().is_empty());
+        assert_eq!(req.counters().cnps_received, 1);
+        req.set_rate(0, 5_000_000_000);
+        assert_eq!(req.rate_bps(), Some(5_000_000_000));
+    }
+
+    #[test]
+    fn posting_more_than_half_the_psn_space_is_refused() {
+        let mut cfg = RequesterConfig::new(requester_side());
+        cfg.mtu = PathMtu::Mtu256;
+        let mut req = Requester::new(cfg);
+        req.post_write(0, ((1 << 23) - 1) * 256).unwrap(); // 2^23 - 1 packets
+        assert_eq!(req.post_write(1, 1), Err(PostError::PsnSpaceExhausted { outstanding_packets: 1 << 23 }));
+    }
+}

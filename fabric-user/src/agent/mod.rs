@@ -1,0 +1,529 @@
+//! The switch agent: what a switch's control CPU does for its XDP data plane.
+//!
+//! XDP can neither hold a packet nor create one, so PFC frames are sent from userspace. The XDP
+//! program raises an XOFF event in a BPF ring buffer when an ingress port/class crosses Xoff;
+//! the agent, woken by the ring buffer, writes a real 802.1Qbb frame with an `AF_PACKET` socket
+//! bound to that port (so it leaves on the wire towards the upstream neighbour), refreshes it
+//! every half pause while the ingress holds more than Xon, and sends quanta 0 once it holds
+//! less. It also samples the shared buffer's use for the dynamic threshold, runs the PFC
+//! watchdog and samples queue depths. One process per testbed (`fabric agent`, spawned by
+//! `fabric up`, stopped by `fabric down`), one thread per switch; each thread writes its
+//! telemetry to `/run/fabric/PREFIX/agent/NODE.json`, which `fabric stats` reads.
+use std::{
+    collections::BTreeMap,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    path::PathBuf,
+    time::Duration,
+};
+
+use anyhow::{Context as _, Result, bail};
+use fabric_common::{
+    pfc::{CLASSES, PauseFrame, quanta_to_ns},
+    qos::{BufferMode, PfcEvent},
+    queue::depth_bytes,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    dataplane::SwitchDataplane,
+    model::plan::{NodeId, Plan},
+    state::State,
+    state::state_dir,
+    sys::netns,
+};
+
+/// How often an agent looks at its pauses (Xon, refresh), the pool and the watchdog while some
+/// pause is outstanding, and when all is quiet (wall time).
+const BUSY_TICK: Duration = Duration::from_micros(200);
+const IDLE_TICK: Duration = Duration::from_millis(5);
+/// Queue depth samples (of the queues known to carry traffic), the scan for such queues, and
+/// telemetry file writes. Each map read is a syscall: scanning every port/class of every switch
+/// each sample would keep a small machine's CPU busy.
+const SAMPLE_EVERY_NS: u64 = 10_000_000;
+const SCAN_EVERY_NS: u64 = 1_000_000_000;
+const REPORT_EVERY_NS: u64 = 100_000_000;
+
+/// The monotonic clock, as `bpf_ktime_get_ns` reads it.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Where the agents of a testbed keep their pid and telemetry.
+pub fn agent_dir(prefix: &str) -> PathBuf {
+    state_dir(prefix).join("agent")
+}
+
+fn pid_path(prefix: &str) -> PathBuf {
+    agent_dir(prefix).join("pid")
+}
+
+/// Written by the agent once every switch's ring buffer and sockets are open.
+fn ready_path(prefix: &str) -> PathBuf {
+    agent_dir(prefix).join("ready")
+}
+
+/// The agent's own log (its stdout and stderr).
+pub fn log_path(prefix: &str) -> PathBuf {
+    agent_dir(prefix).join("agent.log")
+}
+
+/// How long `up` waits for the agent to open every switch (a loaded CI runner can be slow).
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Telemetry of one switch, as written by its agent thread.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SwitchTelemetry {
+    pub node: String,
+    /// Monotonic ns of the last write.
+    pub updated_ns: u64,
+    /// Per ingress port and class that ever paused its upstream.
+    pub pfc: Vec<PfcPortStats>,
+    /// Delay from the XDP program's XOFF decision to the frame leaving the agent's socket, ns
+    /// (wall time): every XOFF sent.
+    pub xoff_delay: DelayStats,
+    pub storms: Vec<StormEvent>,
+    /// Per egress port and class with traffic: sampled modelled depth (bytes), log2 buckets
+    /// (bucket k counts samples with depth in [2^(k-1), 2^k), bucket 0 empty queues).
+    pub depth_histograms: Vec<DepthHistogram>,
+    /// Pool use in bytes at the last sample (shared buffer mode).
+    pub pool_used_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PfcPortStats {
+    pub port: u32,
+    pub ifname: String,
+    pub class: usize,
+    pub xoff_sent: u64,
+    pub refresh_sent: u64,
+    pub xon_sent: u64,
+    /// Wall ns this switch kept its upstream on this port paused.
+    pub pausing_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DelayStats {
+    pub count: u64,
+    pub median_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    #[serde(skip)]
+    samples: Vec<u64>,
+}
+
+impl DelayStats {
+    fn record(&mut self, ns: u64) {
+        self.count += 1;
+        if self.samples.len() < 100_000 {
+            self.samples.push(ns);
+        }
+        let mut s = self.samples.clone();
+        s.sort_unstable();
+        self.median_ns = s[s.len() / 2];
+        self.p99_ns = s[(s.len() * 99 / 100).min(s.len() - 1)];
+        self.max_ns = self.max_ns.max(ns);
+    }
+}
+
+/// The PFC watchdog fired: an egress port/class stayed paused longer than the watchdog time.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StormEvent {
+    pub port: u32,
+    pub ifname: String,
+    pub class: usize,
+    /// Monotonic ns when the pause began, and how long it had lasted when the watchdog fired.
+    pub paused_since_ns: u64,
+    pub paused_for_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DepthHistogram {
+    pub port: u32,
+    pub ifname: String,
+    pub class: usize,
+    pub buckets: Vec<u64>,
+}
+
+/// Reads the telemetry every agent thread of a testbed wrote (empty when no agent runs).
+pub fn read_telemetry(prefix: &str) -> Vec<SwitchTelemetry> {
+    let Ok(dir) = std::fs::read_dir(agent_dir(prefix)) else { return Vec::new() };
+    let mut out: Vec<SwitchTelemetry> = dir
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
+        .collect();
+    out.sort_by(|a, b| a.node.cmp(&b.node));
+    out
+}
+
+/// The executable to run the agent with: `FABRIC_BIN`, else this process when it is `fabric`.
+fn agent_executable() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("FABRIC_BIN") {
+        return Ok(p.into());
+    }
+    let exe = std::env::current_exe().context("locating the running executable")?;
+    if exe.file_name().is_some_and(|n| n == "fabric") {
+        return Ok(exe);
+    }
+    bail!(
+        "cannot start the switch agent: this process ({}) is not the `fabric` binary; \
+         set FABRIC_BIN to its path",
+        exe.display()
+    )
+}
+
+/// Starts the testbed's agent in the background (its own process group, so it outlives
+/// `fabric up`) and returns once it has opened every switch: a testbed that `up` returns is
+/// complete. An agent that exits or never gets ready is an error that quotes its log.
+pub fn spawn(prefix: &str) -> Result<u32> {
+    use std::os::unix::process::CommandExt as _;
+    let dir = agent_dir(prefix);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let _ = std::fs::remove_file(ready_path(prefix));
+    let log = std::fs::File::create(log_path(prefix))?;
+    let mut child = std::process::Command::new(agent_executable()?)
+        .args(["agent", "--prefix", prefix])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("starting the switch agent")?;
+    std::fs::write(pid_path(prefix), child.id().to_string())?;
+    let log_text = || std::fs::read_to_string(log_path(prefix)).unwrap_or_default();
+    let start = std::time::Instant::now();
+    while !ready_path(prefix).exists() {
+        if let Some(status) = child.try_wait()? {
+            bail!("the switch agent exited before it was ready ({status}); its log:\n{}", log_text());
+        }
+        if start.elapsed() > READY_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the switch agent was not ready after {READY_TIMEOUT:?}; its log:\n{}", log_text());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(child.id())
+}
+
+/// The pid of the testbed's agent if it runs (the pid file names a live `fabric agent` process
+/// for this prefix, not a recycled pid).
+pub fn running(prefix: &str) -> Option<i32> {
+    let pid = std::fs::read_to_string(pid_path(prefix)).ok()?.trim().parse::<i32>().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let ours = args.windows(2).any(|w| w[0] == b"--prefix" && w[1] == prefix.as_bytes())
+        && args.iter().any(|a| *a == b"agent");
+    // A zombie (exited, not yet reaped) is not running.
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|st| st.rsplit(") ").next().is_some_and(|rest| rest.starts_with('Z')));
+    (ours && !zombie).then_some(pid)
+}
+
+/// Stops the testbed's agent, if one runs. Checks that the pid is still our agent first.
+pub fn stop(prefix: &str) -> Result<bool> {
+    let Some(pid) = running(prefix) else { return Ok(false) };
+    // SAFETY: plain signals to a process we started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    for _ in 0..100 {
+        std::thread::sleep(Duration::from_millis(10));
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Ok(true);
+        }
+        // Reap it if it is our child (`fabric up` then `down` in one process, as tests do).
+        // SAFETY: non-blocking waitpid on a pid.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // SAFETY: non-blocking waitpid on a pid.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+    Ok(true)
+}
+
+/// `fabric agent`: opens every switch, says it is ready, then runs one thread per switch until
+/// the testbed's state file disappears or a signal stops it.
+pub fn run(prefix: &str) -> Result<()> {
+    let state = State::load(prefix)?;
+    let plan = state.plan;
+    let agents = plan
+        .switches()
+        .map(|n| SwitchAgent::new(&plan, n).with_context(|| format!("agent {}", plan.nodes[n].name)))
+        .collect::<Result<Vec<_>>>()?;
+    std::fs::write(ready_path(prefix), b"")?;
+    std::thread::scope(|s| {
+        for mut agent in agents {
+            s.spawn(move || {
+                if let Err(e) = agent.run() {
+                    eprintln!("agent {}: {e:#}", agent.telemetry.node);
+                }
+            });
+        }
+    });
+    Ok(())
+}
+
+/// A pause this switch holds on one of its ingress ports.
+struct ActivePause {
+    since_ns: u64,
+    last_sent_ns: u64,
+}
+
+struct SwitchAgent<'p> {
+    plan: &'p Plan,
+    node: NodeId,
+    dp: SwitchDataplane,
+    events: aya::maps::RingBuf<aya::maps::MapData>,
+    /// One raw socket per port, bound to it.
+    sockets: Vec<OwnedFd>,
+    rates: Vec<u64>,
+    qos: fabric_common::qos::QosConfig,
+    pause_quanta: u16,
+    watchdog_ns: u64,
+    active: BTreeMap<(u32, usize), ActivePause>,
+    telemetry: SwitchTelemetry,
+    pfc_stats: BTreeMap<(u32, usize), PfcPortStats>,
+    histograms: BTreeMap<(u32, usize), Vec<u64>>,
+    /// Pause episodes the watchdog already reported, by (port, class) -> paused_since.
+    storms_seen: BTreeMap<(u32, usize), u64>,
+    /// Egress queues that have carried traffic or been paused: the ones sampled.
+    busy_queues: std::collections::BTreeSet<(u32, usize)>,
+    next_scan_ns: u64,
+}
+
+impl<'p> SwitchAgent<'p> {
+    fn new(plan: &'p Plan, node: NodeId) -> Result<Self> {
+        let name = &plan.nodes[node].name;
+        let dir = crate::state::bpf_dir(&plan.topology.prefix).join(name);
+        let mut dp = SwitchDataplane::from_pins(&dir)?;
+        let events = dp.take_pfc_events()?;
+        let ports = &plan.nodes[node].ports;
+        let sockets = netns::in_named(&plan.netns(node), || {
+            ports.iter().map(|p| raw_socket(&p.ifname)).collect::<Result<Vec<_>>>()
+        })?;
+        let rates = (0..ports.len() as u32).map(|p| dp.port_rate(p)).collect::<Result<Vec<_>>>()?;
+        let qos = dp.qos()?;
+        let topo = &plan.topology;
+        Ok(SwitchAgent {
+            plan,
+            node,
+            dp,
+            events,
+            sockets,
+            rates,
+            qos,
+            pause_quanta: topo.congestion.pause_quanta,
+            watchdog_ns: topo.wall_ns(topo.congestion.watchdog_us * 1e3),
+            active: BTreeMap::new(),
+            telemetry: SwitchTelemetry { node: name.clone(), ..Default::default() },
+            pfc_stats: BTreeMap::new(),
+            histograms: BTreeMap::new(),
+            storms_seen: BTreeMap::new(),
+            busy_queues: Default::default(),
+            next_scan_ns: 0,
+        })
+    }
+
+    fn run(&mut self) -> Result<()> {
+        let state_file = crate::state::state_path(&self.plan.topology.prefix);
+        let (mut next_sample, mut next_report) = (0, 0);
+        loop {
+            let tick = if self.active.is_empty() { IDLE_TICK } else { BUSY_TICK };
+            let mut pfd = libc::pollfd { fd: self.events.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut pfd, 1, tick.as_millis().max(1) as i32) };
+            let mut events = Vec::new();
+            while let Some(item) = self.events.next() {
+                if item.len() >= size_of::<PfcEvent>() {
+                    // SAFETY: the XDP program writes exactly one PfcEvent per record.
+                    events.push(unsafe { std::ptr::read_unaligned::<PfcEvent>(item.as_ptr().cast()) });
+                }
+            }
+            for ev in events {
+                self.on_xoff(ev)?;
+            }
+            let now = monotonic_ns();
+            self.tend_pauses(now)?;
+            if now >= next_sample {
+                self.sample(now)?;
+                next_sample = now + SAMPLE_EVERY_NS;
+            }
+            if now >= next_report {
+                if !state_file.exists() {
+                    return Ok(());
+                }
+                self.write_report(now)?;
+                next_report = now + REPORT_EVERY_NS;
+            }
+        }
+    }
+
+    fn ifname(&self, port: u32) -> String {
+        self.plan.nodes[self.node].ports.get(port as usize).map(|p| p.ifname.clone()).unwrap_or_default()
+    }
+
+    fn stats(&mut self, port: u32, class: usize) -> &mut PfcPortStats {
+        let ifname = self.ifname(port);
+        self.pfc_stats.entry((port, class)).or_insert_with(|| PfcPortStats {
+            port,
+            ifname,
+            class,
+            ..Default::default()
+        })
+    }
+
+    /// Sends a PFC frame for one class out of `port`.
+    fn send_pfc(&self, port: u32, class: usize, quanta: u16) -> Result<()> {
+        let mac = self.plan.nodes[self.node].ports[port as usize].mac;
+        let mut times = [0; CLASSES];
+        times[class] = quanta;
+        let frame = PauseFrame { src: mac, class_enable: 1 << class, quanta: times }.emit();
+        let fd = &self.sockets[port as usize];
+        // SAFETY: a valid socket and buffer.
+        let n = unsafe { libc::send(fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        if n < 0 {
+            bail!("sending a PFC frame on {}: {}", self.ifname(port), std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn on_xoff(&mut self, ev: PfcEvent) -> Result<()> {
+        let (port, class) = (ev.port, ev.class as usize);
+        if port as usize >= self.sockets.len() || class >= CLASSES {
+            return Ok(());
+        }
+        self.send_pfc(port, class, self.pause_quanta)?;
+        let now = monotonic_ns();
+        self.telemetry.xoff_delay.record(now.saturating_sub(ev.time_ns));
+        self.stats(port, class).xoff_sent += 1;
+        self.active.insert((port, class), ActivePause { since_ns: now, last_sent_ns: now });
+        Ok(())
+    }
+
+    /// Xon and refresh for every pause this switch holds.
+    fn tend_pauses(&mut self, now: u64) -> Result<()> {
+        let keys: Vec<(u32, usize)> = self.active.keys().copied().collect();
+        for (port, class) in keys {
+            let held = self.dp.account(port, class)?.held_at(now);
+            let pause_ns = quanta_to_ns(self.pause_quanta, self.rates[port as usize]);
+            if held < u64::from(self.qos.xon_bytes) {
+                self.send_pfc(port, class, 0)?;
+                self.dp.clear_xoff(port, class)?;
+                let since = self.active.remove(&(port, class)).map_or(now, |a| a.since_ns);
+                let s = self.stats(port, class);
+                s.xon_sent += 1;
+                s.pausing_ns += now - since;
+            } else if now.saturating_sub(self.active[&(port, class)].last_sent_ns) >= pause_ns / 2 {
+                self.send_pfc(port, class, self.pause_quanta)?;
+                self.stats(port, class).refresh_sent += 1;
+                if let Some(a) = self.active.get_mut(&(port, class)) {
+                    a.last_sent_ns = now;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pool use, watchdog and depth samples, from every egress queue.
+    fn sample(&mut self, now: u64) -> Result<()> {
+        if now >= self.next_scan_ns {
+            for port in 0..self.rates.len() as u32 {
+                for class in 0..CLASSES {
+                    let q = self.dp.queue(port, class)?;
+                    if q.max_depth_bytes > 0 || q.pauses_received > 0 {
+                        self.busy_queues.insert((port, class));
+                    }
+                }
+            }
+            self.next_scan_ns = now + SCAN_EVERY_NS;
+        }
+        let mut pool = 0;
+        let busy: Vec<(u32, usize)> = self.busy_queues.iter().copied().collect();
+        for (port, class) in busy {
+            {
+                let q = self.dp.queue(port, class)?;
+                let depth = depth_bytes(q.tail_ns, q.paused_until_ns, now, self.rates[port as usize]);
+                pool += depth;
+                let h = self.histograms.entry((port, class)).or_insert_with(|| vec![0; 41]);
+                let bucket = (64 - depth.leading_zeros() as usize).min(40);
+                h[bucket] += 1;
+                let paused_for = now.saturating_sub(q.paused_since_ns);
+                if q.paused_until_ns > now
+                    && paused_for > self.watchdog_ns
+                    && self.storms_seen.get(&(port, class)) != Some(&q.paused_since_ns)
+                {
+                    self.storms_seen.insert((port, class), q.paused_since_ns);
+                    let ifname = self.ifname(port);
+                    eprintln!(
+                        "agent {}: PFC watchdog: {ifname} class {class} paused for {} ms",
+                        self.telemetry.node,
+                        paused_for / 1_000_000
+                    );
+                    self.telemetry.storms.push(StormEvent {
+                        port,
+                        ifname,
+                        class,
+                        paused_since_ns: q.paused_since_ns,
+                        paused_for_ns: paused_for,
+                    });
+                }
+            }
+        }
+        if self.qos.buffer_mode == BufferMode::Shared as u32 {
+            self.dp.set_pool_used(pool)?;
+        }
+        self.telemetry.pool_used_bytes = pool;
+        Ok(())
+    }
+
+    fn write_report(&mut self, now: u64) -> Result<()> {
+        let mut t = self.telemetry.clone();
+        t.updated_ns = now;
+        t.pfc = self.pfc_stats.values().cloned().collect();
+        // Pauses still held count up to now.
+        for ((port, class), a) in &self.active {
+            if let Some(s) = t.pfc.iter_mut().find(|s| s.port == *port && s.class == *class) {
+                s.pausing_ns += now - a.since_ns;
+            }
+        }
+        t.depth_histograms = self
+            .histograms
+            .iter()
+            .map(|(&(port, class), b)| DepthHistogram { port, ifname: self.ifname(port), class, buckets: b.clone() })
+            .collect();
+        let dir = agent_dir(&self.plan.topology.prefix);
+        let path = dir.join(format!("{}.json", t.node));
+        let tmp = dir.join(format!(".{}.json.tmp", t.node));
+        std::fs::write(&tmp, serde_json::to_vec(&t)?)?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(())
+    }
+}
+
+/// A raw packet socket bound to `ifname` in the caller's namespace, for sending only
+/// (protocol 0: it receives nothing).
+fn raw_socket(ifname: &str) -> Result<OwnedFd> {
+    // SAFETY: plain socket(2).
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        bail!("AF_PACKET socket: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let ifindex = netns::ifindex(ifname)?;
+    // SAFETY: zeroed sockaddr_ll is valid; fields set below.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: valid socket and address of the right size.
+    let r = unsafe {
+        libc::bind(fd.as_raw_fd(), (&sll as *const libc::sockaddr_ll).cast(), size_of::<libc::sockaddr_ll>() as u32)
+    };
+    if r < 0 {
+        bail!("binding a packet socket to {ifname}: {}", std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}

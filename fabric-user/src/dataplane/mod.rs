@@ -1,0 +1,316 @@
+//! One switch's data plane: the embedded XDP object, loaded once per switch, its maps written
+//! from `fabric_common` types, its program attached to every port of the switch.
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use anyhow::{Context as _, Result, bail};
+use aya::{
+    Ebpf,
+    maps::{
+        Array, DevMap, MapData, PerCpuArray,
+        lpm_trie::{Key, LpmTrie},
+    },
+    programs::{Xdp, XdpMode, xdp::XdpLinkId},
+};
+use fabric_common::{
+    config::{MAX_IFINDEX, PortInfo, SwitchConfig},
+    counters::{MemberCounters, PortCounters},
+    pfc::CLASSES,
+    qos::{ClassCounters, QosConfig, class_slot},
+    queue::{EgressQueue, IngressAccount},
+    route::{EcmpGroup, MAX_GROUP_MEMBERS, RouteTarget},
+    te::{TeEntry, TeKey},
+};
+
+/// The compiled `fabric-ebpf` object, built by build.rs.
+static SWITCH_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/fabric-switch"));
+
+/// The switch program, and two references built beside it: a bare XDP_PASS (also what host
+/// veths run) and parse + fixed redirect (the benchmark baseline).
+pub const PROGRAM_SWITCH: &str = "fabric_switch";
+pub const PROGRAM_PASS: &str = "xdp_pass";
+pub const PROGRAM_BENCH_PARSE_REDIRECT: &str = "bench_parse_redirect";
+/// The traffic generator of `fabric-bench forwarding` (BPF_PROG_TEST_RUN with live frames).
+pub const PROGRAM_GENERATOR: &str = "traffic_generator";
+
+/// Every map of the switch object (the names are the contract with `fabric-ebpf/src/maps.rs`).
+pub const MAP_NAMES: [&str; 17] = [
+    "CONFIG",
+    "PORTS",
+    "EGRESS",
+    "ROUTES_V4",
+    "ROUTES_V6",
+    "GROUPS",
+    "PORT_COUNTERS",
+    "MEMBER_COUNTERS",
+    "QOS",
+    "PORT_RATE",
+    "QUEUES",
+    "ACCOUNTS",
+    "PFC_XOFF",
+    "POOL_USED",
+    "CLASS_COUNTERS",
+    "PFC_EVENTS",
+    "TE_FLOWS",
+];
+
+/// A switch's maps with typed access, and (when freshly loaded) its programs. A dataplane
+/// reopened from pins has maps only: enough to reroute and to read counters.
+pub struct SwitchDataplane {
+    ebpf: Option<Ebpf>,
+    maps: std::collections::HashMap<&'static str, aya::maps::Map>,
+}
+
+impl SwitchDataplane {
+    /// Loads the object and passes every program through the verifier.
+    pub fn load() -> Result<Self> {
+        if SWITCH_OBJECT.is_empty() {
+            bail!(
+                "this binary was built with AYA_BUILD_SKIP=1 and carries no XDP program; \
+                 rebuild without it (after `cargo xtask setup`)"
+            );
+        }
+        crate::sys::netns::require_capabilities()?;
+        let mut ebpf = Ebpf::load(SWITCH_OBJECT).context("loading the fabric XDP object")?;
+        for name in [PROGRAM_SWITCH, PROGRAM_PASS, PROGRAM_BENCH_PARSE_REDIRECT, PROGRAM_GENERATOR] {
+            let prog: &mut Xdp = ebpf
+                .program_mut(name)
+                .with_context(|| format!("program {name} missing from the object"))?
+                .try_into()?;
+            prog.load().with_context(|| format!("the kernel verifier rejected {name}"))?;
+        }
+        let mut maps = std::collections::HashMap::new();
+        for name in MAP_NAMES {
+            maps.insert(name, ebpf.take_map(name).with_context(|| format!("map {name} missing from the object"))?);
+        }
+        Ok(Self { ebpf: Some(ebpf), maps })
+    }
+
+    /// Reopens the maps of a switch pinned with [`Self::pin_maps`].
+    pub fn from_pins(dir: &std::path::Path) -> Result<Self> {
+        let mut maps = std::collections::HashMap::new();
+        for name in MAP_NAMES {
+            let path = dir.join(name);
+            let data = MapData::from_pin(&path).with_context(|| format!("opening pinned map {}", path.display()))?;
+            maps.insert(name, aya::maps::Map::from_map_data(data)?);
+        }
+        Ok(Self { ebpf: None, maps })
+    }
+
+    /// Pins every map under `dir` (bpffs), so other `fabric` commands can reach them.
+    pub fn pin_maps(&self, dir: &std::path::Path) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (name, map) in &self.maps {
+            map.pin(dir.join(name)).with_context(|| format!("pinning map {name} in {}", dir.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Attaches the switch program to `ifindex` and pins the link at `pin`, so that the
+    /// attachment outlives this process.
+    pub fn attach_pinned(&mut self, program: &str, ifindex: u32, pin: &std::path::Path) -> Result<()> {
+        let id = self.attach_program(program, ifindex)?;
+        let link = self.program(program)?.take_link(id)?;
+        let fd_link: aya::programs::links::FdLink = link.try_into().context("XDP link is not an fd link")?;
+        fd_link.pin(pin).with_context(|| format!("pinning the XDP link at {}", pin.display()))?;
+        Ok(())
+    }
+
+    pub fn program(&mut self, name: &str) -> Result<&mut Xdp> {
+        let ebpf = self.ebpf.as_mut().context("this dataplane was reopened from pins and has no programs")?;
+        Ok(ebpf.program_mut(name).with_context(|| format!("no program {name}"))?.try_into()?)
+    }
+
+    /// Attaches the switch program to `ifindex` (resolved in the caller thread's namespace),
+    /// natively: veth supports driver-mode XDP, and generic mode would hide real costs.
+    pub fn attach(&mut self, ifindex: u32) -> Result<XdpLinkId> {
+        self.attach_program(PROGRAM_SWITCH, ifindex)
+    }
+
+    /// Attaches one of the object's programs to `ifindex` in driver mode.
+    pub fn attach_program(&mut self, program: &str, ifindex: u32) -> Result<XdpLinkId> {
+        self.program(program)?
+            .attach_to_if_index(ifindex, XdpMode::Driver)
+            .with_context(|| format!("attaching XDP program {program} to ifindex {ifindex}"))
+    }
+
+    fn map<'a, T>(&'a mut self, name: &str) -> Result<T>
+    where
+        T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
+    {
+        let map = self.maps.get_mut(name).with_context(|| format!("map {name} missing"))?;
+        T::try_from(map).with_context(|| format!("map {name} has an unexpected type"))
+    }
+
+    pub fn set_config(&mut self, cfg: SwitchConfig) -> Result<()> {
+        let mut m: Array<&mut MapData, SwitchConfig> = self.map("CONFIG")?;
+        m.set(0, cfg, 0)?;
+        Ok(())
+    }
+
+    /// Registers a port: frames arriving on `ifindex` belong to port `info.index`, and the
+    /// port's egress slot sends out of `ifindex`.
+    pub fn add_port(&mut self, ifindex: u32, info: PortInfo) -> Result<()> {
+        anyhow::ensure!(
+            ifindex < MAX_IFINDEX,
+            "ifindex {ifindex} is beyond the switch's port table ({MAX_IFINDEX}); \
+             build switch ports inside fresh namespaces, where ifindexes are small"
+        );
+        let mut ports: Array<&mut MapData, PortInfo> = self.map("PORTS")?;
+        ports.set(ifindex, info, 0)?;
+        let mut egress: DevMap<&mut MapData> = self.map("EGRESS")?;
+        egress
+            .set(info.index, ifindex, None, 0)
+            .with_context(|| format!("DEVMAP slot {} -> ifindex {ifindex}", info.index))?;
+        Ok(())
+    }
+
+    pub fn remove_route_v4(&mut self, prefix: Ipv4Addr, len: u8) -> Result<()> {
+        let mut m: LpmTrie<&mut MapData, [u8; 4], RouteTarget> = self.map("ROUTES_V4")?;
+        m.remove(&Key::new(len.into(), prefix.octets()))?;
+        Ok(())
+    }
+
+    pub fn remove_route_v6(&mut self, prefix: Ipv6Addr, len: u8) -> Result<()> {
+        let mut m: LpmTrie<&mut MapData, [u8; 16], RouteTarget> = self.map("ROUTES_V6")?;
+        m.remove(&Key::new(len.into(), prefix.octets()))?;
+        Ok(())
+    }
+
+    pub fn set_route_v4(&mut self, prefix: Ipv4Addr, len: u8, target: RouteTarget) -> Result<()> {
+        let mut m: LpmTrie<&mut MapData, [u8; 4], RouteTarget> = self.map("ROUTES_V4")?;
+        m.insert(&Key::new(len.into(), prefix.octets()), target, 0)?;
+        Ok(())
+    }
+
+    pub fn set_route_v6(&mut self, prefix: Ipv6Addr, len: u8, target: RouteTarget) -> Result<()> {
+        let mut m: LpmTrie<&mut MapData, [u8; 16], RouteTarget> = self.map("ROUTES_V6")?;
+        m.insert(&Key::new(len.into(), prefix.octets()), target, 0)?;
+        Ok(())
+    }
+
+    pub fn set_group(&mut self, id: u32, group: &EcmpGroup) -> Result<()> {
+        let mut m: Array<&mut MapData, EcmpGroup> = self.map("GROUPS")?;
+        m.set(id, group, 0).with_context(|| format!("writing ECMP group {id}"))?;
+        Ok(())
+    }
+
+    /// A port's counters summed over CPUs.
+    pub fn port_counters(&mut self, port: u32) -> Result<PortCounters> {
+        let m: PerCpuArray<&mut MapData, PortCounters> = self.map("PORT_COUNTERS")?;
+        let mut total = PortCounters::default();
+        for c in m.get(&port, 0)?.iter() {
+            total.accumulate(c);
+        }
+        Ok(total)
+    }
+
+    /// Packets and bytes sent through one member of a group, summed over CPUs.
+    pub fn member_counters(&mut self, group: u32, member: u32) -> Result<MemberCounters> {
+        let m: PerCpuArray<&mut MapData, MemberCounters> = self.map("MEMBER_COUNTERS")?;
+        let mut total = MemberCounters::default();
+        let slot = group * MAX_GROUP_MEMBERS as u32 + member;
+        for c in m.get(&slot, 0)?.iter() {
+            total.accumulate(c);
+        }
+        Ok(total)
+    }
+
+    /// The congestion model's settings (`enabled == 0` turns it off).
+    pub fn set_qos(&mut self, cfg: QosConfig) -> Result<()> {
+        let mut m: Array<&mut MapData, QosConfig> = self.map("QOS")?;
+        m.set(0, cfg, 0)?;
+        Ok(())
+    }
+
+    /// The modelled (time-scaled) line rate of a port, bit/s.
+    pub fn set_port_rate(&mut self, port: u32, rate_bps: u64) -> Result<()> {
+        let mut m: Array<&mut MapData, u64> = self.map("PORT_RATE")?;
+        m.set(port, rate_bps, 0).with_context(|| format!("rate of port {port}"))?;
+        Ok(())
+    }
+
+    pub fn port_rate(&mut self, port: u32) -> Result<u64> {
+        let m: Array<&mut MapData, u64> = self.map("PORT_RATE")?;
+        Ok(m.get(&port, 0)?)
+    }
+
+    pub fn qos(&mut self) -> Result<QosConfig> {
+        let m: Array<&mut MapData, QosConfig> = self.map("QOS")?;
+        Ok(m.get(&0, 0)?)
+    }
+
+    /// The modelled egress queue of a port and class.
+    pub fn queue(&mut self, port: u32, class: usize) -> Result<EgressQueue> {
+        let m: Array<&mut MapData, EgressQueue> = self.map("QUEUES")?;
+        Ok(m.get(&class_slot(port, class), 0)?)
+    }
+
+    /// The bytes held for an ingress port and class.
+    pub fn account(&mut self, port: u32, class: usize) -> Result<IngressAccount> {
+        let m: Array<&mut MapData, IngressAccount> = self.map("ACCOUNTS")?;
+        Ok(m.get(&class_slot(port, class), 0)?)
+    }
+
+    /// When the XDP program asked for a pause on an ingress port/class (0: none outstanding).
+    pub fn xoff_flag(&mut self, port: u32, class: usize) -> Result<u64> {
+        let m: Array<&mut MapData, u64> = self.map("PFC_XOFF")?;
+        Ok(m.get(&class_slot(port, class), 0)?)
+    }
+
+    /// Clears the pause request of an ingress port/class once the agent has resumed it.
+    pub fn clear_xoff(&mut self, port: u32, class: usize) -> Result<()> {
+        let mut m: Array<&mut MapData, u64> = self.map("PFC_XOFF")?;
+        m.set(class_slot(port, class), 0, 0)?;
+        Ok(())
+    }
+
+    pub fn set_pool_used(&mut self, bytes: u64) -> Result<()> {
+        let mut m: Array<&mut MapData, u64> = self.map("POOL_USED")?;
+        m.set(0, bytes, 0)?;
+        Ok(())
+    }
+
+    /// A port/class's counters summed over CPUs.
+    pub fn class_counters(&mut self, port: u32, class: usize) -> Result<ClassCounters> {
+        let m: PerCpuArray<&mut MapData, ClassCounters> = self.map("CLASS_COUNTERS")?;
+        let mut total = ClassCounters::default();
+        for c in m.get(&class_slot(port, class), 0)?.iter() {
+            total.accumulate(c);
+        }
+        Ok(total)
+    }
+
+    /// All classes of a port.
+    pub fn port_class_counters(&mut self, port: u32) -> Result<[ClassCounters; CLASSES]> {
+        let mut out = [ClassCounters::default(); CLASSES];
+        for (class, c) in out.iter_mut().enumerate() {
+            *c = self.class_counters(port, class)?;
+        }
+        Ok(out)
+    }
+
+    /// Installs (or replaces) the TE table: exactly `entries`, nothing else.
+    pub fn set_te_flows(&mut self, entries: &[(TeKey, TeEntry)]) -> Result<()> {
+        let mut m: aya::maps::HashMap<&mut MapData, TeKey, TeEntry> = self.map("TE_FLOWS")?;
+        let keep: std::collections::HashSet<TeKey> = entries.iter().map(|e| e.0).collect();
+        let stale: Vec<TeKey> = m.keys().filter_map(|k| k.ok()).filter(|k| !keep.contains(k)).collect();
+        for k in stale {
+            m.remove(&k)?;
+        }
+        for (k, e) in entries {
+            m.insert(k, e, 0).context("TE table full")?;
+        }
+        Ok(())
+    }
+
+    pub fn te_flows(&mut self) -> Result<Vec<(TeKey, TeEntry)>> {
+        let m: aya::maps::HashMap<&mut MapData, TeKey, TeEntry> = self.map("TE_FLOWS")?;
+        Ok(m.iter().filter_map(|r| r.ok()).collect())
+    }
+
+    /// The ring buffer of XOFF requests (the agent's input). Takes the map out of this dataplane.
+    pub fn take_pfc_events(&mut self) -> Result<aya::maps::RingBuf<aya::maps::MapData>> {
+        let map = self.maps.remove("PFC_EVENTS").context("map PFC_EVENTS missing (taken already?)")?;
+        Ok(aya::maps::RingBuf::try_from(map)?)
+    }
+}

@@ -1,0 +1,399 @@
+//! The machinery every experiment shares: options, the context that builds testbeds and
+//! calibrates the time scale, cases, metrics, verdicts and the report type.
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+
+use crate::{
+    model::topology::Topology,
+    run::{RunOptions, RunResult},
+    state::State,
+    testbed,
+    testbed::DownOnDrop,
+};
+
+/// One scenario of the registry.
+pub struct Scenario {
+    pub name: &'static str,
+    /// One line for `fabric experiment list`.
+    pub summary: &'static str,
+    /// What the paper says (from the published record), quoted in the report.
+    pub paper: &'static str,
+    pub run: fn(&Ctx) -> Result<Outcome>,
+}
+
+/// How to run a scenario.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Bigger messages and more seeds (what users run); false: the CI variant.
+    pub full: bool,
+    /// Seeds (default: 2 for the CI variant, 5 for --full).
+    pub seeds: Option<u32>,
+    /// Results go to `out/NAME/`.
+    pub out: PathBuf,
+    /// Testbed prefixes start with this (1..=4 chars); default `x` + the pid.
+    pub prefix: Option<String>,
+    /// Print each run's one-line summary.
+    pub verbose: bool,
+    /// Time scale of the ECMP and placement scenarios (default: calibrated).
+    pub time_scale: Option<u64>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            full: false,
+            seeds: None,
+            out: PathBuf::from("results"),
+            prefix: None,
+            verbose: false,
+            time_scale: None,
+        }
+    }
+}
+
+/// What a scenario gets: its variant, seeds, and a source of unique testbed prefixes.
+pub struct Ctx {
+    pub full: bool,
+    pub seeds: Vec<u64>,
+    pub verbose: bool,
+    time_scale: Option<u64>,
+    prefix_base: String,
+    next: std::cell::Cell<u32>,
+}
+
+impl Ctx {
+    /// The time scale for the ECMP and placement scenarios: `--time-scale` if given, else
+    /// calibrated once per process (see [`SLOW_TIME_SCALE`]).
+    pub fn time_scale(&self) -> Result<Calibration> {
+        if let Some(s) = self.time_scale {
+            return Ok(Calibration { time_scale: s, trials: vec![] });
+        }
+        let mut cal = CALIBRATION.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = cal.as_ref() {
+            return Ok(c.clone());
+        }
+        let mut trials = Vec::new();
+        let mut scale = SLOW_TIME_SCALE;
+        loop {
+            let mut topo = Topology::default_topology();
+            topo.time_scale = scale;
+            let achieved = self.with_testbed(topo, |state| {
+                let mut o = base_options(crate::model::workload::Collective::Allreduce, 8, 1 << 20);
+                o.hash = Some(fabric_common::config::HashMode::Eecmp);
+                let r = self.run(state, &format!("calibration at time scale {scale}"), &o)?;
+                Ok(r.achieved_over_intended)
+            })?;
+            trials.push((scale, achieved));
+            if achieved >= CALIBRATION_TARGET || scale >= 16 * SLOW_TIME_SCALE {
+                break;
+            }
+            scale *= 2;
+        }
+        let c = Calibration { time_scale: scale, trials };
+        *cal = Some(c.clone());
+        Ok(c)
+    }
+
+    pub fn new(opts: &Options) -> Self {
+        let seeds = opts.seeds.unwrap_or(if opts.full { 5 } else { 2 }).max(1);
+        let prefix_base = opts.prefix.clone().unwrap_or_else(|| format!("x{}", std::process::id() % 1000));
+        Ctx {
+            full: opts.full,
+            seeds: (1..=u64::from(seeds)).collect(),
+            verbose: opts.verbose,
+            time_scale: opts.time_scale,
+            prefix_base,
+            next: std::cell::Cell::new(0),
+        }
+    }
+
+    /// CI or full.
+    pub fn variant(&self) -> &'static str {
+        if self.full { "full" } else { "ci" }
+    }
+
+    /// A prefix no other testbed of this process uses (and, by the pid, of other processes).
+    pub fn fresh_prefix(&self) -> String {
+        let n = self.next.get();
+        self.next.set(n + 1);
+        let tag = (b'a' + (n % 26) as u8) as char;
+        format!("{}{tag}", self.prefix_base)
+    }
+
+    /// `CI` or `full` value.
+    pub fn pick<T>(&self, ci: T, full: T) -> T {
+        if self.full { full } else { ci }
+    }
+
+    /// Brings up `topo` under a fresh prefix and hands it to `f`; the testbed is torn down
+    /// afterwards, also on error or panic.
+    pub fn with_testbed<T>(&self, mut topo: Topology, f: impl FnOnce(&State) -> Result<T>) -> Result<T> {
+        topo.prefix = self.fresh_prefix();
+        let topo = Topology::parse(&toml::to_string(&topo)?, "experiment topology")?;
+        let prefix = topo.prefix.clone();
+        // A leftover of a crashed earlier run under the same prefix would make `up` refuse.
+        let _ = testbed::down(&prefix);
+        let _guard = DownOnDrop(prefix.clone());
+        testbed::up(&topo, true).with_context(|| format!("bringing up the testbed of the experiment ({prefix})"))?;
+        let state = State::load(&prefix)?;
+        f(&state)
+    }
+
+    /// Runs a collective, quietly; prints a summary line when verbose.
+    pub fn run(&self, state: &State, label: &str, opts: &RunOptions) -> Result<RunResult> {
+        let r = crate::run::run(state, opts, true).with_context(|| format!("run {label:?}"))?;
+        if self.verbose {
+            eprintln!(
+                "  {label}: {:.1} ms wall, max/mean {:.2}, Jain {:.3}, PFC {} , ECN {}",
+                completion_ms(&r),
+                r.balance.mean_max_over_mean,
+                r.balance.mean_jain,
+                r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent,
+                r.congestion.ecn_marked
+            );
+        }
+        Ok(r)
+    }
+}
+
+/// Mean completion time of a run's iterations, wall ms.
+pub fn completion_ms(r: &RunResult) -> f64 {
+    r.iterations.iter().map(|i| i.completion_ns as f64).sum::<f64>() / r.iterations.len().max(1) as f64 / 1e6
+}
+
+/// Mean completion time in the modelled network's time, µs.
+pub fn modelled_us(r: &RunResult) -> f64 {
+    completion_ms(r) * 1e3 / r.time_scale.max(1) as f64
+}
+
+/// Which way is better for a metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Better {
+    Lower,
+    Higher,
+    /// Neither: a descriptive figure.
+    None,
+}
+
+/// A measured quantity, one value per case and seed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Metric {
+    pub key: &'static str,
+    pub label: &'static str,
+    pub unit: &'static str,
+    pub better: Better,
+    /// Draw a chart of it.
+    pub chart: bool,
+}
+
+impl Metric {
+    pub const fn new(key: &'static str, label: &'static str, unit: &'static str, better: Better, chart: bool) -> Self {
+        Metric { key, label, unit, better, chart }
+    }
+}
+
+/// One configuration of a scenario and what each seed measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Case {
+    pub key: String,
+    pub label: String,
+    /// metric key -> value per seed (in seed order).
+    pub values: std::collections::BTreeMap<String, Vec<f64>>,
+}
+
+impl Case {
+    pub fn new(key: &str, label: &str) -> Self {
+        Case { key: key.into(), label: label.into(), values: Default::default() }
+    }
+
+    pub fn push(&mut self, metric: &str, v: f64) {
+        self.values.entry(metric.into()).or_default().push(v);
+    }
+
+    pub fn mean(&self, metric: &str) -> f64 {
+        self.values.get(metric).map_or(f64::NAN, |v| mean(v))
+    }
+}
+
+pub fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 }
+}
+
+/// A claim of the paper checked against the measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    /// The claim, as the paper makes it (in kind).
+    pub claim: String,
+    /// What this run measured (means over seeds).
+    pub measured: String,
+    /// Whether the measured direction is the paper's: computed from the numbers.
+    pub matches: bool,
+    /// The headline result of the scenario (what the test asserts).
+    pub headline: bool,
+}
+
+/// Everything a scenario produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    /// What was run: topology, workload, sizes.
+    pub setup: Vec<String>,
+    pub metrics: Vec<Metric>,
+    pub cases: Vec<Case>,
+    pub verdicts: Vec<Verdict>,
+    /// Anything a reader should know (caveats, parameter choices).
+    pub notes: Vec<String>,
+    /// Extra tables: (title, header, rows).
+    pub tables: Vec<Table>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Table {
+    pub title: String,
+    pub header: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Outcome {
+    pub fn case(&self, key: &str) -> &Case {
+        self.cases.iter().find(|c| c.key == key).unwrap_or_else(|| panic!("no case {key}"))
+    }
+}
+
+/// Builds a verdict "A's metric is lower (or higher) than B's".
+pub fn compare(
+    claim: &str,
+    cases: &[Case],
+    metric: &str,
+    unit: &str,
+    better: (&str, &str),
+    lower_is_better: bool,
+    headline: bool,
+) -> Verdict {
+    let find = |k: &str| cases.iter().find(|c| c.key == k).unwrap_or_else(|| panic!("no case {k}"));
+    let (a, b) = (find(better.0), find(better.1));
+    let (ma, mb) = (a.mean(metric), b.mean(metric));
+    let matches = if lower_is_better { ma < mb } else { ma > mb };
+    let change = if mb != 0.0 { (ma - mb) / mb * 100.0 } else { f64::NAN };
+    Verdict {
+        claim: claim.into(),
+        measured: format!("{}: {ma:.3}{unit} vs {}: {mb:.3}{unit} ({change:+.1}%)", a.label, b.label),
+        matches,
+        headline,
+    }
+}
+
+/// What `fabric experiment` writes and returns.
+#[derive(Debug, Serialize)]
+pub struct ExperimentReport {
+    pub schema: &'static str,
+    pub name: String,
+    pub summary: String,
+    pub paper: String,
+    pub variant: String,
+    pub seeds: Vec<u64>,
+    pub wall_seconds: f64,
+    pub outcome: Outcome,
+    /// The files written (relative to the results directory).
+    pub files: Vec<String>,
+}
+
+pub const SCHEMA: &str = "fabric.experiment/1";
+
+/// The first time scale tried for the scenarios about ECMP and placement: 400 Gbit/s modelled =
+/// 20 Mbit/s of wall rate. At the default 4000 (100 Mbit/s) eight endpoints on a 2-core machine
+/// reach only about a third of their rate, so every case runs at the CPU's pace and collisions
+/// never congest the modelled links. [`Ctx::time_scale`] starts here and doubles until the
+/// endpoints keep [`CALIBRATION_TARGET`] of their rate on an uncongested ring.
+pub const SLOW_TIME_SCALE: u64 = 20_000;
+/// Achieved over intended rate the endpoints must keep at the chosen time scale.
+pub const CALIBRATION_TARGET: f64 = 0.7;
+
+/// The calibrated time scale of this process and the trials that chose it.
+static CALIBRATION: std::sync::Mutex<Option<Calibration>> = std::sync::Mutex::new(None);
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Calibration {
+    pub time_scale: u64,
+    /// (time scale, achieved/intended rate) of each trial.
+    pub trials: Vec<(u64, f64)>,
+}
+
+impl Calibration {
+    pub fn describe(&self) -> String {
+        let t: Vec<String> = self.trials.iter().map(|(s, a)| format!("{a:.2} at {s}")).collect();
+        format!(
+            "Time scale {} ({:.0} Mbit/s of wall rate per 400G link), calibrated on this machine: the smallest \
+             scale from {SLOW_TIME_SCALE} (doubling) at which an uncongested 8-rank ring keeps {CALIBRATION_TARGET} \
+             of its rate (achieved/intended: {}). Below that the CPU, not the fabric, sets the pace.",
+            self.time_scale,
+            400e3 / self.time_scale as f64,
+            t.join(", ")
+        )
+    }
+}
+
+/// A run with the defaults of `fabric run` (endpoint rate: the host link's modelled rate).
+pub fn base_options(collective: crate::model::workload::Collective, ranks: usize, message_bytes: u64) -> RunOptions {
+    RunOptions {
+        collective,
+        ranks: Some(ranks),
+        message_bytes,
+        iterations: 1,
+        placement: crate::model::placement::Placement::Contiguous,
+        hash: None,
+        hash_seed: None,
+        seed: 1,
+        endpoint: crate::endpoint::EndpointOptions { rate_bps: 0, ..Default::default() },
+    }
+}
+
+/// A shipped topology file (`testbed/FILE`) or the embedded default.
+pub fn shipped_topology(file: Option<&str>) -> Result<Topology> {
+    match file {
+        None => Ok(Topology::default_topology()),
+        Some(f) => {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed").join(f);
+            if path.exists() {
+                Topology::load(Some(&path))
+            } else {
+                // Installed elsewhere: the file relative to the working directory.
+                Topology::load(Some(&Path::new("testbed").join(f)))
+            }
+        }
+    }
+}
+
+/// The switch agents' sampled queue-depth histograms (log2 buckets), to find the deepest queue of
+/// one run: the testbed's own maximum only ever grows.
+pub struct DepthSnapshot(std::collections::BTreeMap<(String, String, usize), Vec<u64>>);
+
+impl DepthSnapshot {
+    pub fn read(state: &State) -> Self {
+        let mut m = std::collections::BTreeMap::new();
+        for a in crate::agent::read_telemetry(&state.plan.topology.prefix) {
+            for h in a.depth_histograms {
+                m.insert((a.node.clone(), h.ifname, h.class), h.buckets);
+            }
+        }
+        DepthSnapshot(m)
+    }
+
+    /// The deepest sampled queue between `before` and `self`, bytes: the upper end of the highest
+    /// log2 bucket that gained samples (bucket k holds depths in [2^(k-1), 2^k)).
+    pub fn max_since(&self, before: &DepthSnapshot) -> u64 {
+        let mut top = 0;
+        for (k, after) in &self.0 {
+            let old = before.0.get(k);
+            for (b, &n) in after.iter().enumerate() {
+                let was = old.and_then(|o| o.get(b)).copied().unwrap_or(0);
+                if n > was {
+                    top = top.max(b);
+                }
+            }
+        }
+        if top == 0 { 0 } else { 1u64 << top }
+    }
+}

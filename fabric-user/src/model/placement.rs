@@ -1,0 +1,102 @@
+//! Rank placement: which host runs which rank of a job.
+use anyhow::{Result, bail, ensure};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    model::plan::{NodeId, Plan},
+    model::workload::SplitMix64,
+};
+
+/// How ranks are laid onto hosts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// Rank i on the i-th host in rack order: whole racks, neighbours in the ring share a rack.
+    Contiguous,
+    /// One host per rack before any rack gets a second: racks partially used, as in the paper's
+    /// fragmented allocation; consecutive ranks sit in different racks.
+    Fragmented,
+    /// A seeded random choice and order of hosts.
+    Random { seed: u64 },
+    /// Explicit host names, rank by rank.
+    Explicit { hosts: Vec<String> },
+}
+
+impl Placement {
+    /// Parses `contiguous`, `fragmented`, `random:SEED` or `hosts:NAME,NAME,...`.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "contiguous" => Placement::Contiguous,
+            "fragmented" => Placement::Fragmented,
+            _ if s.starts_with("random:") => Placement::Random { seed: s["random:".len()..].parse()? },
+            _ if s.starts_with("hosts:") => {
+                Placement::Explicit { hosts: s["hosts:".len()..].split(',').map(str::to_string).collect() }
+            }
+            _ => bail!("unknown placement {s:?}: use contiguous, fragmented, random:SEED or hosts:H1,H2,..."),
+        })
+    }
+
+    /// The host of each of `ranks` ranks.
+    pub fn place(&self, plan: &Plan, ranks: usize) -> Result<Vec<NodeId>> {
+        let hosts: Vec<NodeId> = plan.hosts().collect();
+        ensure!(ranks >= 2, "a job needs at least 2 ranks");
+        ensure!(ranks <= hosts.len(), "{ranks} ranks but the testbed has only {} hosts", hosts.len());
+        let placed = match self {
+            Placement::Contiguous => hosts[..ranks].to_vec(),
+            Placement::Fragmented => {
+                // Group hosts by (zone, rack); take slot 0 of every rack, then slot 1, ...
+                let mut racks: Vec<Vec<NodeId>> = Vec::new();
+                for &h in &hosts {
+                    let key = (plan.nodes[h].zone, plan.nodes[h].rack);
+                    match racks.iter_mut().find(|r| (plan.nodes[r[0]].zone, plan.nodes[r[0]].rack) == key) {
+                        Some(r) => r.push(h),
+                        None => racks.push(vec![h]),
+                    }
+                }
+                let depth = racks.iter().map(Vec::len).max().unwrap_or(0);
+                (0..depth).flat_map(|slot| racks.iter().filter_map(move |r| r.get(slot).copied())).take(ranks).collect()
+            }
+            Placement::Random { seed } => {
+                let mut h = hosts.clone();
+                SplitMix64(*seed).shuffle(&mut h);
+                h.truncate(ranks);
+                h
+            }
+            Placement::Explicit { hosts: names } => {
+                ensure!(names.len() == ranks, "{} hosts named for {ranks} ranks", names.len());
+                let mut v = Vec::new();
+                for n in names {
+                    let id = plan.node_by_name(n).filter(|&id| hosts.contains(&id));
+                    let Some(id) = id else { bail!("{n:?} is not a host of this testbed") };
+                    ensure!(!v.contains(&id), "host {n} named twice");
+                    v.push(id);
+                }
+                v
+            }
+        };
+        Ok(placed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::topology::Topology;
+
+    #[test]
+    fn placements_on_the_default_testbed() {
+        let plan = Plan::new(&Topology::default_topology());
+        let names = |v: Vec<NodeId>| v.into_iter().map(|n| plan.nodes[n].name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(Placement::Contiguous.place(&plan, 4).unwrap()), ["z0r0h0", "z0r0h1", "z0r1h0", "z0r1h1"]);
+        assert_eq!(names(Placement::Fragmented.place(&plan, 4).unwrap()), ["z0r0h0", "z0r1h0", "z0r2h0", "z0r3h0"]);
+        assert_eq!(Placement::Fragmented.place(&plan, 8).unwrap().len(), 8);
+        let r1 = Placement::Random { seed: 1 }.place(&plan, 8).unwrap();
+        assert_eq!(r1, Placement::Random { seed: 1 }.place(&plan, 8).unwrap());
+        assert_ne!(r1, Placement::Random { seed: 2 }.place(&plan, 8).unwrap());
+        let e = Placement::parse("hosts:z0r3h1,z0r0h0").unwrap().place(&plan, 2).unwrap();
+        assert_eq!(names(e), ["z0r3h1", "z0r0h0"]);
+        assert!(Placement::parse("hosts:z0r3h1,z0r3").unwrap().place(&plan, 2).is_err());
+        assert!(Placement::Contiguous.place(&plan, 9).is_err());
+        assert!(Placement::parse("diagonal").is_err());
+    }
+}

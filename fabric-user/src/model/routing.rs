@@ -1,0 +1,172 @@
+//! Central route computation, as a traffic-engineering controller does it: for every switch and
+//! every destination host, the ECMP group of all next hops on shortest paths over the links that
+//! are up. The result is written into the switches' XDP maps by [`crate::testbed`].
+use std::{
+    collections::{BTreeSet, HashMap, VecDeque},
+    net::{Ipv4Addr, Ipv6Addr},
+};
+
+use fabric_common::route::{EcmpGroup, GroupMember, ROUTE_LOCAL, RouteTarget};
+
+use crate::model::plan::{LinkId, NodeId, Plan};
+
+/// One switch's forwarding state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SwitchTables {
+    /// Member port indices of each group (sorted, so `pin` indexes a stable order).
+    pub groups: Vec<Vec<usize>>,
+    pub routes_v4: Vec<(Ipv4Addr, u8, RouteTarget)>,
+    pub routes_v6: Vec<(Ipv6Addr, u8, RouteTarget)>,
+}
+
+impl SwitchTables {
+    /// The map value of group `id` of switch `node`.
+    pub fn ecmp_group(&self, plan: &Plan, node: NodeId, id: usize) -> EcmpGroup {
+        let ports = &plan.nodes[node].ports;
+        let members: Vec<GroupMember> = self.groups[id]
+            .iter()
+            .map(|&p| GroupMember {
+                port: p as u32,
+                dst_mac: plan.nodes[ports[p].peer_node].ports[ports[p].peer_port].mac,
+                src_mac: ports[p].mac,
+            })
+            .collect();
+        EcmpGroup::from_members(&members).expect("validated topologies keep groups within 64 members")
+    }
+
+    /// The group ports a destination host's traffic may take from this switch.
+    pub fn next_hops_v4(&self, dst: Ipv4Addr) -> Option<&[usize]> {
+        let (_, _, target) = self.routes_v4.iter().find(|(a, len, _)| *len == 32 && *a == dst)?;
+        self.groups.get(*target as usize).map(Vec::as_slice)
+    }
+}
+
+/// Hop distance from `dst` to every node over links that are up; hosts other than `dst` are not
+/// transited (they are leaves anyway).
+fn distances(plan: &Plan, dst: NodeId, down: &BTreeSet<LinkId>) -> Vec<Option<u32>> {
+    let mut dist = vec![None; plan.nodes.len()];
+    dist[dst] = Some(0);
+    let mut queue = VecDeque::from([dst]);
+    while let Some(n) = queue.pop_front() {
+        if n != dst && !plan.nodes[n].role.is_switch() {
+            continue;
+        }
+        let d = dist[n].expect("queued nodes have a distance");
+        for port in &plan.nodes[n].ports {
+            if down.contains(&port.link) || dist[port.peer_node].is_some() {
+                continue;
+            }
+            dist[port.peer_node] = Some(d + 1);
+            queue.push_back(port.peer_node);
+        }
+    }
+    dist
+}
+
+/// Tables for every node (`None` for hosts), with the links in `down` out of service.
+pub fn compute(plan: &Plan, down: &BTreeSet<LinkId>) -> Vec<Option<SwitchTables>> {
+    let mut tables: Vec<Option<SwitchTables>> =
+        plan.nodes.iter().map(|n| n.role.is_switch().then(SwitchTables::default)).collect();
+    let mut group_ids: Vec<HashMap<Vec<usize>, u32>> = vec![HashMap::new(); plan.nodes.len()];
+
+    for host in plan.hosts() {
+        let dist = distances(plan, host, down);
+        for sw in plan.switches() {
+            let Some(d) = dist[sw] else { continue };
+            let hops: Vec<usize> = plan.nodes[sw]
+                .ports
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !down.contains(&p.link) && dist[p.peer_node] == Some(d - 1))
+                .map(|(i, _)| i)
+                .collect();
+            let t = tables[sw].as_mut().expect("switches have tables");
+            let next = t.groups.len() as u32;
+            let id = *group_ids[sw].entry(hops.clone()).or_insert_with(|| {
+                t.groups.push(hops);
+                next
+            });
+            t.routes_v4.push((plan.host_ipv4(host), 32, id));
+            t.routes_v6.push((plan.host_ipv6(host), 128, id));
+        }
+    }
+    for sw in plan.switches() {
+        let t = tables[sw].as_mut().expect("switches have tables");
+        for port in &plan.nodes[sw].ports {
+            t.routes_v4.push((port.ipv4, 32, ROUTE_LOCAL));
+            t.routes_v6.push((port.ipv6, 128, ROUTE_LOCAL));
+        }
+    }
+    tables
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{model::plan::Role, model::topology::Topology};
+
+    fn default_plan() -> Plan {
+        Plan::new(&Topology::default_topology())
+    }
+
+    #[test]
+    fn rtsw_spreads_remote_hosts_over_every_spine_and_local_hosts_go_down() {
+        let plan = default_plan();
+        let t = compute(&plan, &BTreeSet::new());
+        let r0 = plan.node_by_name("z0r0").unwrap();
+        let tables = t[r0].as_ref().unwrap();
+        let remote = plan.host_ipv4(plan.node_by_name("z0r3h1").unwrap());
+        let local = plan.host_ipv4(plan.node_by_name("z0r0h1").unwrap());
+        assert_eq!(tables.next_hops_v4(remote).unwrap(), plan.uplinks(r0).as_slice());
+        assert_eq!(tables.next_hops_v4(remote).unwrap().len(), 4);
+        let down = tables.next_hops_v4(local).unwrap();
+        assert_eq!(down.len(), 1);
+        assert_eq!(plan.nodes[r0].ports[down[0]].peer_node, plan.node_by_name("z0r0h1").unwrap());
+        // A CTSW reaches a rack over that rack's links only.
+        let c2 = plan.node_by_name("z0c2").unwrap();
+        let hops = t[c2].as_ref().unwrap().next_hops_v4(remote).unwrap();
+        assert_eq!(hops.len(), 1);
+        assert_eq!(plan.nodes[plan.nodes[c2].ports[hops[0]].peer_node].name, "z0r3");
+        // Every switch owns its port addresses.
+        assert!(
+            tables
+                .routes_v4
+                .iter()
+                .any(|&(a, l, tgt)| a == plan.nodes[r0].ports[0].ipv4 && l == 32 && tgt == ROUTE_LOCAL)
+        );
+    }
+
+    #[test]
+    fn a_failed_spine_link_leaves_the_other_paths_in_the_groups() {
+        let plan = default_plan();
+        let r0 = plan.node_by_name("z0r0").unwrap();
+        let c1 = plan.node_by_name("z0c1").unwrap();
+        let link = plan.nodes[r0].ports.iter().find(|p| p.peer_node == c1).unwrap().link;
+        let t = compute(&plan, &BTreeSet::from([link]));
+        let remote = plan.host_ipv4(plan.node_by_name("z0r2h0").unwrap());
+        let hops = t[r0].as_ref().unwrap().next_hops_v4(remote).unwrap();
+        assert_eq!(hops.len(), 3);
+        assert!(hops.iter().all(|&p| plan.nodes[r0].ports[p].link != link));
+        // c1 can no longer reach rack 0 directly: it goes down to another rack and back up.
+        let h00 = plan.host_ipv4(plan.node_by_name("z0r0h0").unwrap());
+        let via = t[c1].as_ref().unwrap().next_hops_v4(h00).unwrap();
+        assert_eq!(via.len(), 3, "c1 reaches rack 0 through the three other RTSWs");
+        assert!(via.iter().all(|&p| plan.nodes[plan.nodes[c1].ports[p].peer_node].role == Role::Rtsw));
+    }
+
+    #[test]
+    fn groups_become_ecmp_groups_with_the_neighbours_macs() {
+        let plan = default_plan();
+        let t = compute(&plan, &BTreeSet::new());
+        let r1 = plan.node_by_name("z0r1").unwrap();
+        let tables = t[r1].as_ref().unwrap();
+        for id in 0..tables.groups.len() {
+            let g = tables.ecmp_group(&plan, r1, id);
+            for m in g.live() {
+                let port = &plan.nodes[r1].ports[m.port as usize];
+                assert_eq!(m.src_mac, port.mac);
+                assert_eq!(m.dst_mac, plan.nodes[port.peer_node].ports[port.peer_port].mac);
+            }
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Job-attributed telemetry: every run is a job with an id; its record joins the collective's
+//! completion times (per step) with what the network did over the job's lifetime — per-uplink
+//! load per step, and per port and class the ECN marks, pauses, paused time, drops — plus the
+//! endpoints' retransmissions, and ends in a short diagnosis naming where to look.
+//! `fabric report JOB` prints it; records live in `results/jobs/JOB.json` (they outlive the
+//! testbed).
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    model::plan::Plan,
+    run::result::RunResult,
+    telemetry::stats::{StatsReport, UplinkLoad},
+};
+
+pub const JOB_SCHEMA: &str = "fabric.job/1";
+
+/// Where job records are kept.
+pub fn jobs_dir() -> PathBuf {
+    PathBuf::from("results/jobs")
+}
+
+/// What a job did to one switch port (deltas over the job's lifetime).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct PortDelta {
+    pub switch: String,
+    pub port: String,
+    pub tx_bytes: u64,
+    pub ecn_marked: u64,
+    pub drops: u64,
+    pub pauses_received: u64,
+    pub paused_ns: u64,
+    pub sent_while_paused: u64,
+    pub xoff_events: u64,
+}
+
+impl PortDelta {
+    fn congestion_score(&self) -> u64 {
+        self.ecn_marked + 10 * self.pauses_received + 10 * self.xoff_events + 100 * self.drops
+    }
+}
+
+/// One step of the job's last iteration.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub index: usize,
+    pub duration_ns: u64,
+    pub uplinks: Vec<UplinkLoad>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub schema: String,
+    pub job_id: String,
+    pub testbed: String,
+    pub collective: String,
+    pub hash: String,
+    pub placement: Vec<String>,
+    pub started_unix_ms: u64,
+    pub ended_unix_ms: u64,
+    pub time_scale: u64,
+    pub completion_ns: Vec<u64>,
+    pub steps: Vec<StepRecord>,
+    /// Ports the job moved any counter of, busiest first.
+    pub ports: Vec<PortDelta>,
+    pub retransmitted_packets: u64,
+    pub cnps: u64,
+    pub diagnosis: Vec<String>,
+}
+
+/// Started when a run starts.
+pub struct JobClock {
+    pub id: String,
+    started_unix_ms: u64,
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl JobClock {
+    pub fn start(plan: &Plan) -> Self {
+        let t = unix_ms();
+        JobClock { id: format!("{}-{t}-{}", plan.topology.prefix, std::process::id() % 100_000), started_unix_ms: t }
+    }
+
+    /// The record of a finished run, from the stats before and after it.
+    pub fn finish(
+        self,
+        r: &RunResult,
+        before: &StatsReport,
+        after: &StatsReport,
+        step_uplinks: Vec<Vec<UplinkLoad>>,
+    ) -> JobRecord {
+        let ports = port_deltas(before, after);
+        let last = r.iterations.last();
+        let steps = step_uplinks
+            .into_iter()
+            .enumerate()
+            .map(|(index, uplinks)| StepRecord {
+                index,
+                duration_ns: last.and_then(|it| it.step_ns.get(index)).copied().unwrap_or(0),
+                uplinks,
+            })
+            .collect();
+        let mut rec = JobRecord {
+            schema: JOB_SCHEMA.into(),
+            job_id: self.id,
+            testbed: r.testbed.clone(),
+            collective: r.options.collective.as_str().into(),
+            hash: r.hash.clone(),
+            placement: r.placement.clone(),
+            started_unix_ms: self.started_unix_ms,
+            ended_unix_ms: unix_ms(),
+            time_scale: r.time_scale,
+            completion_ns: r.iterations.iter().map(|i| i.completion_ns).collect(),
+            steps,
+            ports,
+            retransmitted_packets: r.flows.iter().map(|f| f.retransmitted).sum(),
+            cnps: r.flows.iter().map(|f| f.cnps_received).sum(),
+            diagnosis: Vec::new(),
+        };
+        rec.diagnosis = diagnose(&rec);
+        rec
+    }
+}
+
+fn port_deltas(before: &StatsReport, after: &StatsReport) -> Vec<PortDelta> {
+    let mut out = Vec::new();
+    for (sa, sb) in after.switches.iter().zip(&before.switches) {
+        for (pa, pb) in sa.ports.iter().zip(&sb.ports) {
+            let sum = |ps: &crate::telemetry::stats::PortStats,
+                       f: fn(&crate::telemetry::stats::ClassStats) -> u64|
+             -> u64 { ps.classes.iter().map(f).sum() };
+            let d = PortDelta {
+                switch: sa.switch.clone(),
+                port: pa.port.clone(),
+                tx_bytes: pa.tx_bytes.saturating_sub(pb.tx_bytes),
+                ecn_marked: sum(pa, |c| c.ecn_marked).saturating_sub(sum(pb, |c| c.ecn_marked)),
+                drops: pa.drops.values().sum::<u64>().saturating_sub(pb.drops.values().sum::<u64>()),
+                pauses_received: sum(pa, |c| c.pauses_received).saturating_sub(sum(pb, |c| c.pauses_received)),
+                paused_ns: sum(pa, |c| c.paused_ns).saturating_sub(sum(pb, |c| c.paused_ns)),
+                sent_while_paused: sum(pa, |c| c.sent_while_paused).saturating_sub(sum(pb, |c| c.sent_while_paused)),
+                xoff_events: sum(pa, |c| c.xoff_events).saturating_sub(sum(pb, |c| c.xoff_events)),
+            };
+            if d != (PortDelta { switch: d.switch.clone(), port: d.port.clone(), ..Default::default() }) {
+                out.push(d);
+            }
+        }
+    }
+    out.sort_by(|a, b| b.congestion_score().cmp(&a.congestion_score()).then(b.tx_bytes.cmp(&a.tx_bytes)));
+    out
+}
+
+/// A few sentences on where the job's time went, from its own figures.
+pub fn diagnose(rec: &JobRecord) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut durations: Vec<u64> = rec.steps.iter().map(|s| s.duration_ns).collect();
+    durations.sort_unstable();
+    let median = durations.get(durations.len() / 2).copied().unwrap_or(0).max(1);
+    if let Some(slow) = rec.steps.iter().max_by_key(|s| s.duration_ns) {
+        let worst = slow
+            .uplinks
+            .iter()
+            .filter(|u| u.tx_bytes.iter().any(|p| p.1 > 0))
+            .max_by(|a, b| a.max_over_mean.total_cmp(&b.max_over_mean));
+        if let Some(u) = worst {
+            let busiest = u.tx_bytes.iter().max_by_key(|p| p.1).map_or("-", |p| p.0.as_str());
+            out.push(format!(
+                "uplink imbalance {:.1}x on {} (busiest uplink {busiest}) while {} step {} was slowest ({:.1} ms, {:.1}x the median step)",
+                u.max_over_mean,
+                u.rtsw,
+                rec.collective,
+                slow.index + 1,
+                slow.duration_ns as f64 / 1e6,
+                slow.duration_ns as f64 / median as f64
+            ));
+        }
+    }
+    if let Some(p) = rec.ports.first().filter(|p| p.congestion_score() > 0) {
+        out.push(format!(
+            "most congested port {}:{}: {} ECN marks, {} pauses received ({:.1} ms paused), {} XOFF requests, {} drops",
+            p.switch,
+            p.port,
+            p.ecn_marked,
+            p.pauses_received,
+            p.paused_ns as f64 / 1e6,
+            p.xoff_events,
+            p.drops
+        ));
+    }
+    if rec.retransmitted_packets > 0 {
+        out.push(format!("{} packets were retransmitted: something was lost", rec.retransmitted_packets));
+    }
+    if out.is_empty() {
+        out.push("no imbalance or congestion in the fabric: look at the hosts".into());
+    }
+    out
+}
+
+impl JobRecord {
+    pub fn path(id: &str) -> PathBuf {
+        jobs_dir().join(format!("{id}.json"))
+    }
+
+    pub fn save(&self) -> Result<()> {
+        std::fs::create_dir_all(jobs_dir())?;
+        std::fs::write(Self::path(&self.job_id), serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("writing {}", Self::path(&self.job_id).display()))
+    }
+
+    /// Loads a job by id, or from a path.
+    pub fn load(id_or_path: &str) -> Result<Self> {
+        let path = if id_or_path.ends_with(".json") { PathBuf::from(id_or_path) } else { Self::path(id_or_path) };
+        let text = std::fs::read(&path).with_context(|| format!("no job record {}", path.display()))?;
+        serde_json::from_slice(&text).with_context(|| format!("corrupt job record {}", path.display()))
+    }
+}
+
+/// `fabric report JOB`.
+pub fn print(rec: &JobRecord) {
+    println!(
+        "job {} on {}: {} ({} ranks, hash {}), completion {}",
+        rec.job_id,
+        rec.testbed,
+        rec.collective,
+        rec.placement.len(),
+        rec.hash,
+        rec.completion_ns.iter().map(|c| format!("{:.1} ms", *c as f64 / 1e6)).collect::<Vec<_>>().join(", ")
+    );
+    println!("{:>5} {:>10}  worst RTSW uplink max/mean", "step", "ms");
+    for s in &rec.steps {
+        let w = s.uplinks.iter().max_by(|a, b| a.max_over_mean.total_cmp(&b.max_over_mean));
+        println!(
+            "{:>5} {:>10.1}  {}",
+            s.index + 1,
+            s.duration_ns as f64 / 1e6,
+            w.map_or("-".into(), |u| format!("{:.2} on {}", u.max_over_mean, u.rtsw))
+        );
+    }
+    println!(
+        "{:<8} {:<10} {:>12} {:>8} {:>8} {:>10} {:>6} {:>6}",
+        "switch", "port", "tx bytes", "ecn", "pauses", "paused ms", "xoff", "drops"
+    );
+    for p in rec.ports.iter().take(12) {
+        println!(
+            "{:<8} {:<10} {:>12} {:>8} {:>8} {:>10.1} {:>6} {:>6}",
+            p.switch,
+            p.port,
+            p.tx_bytes,
+            p.ecn_marked,
+            p.pauses_received,
+            p.paused_ns as f64 / 1e6,
+            p.xoff_events,
+            p.drops
+        );
+    }
+    println!("retransmitted packets {}, CNPs {}", rec.retransmitted_packets, rec.cnps);
+    println!("diagnosis:");
+    for d in &rec.diagnosis {
+        println!("  - {d}");
+    }
+}

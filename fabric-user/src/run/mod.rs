@@ -1,0 +1,417 @@
+//! `fabric run WORKLOAD`: a collective on the testbed's hosts with our RoCEv2 endpoints, and what
+//! the fabric did meanwhile (uplink load and balance from the XDP counters).
+pub mod job;
+pub mod result;
+pub mod rxe;
+pub mod trace;
+
+pub use self::result::{
+    BalanceSummary, IterationResult, RESULTS_SCHEMA, RunOptions, RunResult, accumulate_hosts, balance, print,
+};
+
+use anyhow::{Context as _, Result, ensure};
+use fabric_common::config::HashMode;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::{
+    endpoint::CcMode,
+    endpoint::EndpointOptions,
+    endpoint::SlowReceiver,
+    endpoint::SportPolicy,
+    endpoint::engine::RunClock,
+    endpoint::engine::run_step_in,
+    model::placement::Placement,
+    model::units::parse_size,
+    model::workload::HostTransfer,
+    model::workload::{Collective, schedule},
+    state::State,
+    telemetry::stats::UplinkBytes,
+    testbed,
+};
+use fabric_roce::dcqcn::DcqcnParams;
+
+/// A run as the command line or a workload file states it (one definition for both).
+#[derive(Clone, Debug, clap::Args, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSpec {
+    /// allreduce (ring), alltoall, incast, permutation.
+    #[arg(value_enum, required_unless_present = "file")]
+    pub workload: Option<Collective>,
+    /// Number of ranks (default: every host).
+    #[arg(long)]
+    #[serde(default)]
+    pub ranks: Option<usize>,
+    /// Message size per rank, bytes (K, M, G = x1000; Ki, Mi, Gi = x1024).
+    #[arg(long, default_value = "4Mi")]
+    #[serde(default = "RunSpec::default_message")]
+    pub message: String,
+    #[arg(long, default_value_t = 1)]
+    #[serde(default = "RunSpec::one")]
+    pub iterations: u32,
+    /// contiguous, fragmented, random:SEED or hosts:H1,H2,...
+    #[arg(long, default_value = "contiguous")]
+    #[serde(default = "RunSpec::default_placement")]
+    pub placement: String,
+    /// QPs per connection (QP scaling).
+    #[arg(long, default_value_t = 1)]
+    #[serde(default = "RunSpec::one")]
+    pub qps: u32,
+    /// UDP source port policy.
+    #[arg(long, value_enum, default_value = "per-qp")]
+    #[serde(default = "RunSpec::default_sport")]
+    pub sport: SportPolicy,
+    /// Set every switch's routing mode first: five-tuple, eecmp, pin, or te (the controller places
+    /// this job's flows, greedy largest-first on the least-loaded link; see `fabric_user::te`).
+    #[arg(long)]
+    #[serde(default)]
+    pub hash: Option<String>,
+    /// Re-seed every switch's hash.
+    #[arg(long)]
+    #[serde(default)]
+    pub hash_seed: Option<u32>,
+    /// Rate of one connection (all its QPs), bits/s (K, M, G = x1000); default: the host
+    /// link's modelled rate (tiers.host.rate_gbps / time_scale).
+    #[arg(long)]
+    #[serde(default)]
+    pub rate: Option<String>,
+    /// RoCE path MTU (256, 512, 1024, 2048).
+    #[arg(long, default_value_t = 1024)]
+    #[serde(default = "RunSpec::default_path_mtu")]
+    pub path_mtu: u32,
+    /// The responder ACKs every N packets (and at message end).
+    #[arg(long, default_value_t = 4)]
+    #[serde(default = "RunSpec::default_ack_every")]
+    pub ack_every: u32,
+    /// Most unacknowledged packets per QP. A RoCE NIC does not window RC WRITEs, so the default
+    /// is large (4 MiB at a 1024-byte MTU): only a dead receiver stops a sender.
+    #[arg(long, default_value_t = 4096)]
+    #[serde(default = "RunSpec::default_window")]
+    pub window: u32,
+    /// Workload seed (permutation).
+    #[arg(long, default_value_t = 1)]
+    #[serde(default = "RunSpec::one_u64")]
+    pub seed: u64,
+    /// Congestion control on top of PFC: none, dcqcn, cts.
+    #[arg(long, value_enum, default_value = "none")]
+    #[serde(default)]
+    pub cc: CcMode,
+    /// DSCP of data and ACKs (class = DSCP >> 3; 26 is the lossless class 3).
+    #[arg(long, default_value_t = 26)]
+    #[serde(default = "RunSpec::default_dscp")]
+    pub dscp: u8,
+    /// Send data and ACKs ECN-capable (ECT(0)), so switches mark CE instead of dropping.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    #[serde(default = "RunSpec::yes")]
+    pub ecn: bool,
+    /// CTS: chunks each receiver grants at once.
+    #[arg(long, default_value_t = 4)]
+    #[serde(default = "RunSpec::default_cts_channels")]
+    pub cts_channels: u32,
+    /// CTS: bytes of one chunk (Ki, Mi = x1024).
+    #[arg(long, default_value = "256Ki")]
+    #[serde(default = "RunSpec::default_cts_buffer")]
+    pub cts_buffer: String,
+    /// HOST[:SECONDS]: that host acts as a NIC with a full buffer for SECONDS (default 1) from
+    /// the start: it sends PFC XOFF to its switch and reads nothing.
+    #[arg(long, value_name = "HOST[:SECONDS]")]
+    #[serde(default)]
+    pub slow_receiver: Option<String>,
+    /// DCQCN parameters in unslowed time (a `[dcqcn]` table in workload files; the fields of
+    /// `roce::dcqcn::DcqcnParams`, each optional).
+    #[arg(skip)]
+    #[serde(default)]
+    pub dcqcn: Option<DcqcnParams>,
+}
+
+impl RunSpec {
+    fn default_message() -> String {
+        "4Mi".into()
+    }
+    fn one() -> u32 {
+        1
+    }
+    fn one_u64() -> u64 {
+        1
+    }
+    fn default_placement() -> String {
+        "contiguous".into()
+    }
+    fn default_sport() -> SportPolicy {
+        SportPolicy::PerQp
+    }
+    fn default_dscp() -> u8 {
+        fabric_roce::traffic_class::DSCP_ROCE
+    }
+    fn yes() -> bool {
+        true
+    }
+    fn default_cts_channels() -> u32 {
+        4
+    }
+    fn default_cts_buffer() -> String {
+        "256Ki".into()
+    }
+    fn default_path_mtu() -> u32 {
+        1024
+    }
+    fn default_ack_every() -> u32 {
+        4
+    }
+    fn default_window() -> u32 {
+        4096
+    }
+
+    /// Reads a workload file (TOML; the fields are the long flags of `fabric run`).
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading workload {}", path.display()))?;
+        let spec: RunSpec = toml::from_str(&text).with_context(|| format!("workload file {}", path.display()))?;
+        ensure!(spec.workload.is_some(), "{}: `workload` is missing", path.display());
+        Ok(spec)
+    }
+
+    pub fn to_options(&self) -> Result<RunOptions> {
+        let hash = self
+            .hash
+            .as_deref()
+            .map(|h| {
+                HashMode::parse(h).with_context(|| format!("hash: unknown mode {h:?}; five-tuple, eecmp, pin or te"))
+            })
+            .transpose()?;
+        Ok(RunOptions {
+            collective: self.workload.context("no workload given")?,
+            ranks: self.ranks,
+            message_bytes: parse_size(&self.message).map_err(|e| anyhow::anyhow!("message: {e}"))?,
+            iterations: self.iterations,
+            placement: Placement::parse(&self.placement)?,
+            hash,
+            hash_seed: self.hash_seed,
+            seed: self.seed,
+            endpoint: EndpointOptions {
+                qps: self.qps,
+                sport: self.sport,
+                path_mtu: self.path_mtu,
+                rate_bps: match &self.rate {
+                    Some(r) => parse_size(r).map_err(|e| anyhow::anyhow!("rate: {e}"))?,
+                    None => 0,
+                },
+                ack_every: self.ack_every,
+                window: {
+                    ensure!(
+                        (1..=1 << 20).contains(&self.window),
+                        "window: {} must be 1..=1048576 packets",
+                        self.window
+                    );
+                    self.window
+                },
+                dscp: {
+                    ensure!(self.dscp < 64, "dscp: {} is not a 6-bit DSCP", self.dscp);
+                    self.dscp
+                },
+                ecn: self.ecn,
+                cc: self.cc,
+                dcqcn: match self.dcqcn {
+                    Some(p) => {
+                        p.validate().context("[dcqcn]")?;
+                        p
+                    }
+                    None => DcqcnParams::default(),
+                },
+                cts_channels: self.cts_channels,
+                cts_buffer_bytes: parse_size(&self.cts_buffer).map_err(|e| anyhow::anyhow!("cts_buffer: {e}"))?,
+                slow_receiver: self
+                    .slow_receiver
+                    .as_deref()
+                    .map(SlowReceiver::parse)
+                    .transpose()
+                    .map_err(|e| anyhow::anyhow!("slow_receiver: {e}"))?,
+                ..Default::default()
+            },
+        })
+    }
+}
+
+pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
+    crate::sys::netns::require_capabilities()?;
+    let plan = &state.plan;
+    ensure!(opts.iterations >= 1, "at least one iteration");
+    ensure!(
+        opts.endpoint.path_mtu + 20 + 8 + 12 + 16 + 4 <= plan.topology.mtu,
+        "path MTU {} does not fit the link MTU {}",
+        opts.endpoint.path_mtu,
+        plan.topology.mtu
+    );
+    let ranks = opts.ranks.unwrap_or_else(|| plan.hosts().count());
+    let hosts = opts.placement.place(plan, ranks)?;
+    if let Some(mode) = opts.hash {
+        testbed::set_hash_mode(state, mode, opts.hash_seed)?;
+    }
+    let hash = match opts.hash {
+        Some(m) => m.as_str().to_string(),
+        None => plan.nodes[plan.switches().next().context("no switches")?].hash.as_str().to_string(),
+    };
+    // The endpoints run in the topology's slowed time.
+    let mut opts = opts.clone();
+    opts.endpoint.time_scale = plan.topology.time_scale;
+    let opts = &opts;
+    let clock = RunClock { start: std::time::Instant::now() };
+    let mut hosts_result = Vec::new();
+    let steps = schedule(opts.collective, ranks, opts.message_bytes, opts.seed);
+    // Traffic engineering: the controller places this job's flows before it starts.
+    let te_flows = if opts.hash == Some(fabric_common::config::HashMode::Te) {
+        let host_steps: Vec<Vec<HostTransfer>> =
+            steps.iter().map(|s| crate::model::workload::on_hosts(s, &hosts)).collect();
+        let flows = crate::te::job_flows(plan, &host_steps, &opts.endpoint);
+        Some(crate::te::install(state, &flows)?.flows)
+    } else {
+        None
+    };
+    let bar =
+        if quiet { ProgressBar::hidden() } else { ProgressBar::new(u64::from(opts.iterations) * steps.len() as u64) };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} steps {msg}").expect("valid"),
+    );
+
+    let before = UplinkBytes::read(state)?;
+    let stats_before = crate::telemetry::stats::collect(state)?;
+    let congestion_before = stats_before.congestion.clone();
+    let job = crate::run::job::JobClock::start(plan);
+    let link_rate = crate::endpoint::engine::host_link_rate_bps(plan, plan.topology.time_scale);
+    // Per flow: achieved goodput over what the flow could get, i.e. its intended rate capped by
+    // a fair share of the busier of its two host links.
+    let mut achieved = Vec::new();
+    let mut iterations = Vec::new();
+    let mut flows = Vec::new();
+    let mut last_step_uplinks = Vec::new();
+    let mut bytes_needed = 0;
+    let mut bytes_delivered = 0;
+    for it in 0..opts.iterations {
+        bar.set_message(format!("iteration {}", it + 1));
+        let mut step_ns = Vec::new();
+        flows.clear();
+        let mut step_uplinks = Vec::new();
+        let mut step_before = UplinkBytes::read_uplinks(state)?;
+        for step in &steps {
+            let transfers = crate::model::workload::on_hosts(step, &hosts);
+            bytes_needed += transfers.iter().map(|t| t.bytes).sum::<u64>();
+            let r = run_step_in(plan, &transfers, &opts.endpoint, &clock)?;
+            step_ns.push(r.duration_ns);
+            accumulate_hosts(&mut hosts_result, &r.hosts);
+            bytes_delivered += r.flows.iter().map(|f| f.bytes_received).sum::<u64>();
+            for f in &r.flows {
+                let out_degree = r.flows.iter().filter(|g| g.src == f.src).count().max(1);
+                let in_degree = r.flows.iter().filter(|g| g.dst == f.dst).count().max(1);
+                let fair = link_rate as f64 / out_degree.max(in_degree) as f64;
+                achieved.push(f.goodput_bps / (f.intended_bps as f64).min(fair).max(1.0));
+            }
+            flows.extend(r.flows);
+            // Per-step uplink load, for the job's report (which step was slow, and where).
+            let now = UplinkBytes::read_uplinks(state)?;
+            step_uplinks.push(now.since(&step_before));
+            step_before = now;
+            bar.inc(1);
+        }
+        last_step_uplinks = step_uplinks;
+        let completion_ns: u64 = step_ns.iter().sum();
+        let modelled_completion_ns = completion_ns as f64 / plan.topology.time_scale.max(1) as f64;
+        iterations.push(IterationResult { completion_ns, modelled_completion_ns, step_ns });
+    }
+    bar.finish_and_clear();
+    let uplinks = UplinkBytes::read(state)?.since(&before);
+    // The agents write their telemetry every 100 ms: wait for the last of this run.
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    let congestion = crate::telemetry::stats::congestion_totals(state)?.since(&congestion_before);
+    let achieved_over_intended = achieved.iter().sum::<f64>() / achieved.len().max(1) as f64;
+    let stats_after = crate::telemetry::stats::collect(state)?;
+    let mut result = RunResult {
+        job_id: job.id.clone(),
+        schema: RESULTS_SCHEMA,
+        testbed: plan.topology.prefix.clone(),
+        options: opts.clone(),
+        placement: hosts.iter().map(|&h| plan.nodes[h].name.clone()).collect(),
+        hash,
+        iterations,
+        bytes_delivered,
+        bytes_needed,
+        balance: balance(&uplinks),
+        uplinks,
+        flows,
+        achieved_over_intended,
+        cpu_limited: achieved_over_intended < 0.8,
+        congestion,
+        te_flows,
+        cc: opts.endpoint.cc,
+        time_scale: opts.endpoint.time_scale,
+        hosts: {
+            hosts_result.sort_by(|a, b| a.host.cmp(&b.host));
+            hosts_result
+        },
+        cts_bound_bytes: (opts.endpoint.cc == CcMode::Cts)
+            .then(|| u64::from(opts.endpoint.cts_channels) * opts.endpoint.cts_buffer_bytes),
+        diagnosis: Vec::new(),
+    };
+    // Every run is a job: its counters over its lifetime, joined with its completion times.
+    let record = job.finish(&result, &stats_before, &stats_after, last_step_uplinks);
+    result.diagnosis = record.diagnosis.clone();
+    record.save()?;
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shipped_workload_file_is_valid() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed/workloads");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let spec = RunSpec::from_file(&path).unwrap_or_else(|e| panic!("{e:#}"));
+                spec.to_options().unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 5);
+    }
+
+    #[test]
+    fn congestion_fields_of_a_workload_file() {
+        let spec: RunSpec = toml::from_str(
+            "workload = \"incast\"\ncc = \"dcqcn\"\necn = false\ndscp = 24\nslow_receiver = \"z0r0h0:2\"\n\
+             cts_buffer = \"64Ki\"\n[dcqcn]\ncnp_interval_ns = 4000\n",
+        )
+        .unwrap();
+        let o = spec.to_options().unwrap().endpoint;
+        assert_eq!((o.cc, o.ecn, o.dscp, o.cts_buffer_bytes, o.rate_bps), (CcMode::Dcqcn, false, 24, 65536, 0));
+        assert_eq!(o.dcqcn.cnp_interval_ns, 4000);
+        assert_eq!(o.dcqcn.g, DcqcnParams::default().g, "unnamed parameters keep their defaults");
+        assert_eq!(o.slow_receiver, Some(SlowReceiver { host: "z0r0h0".into(), duration_ns: 2_000_000_000 }));
+        let o = toml::from_str::<RunSpec>("workload = \"incast\"\n").unwrap().to_options().unwrap().endpoint;
+        assert_eq!((o.cc, o.ecn, o.dscp, o.cts_channels), (CcMode::None, true, 26, 4));
+    }
+
+    #[test]
+    fn bad_workload_files_name_the_problem() {
+        let dir = std::env::temp_dir().join(format!("fabric-wl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (text, expect) in [
+            ("workload = \"allreduce\"\nqpz = 3\n", "qpz"),
+            ("workload = \"ring\"\n", "ring"),
+            ("qps = 3\n", "workload"),
+            ("workload = \"allreduce\"\nhash = \"random\"\n", "hash"),
+            ("workload = \"allreduce\"\nmessage = \"4X\"\n", "message"),
+            ("workload = \"allreduce\"\ncc = \"reno\"\n", "reno"),
+            ("workload = \"allreduce\"\n[dcqcn]\ng = 2.0\n", "dcqcn"),
+            ("workload = \"allreduce\"\n[dcqcn]\ngain = 0.5\n", "gain"),
+            ("workload = \"allreduce\"\nslow_receiver = \"z0r0h0:x\"\n", "slow_receiver"),
+            ("workload = \"allreduce\"\ndscp = 64\n", "dscp"),
+        ] {
+            let p = dir.join("w.toml");
+            std::fs::write(&p, text).unwrap();
+            let err = RunSpec::from_file(&p).and_then(|s| s.to_options()).expect_err(text);
+            assert!(format!("{err:#}").contains(expect), "{text}: {err:#}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,241 @@
+//! The one result type of a run on the testbed (`fabric.run/2`), and how it is printed.
+use fabric_common::config::HashMode;
+use serde::Serialize;
+
+use crate::{
+    endpoint::CcMode, endpoint::EndpointOptions, endpoint::engine::FlowResult, endpoint::engine::HostResult,
+    model::placement::Placement, model::workload::Collective, telemetry::stats::UplinkLoad,
+};
+
+/// The version of the results schema (documented in `testbed/workloads/README.md`).
+/// 2: congestion control (`cc`, per-flow CE/CNP counts and rate trajectories, per-host PFC),
+/// and the default rate is the host link's modelled rate.
+pub const RESULTS_SCHEMA: &str = "fabric.run/2";
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunOptions {
+    pub collective: Collective,
+    /// Number of ranks (default: every host).
+    pub ranks: Option<usize>,
+    pub message_bytes: u64,
+    pub iterations: u32,
+    pub placement: Placement,
+    /// Hash mode to set on every switch before the run (default: leave as configured); the
+    /// result's `hash` field records the mode in force.
+    #[serde(skip)]
+    pub hash: Option<HashMode>,
+    /// Re-seed every switch's hash (per switch: derived from this and its position).
+    pub hash_seed: Option<u32>,
+    /// Seed of the workload itself (permutation).
+    pub seed: u64,
+    pub endpoint: EndpointOptions,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct IterationResult {
+    /// Collective completion time, wall-clock ns.
+    pub completion_ns: u64,
+    /// The same in the modelled network's time (wall / `RunResult::time_scale`).
+    pub modelled_completion_ns: f64,
+    pub step_ns: Vec<u64>,
+}
+
+/// Uplink balance over all RTSWs that carried traffic.
+#[derive(Clone, Debug, Serialize)]
+pub struct BalanceSummary {
+    pub mean_max_over_mean: f64,
+    pub worst_max_over_mean: f64,
+    pub mean_jain: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    pub schema: &'static str,
+    /// The job this run was (`fabric report JOB`; `results/jobs/JOB.json`).
+    pub job_id: String,
+    pub testbed: String,
+    pub options: RunOptions,
+    /// Host of each rank.
+    pub placement: Vec<String>,
+    /// Switch hash mode during the run.
+    pub hash: String,
+    pub iterations: Vec<IterationResult>,
+    /// Every flow of every step of the last iteration.
+    pub flows: Vec<FlowResult>,
+    pub uplinks: Vec<UplinkLoad>,
+    pub balance: BalanceSummary,
+    /// Bytes the collective had to move, and bytes the receivers accepted (in order, once).
+    pub bytes_needed: u64,
+    pub bytes_delivered: u64,
+    /// Achieved over possible rate, averaged over flows (possible: the intended rate capped by a
+    /// fair share of the flow's busier host link): well under 1 means this machine's CPU, or
+    /// congestion inside the fabric, limited the run.
+    pub achieved_over_intended: f64,
+    /// What the switches' congestion model did during the run: ECN marks, drops, pauses (the
+    /// frames the agents sent and the switches received), paused time, the model's error.
+    pub congestion: crate::telemetry::stats::CongestionTotals,
+    /// The job report's short diagnosis (see `fabric report`).
+    pub diagnosis: Vec<String>,
+    /// With `hash = "te"`: how many flows the controller placed (their entries take precedence
+    /// over the hash in every switch).
+    pub te_flows: Option<usize>,
+    pub cpu_limited: bool,
+    /// Congestion control on top of PFC.
+    pub cc: CcMode,
+    /// The topology's time scale the endpoints ran at (rates / S, timers x S).
+    pub time_scale: u64,
+    /// Per host, over every step of every iteration: PFC frames received and sent, paused time
+    /// (summed), CTS's most bytes in flight toward it (max).
+    pub hosts: Vec<HostResult>,
+    /// CTS: the bound on bytes in flight toward one receiver (channels x buffer).
+    pub cts_bound_bytes: Option<u64>,
+}
+
+/// Adds a step's host counters to the run's (also the trace replay's).
+pub fn accumulate_hosts(all: &mut Vec<HostResult>, step: &[HostResult]) {
+    for h in step {
+        let i = match all.iter().position(|a| a.host == h.host) {
+            Some(i) => i,
+            None => {
+                all.push(HostResult { host: h.host.clone(), ..Default::default() });
+                all.len() - 1
+            }
+        };
+        let a = &mut all[i];
+        a.pause_frames_received += h.pause_frames_received;
+        a.paused_ns += h.paused_ns;
+        a.pause_frames_sent += h.pause_frames_sent;
+        a.cts_max_in_flight_bytes = a.cts_max_in_flight_bytes.max(h.cts_max_in_flight_bytes);
+        a.udp_receive_drops += h.udp_receive_drops;
+    }
+}
+
+pub fn balance(uplinks: &[UplinkLoad]) -> BalanceSummary {
+    let active: Vec<&UplinkLoad> = uplinks.iter().filter(|u| u.tx_bytes.iter().any(|t| t.1 > 0)).collect();
+    let n = active.len().max(1) as f64;
+    BalanceSummary {
+        mean_max_over_mean: active.iter().map(|u| u.max_over_mean).sum::<f64>() / n,
+        worst_max_over_mean: active.iter().map(|u| u.max_over_mean).fold(0.0, f64::max),
+        mean_jain: active.iter().map(|u| u.jain).sum::<f64>() / n,
+    }
+}
+
+pub fn print(r: &RunResult) {
+    let o = &r.options;
+    println!(
+        "{} on {} ranks ({}), {} bytes x {} iterations; {} QP(s) per connection, sport {}, switch hash {}",
+        o.collective.as_str(),
+        r.placement.len(),
+        match &o.placement {
+            Placement::Contiguous => "contiguous".to_string(),
+            Placement::Fragmented => "fragmented".to_string(),
+            Placement::Random { seed } => format!("random:{seed}"),
+            Placement::Explicit { .. } => "explicit".to_string(),
+        },
+        o.message_bytes,
+        o.iterations,
+        o.endpoint.qps,
+        o.endpoint.sport.as_str(),
+        r.hash
+    );
+    for (i, it) in r.iterations.iter().enumerate() {
+        println!(
+            "  iteration {}: completion {:.2} ms wall = {:.2} µs modelled (time scale {})",
+            i + 1,
+            it.completion_ns as f64 / 1e6,
+            it.completion_ns as f64 / 1e3 / r.time_scale.max(1) as f64,
+            r.time_scale
+        );
+    }
+    println!("{:<8} {:>9} {:>6}  bytes per uplink (this run)", "rtsw", "max/mean", "jain");
+    for u in &r.uplinks {
+        let loads: Vec<String> = u.tx_bytes.iter().map(|(p, b)| format!("{p}={b}")).collect();
+        println!("{:<8} {:>9.2} {:>6.3}  {}", u.rtsw, u.max_over_mean, u.jain, loads.join(" "));
+    }
+    println!(
+        "uplink balance: mean max/mean {:.2}, worst {:.2}, mean Jain {:.3}",
+        r.balance.mean_max_over_mean, r.balance.worst_max_over_mean, r.balance.mean_jain
+    );
+    let retx: u64 = r.flows.iter().map(|f| f.retransmitted).sum();
+    println!(
+        "endpoints: achieved/intended rate {:.2}{}; {} retransmitted packets",
+        r.achieved_over_intended,
+        if r.cpu_limited { " (under 0.8: the CPU or congestion in the fabric set the pace)" } else { "" },
+        retx
+    );
+    print_congestion(r);
+}
+
+/// The congestion table: what CE marks, CNPs, PFC and CTS did.
+fn print_congestion(r: &RunResult) {
+    println!("congestion control: {} (time scale {})", r.cc.as_str(), r.time_scale);
+    let c = &r.congestion;
+    println!(
+        "switches: {} ECN marks, {} lossy drops, PFC sent {} (xoff {} refresh {} xon {}) received {}, \
+         paused {:.1} ms, max queue {:.0} KiB, {} sent into a paused port (model error), {} above headroom, {} watchdog storms",
+        c.ecn_marked,
+        c.overflow_drops,
+        c.pfc_xoff_sent + c.pfc_refresh_sent + c.pfc_xon_sent,
+        c.pfc_xoff_sent,
+        c.pfc_refresh_sent,
+        c.pfc_xon_sent,
+        c.pfc_frames_received,
+        c.paused_ns as f64 / 1e6,
+        c.max_depth_bytes as f64 / 1024.0,
+        c.sent_while_paused,
+        c.over_headroom,
+        c.watchdog_storms
+    );
+    let marked: Vec<&FlowResult> =
+        r.flows.iter().filter(|f| f.ce_packets + f.cnps_sent + f.cnps_received > 0).collect();
+    if !marked.is_empty() || r.cc == CcMode::Dcqcn {
+        println!(
+            "  {:<20} {:>8} {:>8} {:>8} {:>12} {:>12}",
+            "flow", "CE pkts", "CNP tx", "CNP rx", "min Mbit/s", "last Mbit/s"
+        );
+        for f in r.flows.iter().filter(|f| r.cc == CcMode::Dcqcn || f.ce_packets > 0) {
+            let min = f.rate_trajectory.iter().map(|s| s.1).min();
+            let last = f.rate_trajectory.last().map(|s| s.1);
+            let mbit = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{:.2}", v as f64 / 1e6));
+            println!(
+                "  {:<20} {:>8} {:>8} {:>8} {:>12} {:>12}",
+                format!("{}->{}", f.src, f.dst),
+                f.ce_packets,
+                f.cnps_sent,
+                f.cnps_received,
+                mbit(min),
+                mbit(last)
+            );
+        }
+    }
+    let busy: Vec<&HostResult> = r
+        .hosts
+        .iter()
+        .filter(|h| h.pause_frames_received + h.pause_frames_sent + h.cts_max_in_flight_bytes > 0)
+        .collect();
+    if busy.is_empty() {
+        println!("  no PFC frame reached or left a host");
+    } else {
+        println!("  {:<10} {:>10} {:>12} {:>10} {:>16}", "host", "PFC rx", "paused ms", "PFC tx", "CTS max in flight");
+        for h in busy {
+            println!(
+                "  {:<10} {:>10} {:>12.2} {:>10} {:>16}",
+                h.host,
+                h.pause_frames_received,
+                h.paused_ns as f64 / 1e6,
+                h.pause_frames_sent,
+                h.cts_max_in_flight_bytes
+            );
+        }
+    }
+    if let Some(b) = r.cts_bound_bytes {
+        println!("  CTS bound: {b} bytes in flight per receiver");
+    }
+    let host_drops: u64 = r.hosts.iter().map(|h| h.udp_receive_drops).sum();
+    if host_drops > 0 {
+        println!(
+            "  hosts' kernels dropped {host_drops} datagrams on full receive sockets (the software endpoints \
+             fell behind: loss outside the fabric, resent by go-back-N)"
+        );
+    }
+}

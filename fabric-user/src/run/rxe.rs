@@ -1,0 +1,1030 @@
+//! Workloads on rxe hosts (`fabric up --endpoints rxe`): perftest point to point through the
+//! fabric with rxe's own counters, the XDP uplink counters and the UDP source ports seen on the
+//! wire; and `fabric rxe smoke`, the end-to-end check `cargo xtask vm` runs.
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use serde::Serialize;
+
+use crate::{
+    endpoint::rxe_udp_sport,
+    model::topology::Topology,
+    state::State,
+    telemetry::stats::{self, CongestionTotals, UplinkBytes, UplinkLoad},
+    testbed,
+    testbed::UpSummary,
+    testbed::rxe::{self, ERROR_COUNTERS, PFC_NOTE, RxeHost, RxeLayout, RxeOptions},
+};
+
+#[derive(Debug, clap::Args)]
+pub struct RxeArgs {
+    #[command(subcommand)]
+    pub command: RxeCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum RxeCommand {
+    /// perftest (ib_write_bw / ib_send_bw / ib_read_bw) between two rxe hosts of a testbed.
+    Perftest {
+        #[command(flatten)]
+        spec: PerftestSpec,
+        /// Testbed prefix (default: the default topology's).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Write the result (JSON, schema fabric.rxe-perftest/1) here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Ring AllReduce over every rxe host with our verbs program (fabric-verbs-allreduce, one
+    /// process per rank): a fabric.run/2 result, plus rxe's counters.
+    Allreduce {
+        #[command(flatten)]
+        spec: AllreduceSpec,
+        /// Testbed prefix (default: the default topology's).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Write the result (JSON, schema fabric.run/2 with `endpoints: "rxe"`) here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Bring up testbed/rxe-smoke.toml with rxe hosts, run `ib_write_bw -q 4` across racks with
+    /// ECT traffic, check it (uplinks both used, rxe counters clean), tear down.
+    Smoke {
+        #[arg(long, default_value = "testbed/rxe-smoke.toml")]
+        topology: PathBuf,
+        /// Directory for the result JSON and the capture.
+        #[arg(long, default_value = "results/rxe")]
+        out: PathBuf,
+        /// Also run the verbs ring AllReduce (fabric-user/verbs) on the same fabric. Off in the
+        /// default (CI) run: under software emulation it has hung once in a few runs.
+        #[arg(long)]
+        allreduce: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PerftestKind {
+    Write,
+    Send,
+    Read,
+}
+
+impl PerftestKind {
+    fn binary(self) -> &'static str {
+        match self {
+            PerftestKind::Write => "ib_write_bw",
+            PerftestKind::Send => "ib_send_bw",
+            PerftestKind::Read => "ib_read_bw",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, clap::Args)]
+pub struct PerftestSpec {
+    #[arg(long, value_enum, default_value = "write")]
+    pub test: PerftestKind,
+    /// Client (requester) host, e.g. z0r0h0 (default: the first host).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Server host (default: the last host).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// QPs (perftest -q).
+    #[arg(long, default_value_t = 1)]
+    pub qps: u32,
+    /// Message size, bytes (perftest -s).
+    #[arg(long, default_value_t = 65536)]
+    pub size: u32,
+    /// Iterations (perftest -n, at least 5).
+    #[arg(long, default_value_t = 100)]
+    pub iters: u32,
+    /// IP traffic class (perftest --tclass): 106 = DSCP 26 (lossless class 3) + ECT(0).
+    #[arg(long, default_value_t = 106)]
+    pub tclass: u8,
+    /// Outstanding work requests per QP (perftest -t). Under software emulation rxe moves a
+    /// few thousand packets per second: a deep queue outlasts the retransmission timer.
+    #[arg(long, default_value_t = 16)]
+    pub tx_depth: u32,
+    /// QP retransmission timeout exponent, 4.096 us x 2^N (perftest -u); 18 is about 1 s.
+    #[arg(long, default_value_t = 18)]
+    pub qp_timeout: u8,
+    /// TCP port of perftest's connection exchange.
+    #[arg(long, default_value_t = 18515)]
+    pub port: u16,
+    /// Capture the RoCE frames arriving at the server's veth (UDP source ports, CE marks); the
+    /// server's own ACKs and responses are not in it.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub capture: bool,
+}
+
+/// One UDP source port seen on the wire.
+#[derive(Clone, Debug, Serialize)]
+pub struct SportSeen {
+    pub sport: u16,
+    pub dest_qps: Vec<u32>,
+    pub packets: u64,
+    pub ce_marked: u64,
+}
+
+/// A QP pair as perftest reports it, and the source port rxe derives from it.
+#[derive(Clone, Debug, Serialize)]
+pub struct QpPair {
+    pub local_qpn: u32,
+    pub remote_qpn: u32,
+    pub rxe_udp_sport: u16,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PerftestResult {
+    pub schema: &'static str,
+    pub testbed: String,
+    pub endpoints: &'static str,
+    pub kernel: String,
+    pub spec: PerftestSpec,
+    pub from: String,
+    pub to: String,
+    pub devices: (String, String),
+    pub gid_indexes: (u32, u32),
+    pub gbps_average: f64,
+    pub gbps_peak: f64,
+    /// Ethernet bytes of the RoCE frames that reached the server's veth over the capture's span.
+    pub gbps_wire: f64,
+    pub mpps: f64,
+    pub seconds: f64,
+    /// RTSW uplink bytes during the run (XDP counters) and their balance.
+    pub uplinks: Vec<UplinkLoad>,
+    /// The client RTSW's uplinks that carried at least 10 % of its uplink bytes.
+    pub client_rtsw_uplinks_used: usize,
+    pub congestion: CongestionTotals,
+    /// rxe hw_counters of both devices, what the run added.
+    pub rxe_counters: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Non-zero error counters (must be empty).
+    pub rxe_errors: Vec<String>,
+    /// Every packet one device sent the other received (a frame failing the ICRC check would be
+    /// dropped by the receiver and break this).
+    pub packets_conserved: bool,
+    pub qp_pairs: Vec<QpPair>,
+    /// Source ports of the RoCE frames that reached the server (empty without capture).
+    pub udp_sports: Vec<SportSeen>,
+    pub captured_frames: u64,
+    pub pfc: &'static str,
+    pub perftest_output: String,
+}
+
+pub fn main(args: &RxeArgs) -> Result<()> {
+    match &args.command {
+        RxeCommand::Perftest { spec, prefix, json } => {
+            let prefix = match prefix {
+                Some(p) => p.clone(),
+                None => Topology::load(None)?.prefix,
+            };
+            let state = State::load(&prefix)?;
+            let layout = RxeLayout::load(&prefix)?;
+            let r = perftest(&state, &layout, spec, None)?;
+            print(&r);
+            let path =
+                json.clone().unwrap_or_else(|| PathBuf::from(format!("results/rxe-{}.json", spec.test.binary())));
+            write_json(&path, &r)?;
+        }
+        RxeCommand::Smoke { topology, out, allreduce } => smoke(topology, out, *allreduce)?,
+        RxeCommand::Allreduce { spec, prefix, json } => {
+            let prefix = match prefix {
+                Some(p) => p.clone(),
+                None => Topology::load(None)?.prefix,
+            };
+            let state = State::load(&prefix)?;
+            let layout = RxeLayout::load(&prefix)?;
+            let r = allreduce(&state, &layout, spec)?;
+            print_allreduce(&r);
+            let path = json.clone().unwrap_or_else(|| PathBuf::from("results/rxe-allreduce.json"));
+            write_json(&path, &r)?;
+        }
+    }
+    Ok(())
+}
+
+/// `fabric up --endpoints rxe`.
+pub fn up_and_report(topo: &Topology, quiet: bool) -> Result<UpSummary> {
+    let (s, layout) = testbed::up_rxe(topo, quiet, RxeOptions { create_devices: true })?;
+    for h in &layout.hosts {
+        println!(
+            "rxe host {}: {} on {} ({}), GID index {}{}",
+            h.host,
+            h.device.as_deref().unwrap_or("-"),
+            h.ifname,
+            h.ipv4,
+            h.gid_index.map_or("-".into(), |i| i.to_string()),
+            h.netns.as_ref().map_or(String::new(), |n| format!(", namespace {n}"))
+        );
+    }
+    println!("note: {PFC_NOTE}");
+    Ok(s)
+}
+
+fn kernel() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
+}
+
+fn command_in(host: &RxeHost, program: &str) -> Command {
+    match &host.netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, program]);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+/// Whether something listens on TCP `port` in this thread's namespace.
+fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).unwrap_or_default().lines().skip(1).any(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            c.len() > 3 && c[1].ends_with(&want) && c[3] == "0A"
+        })
+    })
+}
+
+fn wait_child(child: &mut Child, timeout: Duration, what: &str) -> Result<std::process::Output> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if child.try_wait()?.is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut out = std::process::Output { status: child.wait()?, stdout: Vec::new(), stderr: Vec::new() };
+    use std::io::Read as _;
+    if let Some(mut s) = child.stdout.take() {
+        s.read_to_end(&mut out.stdout)?;
+    }
+    if let Some(mut s) = child.stderr.take() {
+        s.read_to_end(&mut out.stderr)?;
+    }
+    Ok(out)
+}
+
+fn counters_of(dev: &str) -> Result<BTreeMap<String, u64>> {
+    rxe::hw_counters(dev)
+}
+
+fn delta(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after.iter().map(|(k, v)| (k.clone(), v.saturating_sub(before.get(k).copied().unwrap_or(0)))).collect()
+}
+
+/// Runs one perftest between two rxe hosts. `capture_dir`: where to keep the pcap.
+pub fn perftest(
+    state: &State,
+    layout: &RxeLayout,
+    spec: &PerftestSpec,
+    capture_dir: Option<&Path>,
+) -> Result<PerftestResult> {
+    ensure!(spec.iters >= 5, "perftest needs at least 5 iterations");
+    let from = match &spec.from {
+        Some(h) => layout.host(h)?,
+        None => layout.hosts.first().context("no rxe hosts")?,
+    };
+    let to = match &spec.to {
+        Some(h) => layout.host(h)?,
+        None => layout.hosts.last().context("no rxe hosts")?,
+    };
+    ensure!(from.host != to.host, "--from and --to are the same host");
+    let (dev_a, dev_b) = (
+        from.device.clone().context("the client host has no rxe device")?,
+        to.device.clone().context("the server host has no rxe device")?,
+    );
+    let (gid_a, gid_b) = (from.gid_index.context("no GID index")?, to.gid_index.context("no GID index")?);
+    let common = |dev: &str, gid: u32| -> Vec<String> {
+        let mut v: Vec<String> = vec![
+            "-d".into(),
+            dev.into(),
+            "-x".into(),
+            gid.to_string(),
+            "-q".into(),
+            spec.qps.to_string(),
+            "-s".into(),
+            spec.size.to_string(),
+            "-n".into(),
+            spec.iters.to_string(),
+            "-p".into(),
+            spec.port.to_string(),
+            "-t".into(),
+            spec.tx_depth.to_string(),
+            "-u".into(),
+            spec.qp_timeout.to_string(),
+            "-F".into(),
+            "--report_gbits".into(),
+        ];
+        if spec.tclass != 0 {
+            v.push(format!("--tclass={}", spec.tclass));
+        }
+        v
+    };
+    let before_uplinks = UplinkBytes::read(state)?;
+    let before_cong = stats::congestion_totals(state)?;
+    let (before_a, before_b) = (counters_of(&dev_a)?, counters_of(&dev_b)?);
+
+    let pcap = capture_dir.map(|d| d.join(format!("rxe-{}-q{}.pcap", spec.test.binary(), spec.qps)));
+    let mut tcpdump = None;
+    if spec.capture {
+        // Captured to local storage (tcpdump runs as its own user), copied to `capture_dir` after.
+        let dir = std::env::temp_dir().join(format!("fabric-rxe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        // World-writable: tcpdump drops to its own user before opening the file.
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+        let file = dir.join("capture.pcap");
+        let mut c = command_in(to, "tcpdump");
+        c.args(["-i", &to.ifname, "-Z", "root", "-nn", "-s", "96", "-c", "20000", "-w"])
+            .arg(&file)
+            .args(["udp", "dst", "port", "4791", "and", "dst", "host", &to.ipv4.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        match c.spawn() {
+            Ok(child) => {
+                // tcpdump says "listening on" once its socket is open.
+                std::thread::sleep(Duration::from_millis(1500));
+                tcpdump = Some((child, file));
+            }
+            Err(e) => eprintln!("warning: no capture (tcpdump: {e})"),
+        }
+    }
+
+    let mut server = command_in(to, spec.test.binary())
+        .args(common(&dev_b, gid_b))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {} (apt-get install perftest)", spec.test.binary()))?;
+    let t0 = Instant::now();
+    while !tcp_listening(spec.port) {
+        if server.try_wait()?.is_some() || t0.elapsed() > Duration::from_secs(30) {
+            let out = wait_child(&mut server, Duration::from_secs(1), "server")?;
+            bail!("the perftest server did not start: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let start = Instant::now();
+    let mut client = command_in(from, spec.test.binary())
+        .args(common(&dev_a, gid_a))
+        .arg(to.ipv4.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let client_out = wait_child(&mut client, Duration::from_secs(300), "the perftest client");
+    let server_out = wait_child(&mut server, Duration::from_secs(30), "the perftest server");
+    let seconds = start.elapsed().as_secs_f64();
+    let mut captured = Vec::new();
+    if let Some((mut child, file)) = tcpdump {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let _ = wait_child(&mut child, Duration::from_secs(10), "tcpdump");
+        match read_pcap_timed(&file) {
+            Ok(c) => captured = c,
+            Err(e) => eprintln!("warning: could not read the capture: {e:#}"),
+        }
+        if let Some(p) = &pcap {
+            if let Some(d) = p.parent() {
+                std::fs::create_dir_all(d)?;
+            }
+            std::fs::copy(&file, p).with_context(|| format!("copying the capture to {}", p.display()))?;
+        }
+        let _ = std::fs::remove_dir_all(file.parent().expect("in a directory"));
+    }
+    let client_out = client_out?;
+    let server_out = server_out?;
+    let text = String::from_utf8_lossy(&client_out.stdout).into_owned() + &String::from_utf8_lossy(&client_out.stderr);
+    ensure!(
+        client_out.status.success(),
+        "{} client failed ({}):\n{text}\nserver:\n{}{}",
+        spec.test.binary(),
+        client_out.status,
+        String::from_utf8_lossy(&server_out.stdout),
+        String::from_utf8_lossy(&server_out.stderr)
+    );
+    let (gbps_peak, gbps_average, mpps) = parse_bw(&text).with_context(|| format!("no bandwidth line in:\n{text}"))?;
+
+    let uplinks = UplinkBytes::read(state)?.since(&before_uplinks);
+    let congestion = stats::congestion_totals(state)?.since(&before_cong);
+    let (da, db) = (delta(&counters_of(&dev_a)?, &before_a), delta(&counters_of(&dev_b)?, &before_b));
+    let mut rxe_errors = Vec::new();
+    for (dev, d) in [(&dev_a, &da), (&dev_b, &db)] {
+        for &k in ERROR_COUNTERS {
+            if let Some(&v) = d.get(k)
+                && v > 0
+            {
+                rxe_errors.push(format!("{dev}: {k} = {v}"));
+            }
+        }
+    }
+    let get = |d: &BTreeMap<String, u64>, k: &str| d.get(k).copied().unwrap_or(0);
+    let packets_conserved =
+        get(&da, "sent_pkts") == get(&db, "rcvd_pkts") && get(&db, "sent_pkts") == get(&da, "rcvd_pkts");
+    let client_rtsw = &state.plan.nodes[state.plan.rtsw_of(from.node)].name;
+    let client_rtsw_uplinks_used = uplinks.iter().find(|u| &u.rtsw == client_rtsw).map_or(0, |u| {
+        let total: u64 = u.tx_bytes.iter().map(|t| t.1).sum();
+        u.tx_bytes.iter().filter(|t| total > 0 && t.1 * 10 >= total).count()
+    });
+    let frames: Vec<Vec<u8>> = captured.iter().map(|c| c.1.clone()).collect();
+    let udp_sports = sports_seen(&frames);
+    // perftest's own figure is 0 when its cycle-counter calibration fails (it does under
+    // software emulation); the capture gives the rate that reached the server.
+    let gbps_wire = match (captured.first(), captured.last()) {
+        (Some(a), Some(b)) if b.0 > a.0 => {
+            captured.iter().map(|c| c.2 as f64 * 8.0).sum::<f64>() / (b.0 - a.0).as_secs_f64() / 1e9
+        }
+        _ => 0.0,
+    };
+    Ok(PerftestResult {
+        schema: "fabric.rxe-perftest/1",
+        testbed: state.plan.topology.prefix.clone(),
+        endpoints: "rxe",
+        kernel: kernel(),
+        spec: spec.clone(),
+        from: from.host.clone(),
+        to: to.host.clone(),
+        devices: (dev_a.clone(), dev_b.clone()),
+        gid_indexes: (gid_a, gid_b),
+        gbps_average,
+        gbps_peak,
+        gbps_wire,
+        mpps,
+        seconds,
+        uplinks,
+        client_rtsw_uplinks_used,
+        congestion,
+        rxe_counters: BTreeMap::from([(dev_a, da), (dev_b, db)]),
+        rxe_errors,
+        packets_conserved,
+        qp_pairs: qp_pairs(&text),
+        udp_sports,
+        captured_frames: captured.len() as u64,
+        pfc: PFC_NOTE,
+        perftest_output: text,
+    })
+}
+
+/// Frames of a (classic, Ethernet) pcap file with their timestamps and original lengths. Read here
+/// rather than with pcap-file, which rejects records of a capture with a short snap length.
+fn read_pcap_timed(path: &Path) -> Result<Vec<(Duration, Vec<u8>, u32)>> {
+    let d = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    ensure!(d.len() >= 24, "{} is not a pcap file", path.display());
+    let (le, nanos) = match &d[..4] {
+        [0xd4, 0xc3, 0xb2, 0xa1] => (true, false),
+        [0x4d, 0x3c, 0xb2, 0xa1] => (true, true),
+        [0xa1, 0xb2, 0xc3, 0xd4] => (false, false),
+        [0xa1, 0xb2, 0x3c, 0x4d] => (false, true),
+        _ => bail!("{} is not a pcap file", path.display()),
+    };
+    let u32_at = |o: usize| {
+        let b = [d[o], d[o + 1], d[o + 2], d[o + 3]];
+        if le { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) }
+    };
+    let mut out = Vec::new();
+    let mut o = 24;
+    while o + 16 <= d.len() {
+        let (sec, frac, incl, orig) = (u32_at(o), u32_at(o + 4), u32_at(o + 8) as usize, u32_at(o + 12));
+        let Some(data) = d.get(o + 16..o + 16 + incl) else { break };
+        let t = Duration::from_secs(sec as u64)
+            + if nanos { Duration::from_nanos(frac as u64) } else { Duration::from_micros(frac as u64) };
+        out.push((t, data.to_vec(), orig));
+        o += 16 + incl;
+    }
+    Ok(out)
+}
+
+/// (peak, average, Mpps) from perftest's result line `bytes iters peak avg msgrate`.
+fn parse_bw(text: &str) -> Option<(f64, f64, f64)> {
+    text.lines().rev().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() == 5 && f[0].parse::<u64>().is_ok() && f[1].parse::<u64>().is_ok() {
+            Some((f[2].parse().ok()?, f[3].parse().ok()?, f[4].parse().ok()?))
+        } else {
+            None
+        }
+    })
+}
+
+/// The QPNs of perftest's `local address: ... QPN 0x0011 ...` and `remote address:` lines, paired
+/// in order, with the UDP source port rxe derives from each pair.
+fn qp_pairs(text: &str) -> Vec<QpPair> {
+    let qpn = |prefix: &str| -> Vec<u32> {
+        text.lines()
+            .filter(|l| l.trim_start().starts_with(prefix))
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let i = f.iter().position(|w| *w == "QPN")?;
+                u32::from_str_radix(f.get(i + 1)?.trim_start_matches("0x"), 16).ok()
+            })
+            .collect()
+    };
+    qpn("local address")
+        .into_iter()
+        .zip(qpn("remote address"))
+        .map(|(l, r)| QpPair { local_qpn: l, remote_qpn: r, rxe_udp_sport: rxe_udp_sport(l, r) })
+        .collect()
+}
+
+/// UDP source port, BTH destination QP and CE mark of every RoCEv2 frame.
+fn sports_seen(frames: &[Vec<u8>]) -> Vec<SportSeen> {
+    let mut by: BTreeMap<u16, SportSeen> = BTreeMap::new();
+    for f in frames {
+        if f.len() < 14 + 20 + 8 + 12 || u16::from_be_bytes([f[12], f[13]]) != 0x0800 {
+            continue;
+        }
+        let ihl = ((f[14] & 0x0f) as usize) * 4;
+        let (tos, udp) = (f[15], 14 + ihl);
+        let Some(hdr) = f.get(udp..udp + 8 + 12) else { continue };
+        let sport = u16::from_be_bytes([hdr[0], hdr[1]]);
+        let dqp = u32::from_be_bytes([0, hdr[8 + 5], hdr[8 + 6], hdr[8 + 7]]);
+        let e = by.entry(sport).or_insert_with(|| SportSeen { sport, dest_qps: Vec::new(), packets: 0, ce_marked: 0 });
+        e.packets += 1;
+        e.ce_marked += (tos & 3 == 3) as u64;
+        if !e.dest_qps.contains(&dqp) {
+            e.dest_qps.push(dqp);
+        }
+    }
+    by.into_values().collect()
+}
+
+pub fn print(r: &PerftestResult) {
+    println!(
+        "{} {} -> {} ({} -> {}), -q {} -s {} -n {} --tclass {}: {:.3} Gbit/s average ({:.3} peak; {:.3} Gbit/s at the server's veth) in {:.1} s",
+        r.spec.test.binary(),
+        r.from,
+        r.to,
+        r.devices.0,
+        r.devices.1,
+        r.spec.qps,
+        r.spec.size,
+        r.spec.iters,
+        r.spec.tclass,
+        r.gbps_average,
+        r.gbps_peak,
+        r.gbps_wire,
+        r.seconds
+    );
+    for u in &r.uplinks {
+        let parts: Vec<String> = u.tx_bytes.iter().map(|(p, b)| format!("{p}={b}")).collect();
+        println!("  uplinks of {}: {} (max/mean {:.2}, Jain {:.2})", u.rtsw, parts.join(" "), u.max_over_mean, u.jain);
+    }
+    for p in &r.qp_pairs {
+        println!("  QP 0x{:x} -> 0x{:x}: rxe UDP source port {}", p.local_qpn, p.remote_qpn, p.rxe_udp_sport);
+    }
+    for s in &r.udp_sports {
+        let qps: Vec<String> = s.dest_qps.iter().map(|q| format!("0x{q:x}")).collect();
+        println!(
+            "  seen: UDP source port {} -> QP {}: {} frames, {} CE-marked",
+            s.sport,
+            qps.join(","),
+            s.packets,
+            s.ce_marked
+        );
+    }
+    println!(
+        "  switches: {} ECN-marked, {} PFC XOFF sent, {} overflow drops",
+        r.congestion.ecn_marked, r.congestion.pfc_xoff_sent, r.congestion.overflow_drops
+    );
+    for (dev, c) in &r.rxe_counters {
+        let nz: Vec<String> = c.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k}={v}")).collect();
+        println!("  rxe {dev}: {}", nz.join(" "));
+    }
+    println!(
+        "  rxe errors: {}; packets conserved: {}",
+        if r.rxe_errors.is_empty() { "none".to_string() } else { r.rxe_errors.join(", ") },
+        r.packets_conserved
+    );
+    println!("  note: {}", r.pfc);
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(path, serde_json::to_vec_pretty(value)?).with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// What the smoke test checked.
+#[derive(Debug, Serialize)]
+pub struct SmokeReport {
+    pub schema: &'static str,
+    pub kernel: String,
+    pub up_seconds: f64,
+    pub per_host_netns: bool,
+    pub ping_across_racks: bool,
+    pub perftest: PerftestResult,
+    /// fabric.run/2 of a ring AllReduce by our verbs program (absent when it is not built).
+    pub allreduce: Option<serde_json::Value>,
+    pub checks: Vec<(String, bool)>,
+    pub passed: bool,
+}
+
+/// `fabric rxe smoke`: see [`RxeCommand::Smoke`].
+pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
+    let topo = Topology::load(Some(topology))?;
+    let prefix = topo.prefix.clone();
+    let _ = testbed::down(&prefix);
+    let started = Instant::now();
+    let (_, layout) = testbed::up_rxe(&topo, true, RxeOptions { create_devices: true })?;
+    let _guard = testbed::DownOnDrop(prefix.clone());
+    let up_seconds = started.elapsed().as_secs_f64();
+    println!(
+        "rxe smoke: testbed {prefix} up with rxe hosts in {up_seconds:.1} s (per-host namespaces: {})",
+        layout.per_host_netns
+    );
+    let state = State::load(&prefix)?;
+    ensure!(layout.hosts.len() >= 2, "the smoke topology needs two hosts");
+    let (a, b) = (&layout.hosts[0], &layout.hosts[layout.hosts.len() - 1]);
+    let ping = layout.per_host_netns || rxe::ping(a.ipv4, b.ipv4, 0x5253, Duration::from_secs(5))?;
+    let spec = PerftestSpec {
+        test: PerftestKind::Write,
+        from: Some(a.host.clone()),
+        to: Some(b.host.clone()),
+        qps: 4,
+        size: 16384,
+        iters: 200,
+        tclass: 106,
+        tx_depth: 16,
+        qp_timeout: 18,
+        port: 18515,
+        capture: true,
+    };
+    std::fs::create_dir_all(out)?;
+    let r = perftest(&state, &layout, &spec, Some(out))?;
+    print(&r);
+    let distinct_sports = r.udp_sports.iter().filter(|s| s.packets > 0).count();
+    let checks = vec![
+        (format!("ICMP {} -> {} crosses the fabric", a.ipv4, b.ipv4), ping),
+        (
+            format!(
+                "ib_write_bw -q 4 moved data ({:.3} Gbit/s by perftest, {:.3} at the server's veth)",
+                r.gbps_average, r.gbps_wire
+            ),
+            r.gbps_average > 0.0 || r.gbps_wire > 0.0,
+        ),
+        (
+            format!("E-ECMP spread the 4 QPs over {} uplinks of the client's RTSW", r.client_rtsw_uplinks_used),
+            r.client_rtsw_uplinks_used >= 2,
+        ),
+        (
+            format!(
+                "rxe error counters zero ({})",
+                if r.rxe_errors.is_empty() { "none".into() } else { r.rxe_errors.join(", ") }
+            ),
+            r.rxe_errors.is_empty(),
+        ),
+        ("every rxe packet sent was received (no ICRC drops)".into(), r.packets_conserved),
+        (
+            format!("{distinct_sports} distinct UDP source ports seen (rxe: one per QP pair)"),
+            !spec.capture || distinct_sports >= 2,
+        ),
+    ];
+    // The same fabric with a collective from our verbs program, when asked for.
+    let mut checks = checks;
+    let allreduce_result = if !with_allreduce {
+        println!("  (verbs AllReduce not requested: `fabric rxe smoke --allreduce`)");
+        None
+    } else {
+        match verbs_program() {
+            Ok(_) => {
+                let ar = AllreduceSpec {
+                    message: "256Ki".into(),
+                    iterations: 2,
+                    qps: 2,
+                    tclass: 106,
+                    qp_timeout: 18,
+                    port_base: 19000,
+                };
+                let r = allreduce(&state, &layout, &ar);
+                match &r {
+                    Ok(v) => {
+                        print_allreduce(v);
+                        checks.push(("verbs ring AllReduce: sums verified".into(), v["verified"] == true));
+                        checks.push((
+                            format!("verbs ring AllReduce: rxe error counters zero ({})", v["rxe_errors"]),
+                            v["rxe_errors"].as_array().is_some_and(|a| a.is_empty()),
+                        ));
+                    }
+                    Err(e) => checks.push((format!("verbs ring AllReduce ran: {e:#}"), false)),
+                }
+                r.ok()
+            }
+            // Asked for and not runnable: a failed check, not a silent pass.
+            Err(e) => {
+                checks.push((format!("verbs ring AllReduce requested, but not runnable: {e:#}"), false));
+                None
+            }
+        }
+    };
+    let passed = checks.iter().all(|c| c.1);
+    for (what, ok) in &checks {
+        println!("  [{}] {what}", if *ok { "ok" } else { "FAIL" });
+    }
+    println!("  ECN: the switches marked {} packets CE during the run", r.congestion.ecn_marked);
+    let report = SmokeReport {
+        schema: "fabric.rxe-smoke/1",
+        kernel: kernel(),
+        up_seconds,
+        per_host_netns: layout.per_host_netns,
+        ping_across_racks: ping,
+        perftest: r,
+        allreduce: allreduce_result,
+        checks,
+        passed,
+    };
+    write_json(&out.join("rxe-smoke.json"), &report)?;
+    drop(_guard);
+    ensure!(RxeLayout::load(&prefix).is_err(), "down left the rxe layout behind");
+    println!("rxe smoke: {} ({:.1} s)", if passed { "passed" } else { "FAILED" }, started.elapsed().as_secs_f64());
+    ensure!(passed, "the rxe smoke test failed");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perftest_output_is_parsed() {
+        let text = " local address: LID 0000 QPN 0x0011 PSN 0x1 RKey 0x1 VAddr 0x1\n GID: 00:00\n \
+                    local address: LID 0000 QPN 0x0012 PSN 0x2\n remote address: LID 0000 QPN 0x0013 PSN 0x3\n \
+                    remote address: LID 0000 QPN 0x0014 PSN 0x4\n \
+                    #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n \
+                    16384      800              0.21               0.19 \t\t   0.001450\n";
+        assert_eq!(parse_bw(text), Some((0.21, 0.19, 0.00145)));
+        let q = qp_pairs(text);
+        assert_eq!(q.len(), 2);
+        assert_eq!((q[0].local_qpn, q[0].remote_qpn, q[1].local_qpn, q[1].remote_qpn), (0x11, 0x13, 0x12, 0x14));
+        assert_eq!(q[0].rxe_udp_sport, rxe_udp_sport(0x11, 0x13));
+    }
+
+    #[test]
+    fn short_snaplen_captures_are_read_and_ports_counted() {
+        // One record: Ethernet / IPv4 (TOS CE) / UDP 0xC123 -> 4791 / BTH to QP 0x11, cut at 60 bytes.
+        let mut f = vec![0u8; 60];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        f[14] = 0x45;
+        f[15] = 0x03;
+        f[34..36].copy_from_slice(&0xC123u16.to_be_bytes());
+        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        f[42 + 5..42 + 8].copy_from_slice(&[0, 0, 0x11]);
+        let mut pcap = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 60, 0, 0, 0, 1, 0, 0, 0];
+        for v in [7u32, 500, 60, 1078] {
+            pcap.extend_from_slice(&v.to_le_bytes());
+        }
+        pcap.extend_from_slice(&f);
+        let path = std::env::temp_dir().join(format!("rxe-run-test-{}.pcap", std::process::id()));
+        std::fs::write(&path, &pcap).unwrap();
+        let frames = read_pcap_timed(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(frames.len(), 1);
+        assert_eq!((frames[0].0, frames[0].2), (Duration::new(7, 500_000), 1078));
+        let seen = sports_seen(&[frames[0].1.clone()]);
+        assert_eq!(
+            (seen[0].sport, seen[0].dest_qps.clone(), seen[0].packets, seen[0].ce_marked),
+            (0xC123, vec![0x11], 1, 1)
+        );
+    }
+
+    #[test]
+    fn table_base_is_stable_and_leaves_room() {
+        let b = rxe::table_base("rxs");
+        assert_eq!(b, rxe::table_base("rxs"));
+        assert_eq!(b & 0xff, 0);
+        assert!(b > 255);
+    }
+}
+
+/// A ring AllReduce on the rxe hosts (every host, in plan order).
+#[derive(Clone, Debug, Serialize, clap::Args)]
+pub struct AllreduceSpec {
+    /// Message size per rank, bytes (K, M, G = x1000; Ki, Mi, Gi = x1024).
+    #[arg(long, default_value = "1Mi")]
+    pub message: String,
+    #[arg(long, default_value_t = 1)]
+    pub iterations: u32,
+    /// QPs per connection (QP scaling).
+    #[arg(long, default_value_t = 1)]
+    pub qps: u32,
+    /// IP traffic class: 106 = DSCP 26 + ECT(0).
+    #[arg(long, default_value_t = 106)]
+    pub tclass: u8,
+    /// QP retransmission timeout exponent (4.096 us x 2^N).
+    #[arg(long, default_value_t = 18)]
+    pub qp_timeout: u8,
+    /// First TCP port of the ranks' connection exchange (rank r listens on PORT + r).
+    #[arg(long, default_value_t = 19000)]
+    pub port_base: u16,
+}
+
+/// The verbs program: `$FABRIC_VERBS_ALLREDUCE`, else next to this executable.
+pub fn verbs_program() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("FABRIC_VERBS_ALLREDUCE") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()?;
+    let p = exe.parent().context("executable has a directory")?.join("fabric-verbs-allreduce");
+    ensure!(
+        p.exists(),
+        "{} is missing: build it with `cc -O2 -o {} fabric-user/verbs/ring_allreduce.c -libverbs` \
+         (apt-get install libibverbs-dev), or run `cargo xtask vm` / `cargo xtask setup`",
+        p.display(),
+        p.display()
+    );
+    Ok(p)
+}
+
+/// One rank's report (printed by the verbs program).
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct RankReport {
+    pub rank: usize,
+    pub device: String,
+    pub chunk_bytes: u64,
+    pub qps: u32,
+    pub mtu: u32,
+    pub verified: bool,
+    pub tx_qpns: Vec<u32>,
+    pub next_rx_qpns: Vec<u32>,
+    pub iteration_ns: Vec<u64>,
+    pub step_ns: Vec<u64>,
+}
+
+/// Runs the ring AllReduce and returns a fabric.run/2 document (as JSON: the fields of
+/// `run::RunResult`, with what rxe cannot report set to null) with rxe's counters added.
+pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Result<serde_json::Value> {
+    let program = verbs_program()?;
+    let n = layout.hosts.len();
+    ensure!(n >= 2, "a ring needs two rxe hosts");
+    ensure!(layout.hosts.iter().all(|h| h.device.is_some() && h.gid_index.is_some()), "hosts without rxe devices");
+    let message = crate::model::units::parse_size(&spec.message).map_err(anyhow::Error::msg)?;
+    let run_spec: crate::run::RunSpec = toml::from_str(&format!(
+        "workload = \"allreduce\"\nmessage = \"{}\"\niterations = {}\nqps = {}\ndscp = {}\necn = {}",
+        spec.message,
+        spec.iterations,
+        spec.qps,
+        spec.tclass >> 2,
+        spec.tclass & 3 != 0
+    ))?;
+    let options = run_spec.to_options()?;
+    let devices: Vec<String> = layout.hosts.iter().map(|h| h.device.clone().expect("checked")).collect();
+    let before_uplinks = UplinkBytes::read(state)?;
+    let before_cong = stats::congestion_totals(state)?;
+    let before: Vec<BTreeMap<String, u64>> = devices.iter().map(|d| counters_of(d)).collect::<Result<_>>()?;
+    let mut children: Vec<Child> = Vec::new();
+    for (r, h) in layout.hosts.iter().enumerate() {
+        let next = &layout.hosts[(r + 1) % n];
+        let child = command_in(h, program.to_str().context("program path")?)
+            .args(["--dev", h.device.as_deref().expect("checked")])
+            .args(["--gid-index", &h.gid_index.expect("checked").to_string()])
+            .args(["--rank", &r.to_string(), "--ranks", &n.to_string()])
+            .args(["--next-ip", &next.ipv4.to_string(), "--port-base", &spec.port_base.to_string()])
+            .args(["--bytes", &message.to_string(), "--iters", &spec.iterations.to_string()])
+            .args(["--qps", &spec.qps.to_string(), "--tclass", &spec.tclass.to_string()])
+            .args(["--timeout", &spec.qp_timeout.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", program.display()))?;
+        children.push(child);
+    }
+    let mut reports = Vec::new();
+    let mut failures = Vec::new();
+    // One deadline for all ranks; on any failure the others are killed (a rank left running
+    // would hold its rxe device, and `rdma link delete` would wait for it).
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for (r, child) in children.iter_mut().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+        let out = match wait_child(child, left, "a verbs AllReduce rank") {
+            Ok(o) => o,
+            Err(e) => {
+                failures.push(format!("rank {r} ({}): {e:#}", layout.hosts[r].host));
+                break;
+            }
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        match stdout.lines().rev().find_map(|l| serde_json::from_str::<RankReport>(l).ok()) {
+            Some(rep) if out.status.success() => reports.push(rep),
+            _ => {
+                let err = String::from_utf8_lossy(&out.stderr);
+                failures.push(format!("rank {r} ({}): {} {stdout}{err}", layout.hosts[r].host, out.status));
+                break;
+            }
+        }
+    }
+    if !failures.is_empty() {
+        for c in &mut children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+    ensure!(failures.is_empty(), "the verbs AllReduce failed:\n{}", failures.join("\n"));
+    reports.sort_by_key(|r| r.rank);
+    let uplinks = UplinkBytes::read(state)?.since(&before_uplinks);
+    let congestion = stats::congestion_totals(state)?.since(&before_cong);
+    let mut rxe_counters = BTreeMap::new();
+    let mut rxe_errors = Vec::new();
+    for (d, b) in devices.iter().zip(&before) {
+        let delta = delta(&counters_of(d)?, b);
+        for &k in ERROR_COUNTERS {
+            if let Some(&v) = delta.get(k)
+                && v > 0
+            {
+                rxe_errors.push(format!("{d}: {k} = {v}"));
+            }
+        }
+        rxe_counters.insert(d.clone(), delta);
+    }
+    let sent: u64 = rxe_counters.values().map(|c| c.get("sent_pkts").copied().unwrap_or(0)).sum();
+    let rcvd: u64 = rxe_counters.values().map(|c| c.get("rcvd_pkts").copied().unwrap_or(0)).sum();
+    let scale = state.plan.topology.time_scale.max(1);
+    let iterations: Vec<serde_json::Value> = (0..spec.iterations as usize)
+        .map(|i| {
+            let c = reports.iter().map(|r| r.iteration_ns.get(i).copied().unwrap_or(0)).max().unwrap_or(0);
+            let steps: Vec<u64> = (0..reports[0].step_ns.len()).map(|s| reports.iter().map(|r| r.step_ns[s]).max().unwrap_or(0)).collect();
+            serde_json::json!({ "completion_ns": c, "modelled_completion_ns": c as f64 / scale as f64, "step_ns": steps })
+        })
+        .collect();
+    // Flows of the last iteration: every step, every rank to the next, one chunk over `qps` QPs.
+    let mut flows = Vec::new();
+    for rep in &reports {
+        let next = &layout.hosts[(rep.rank + 1) % n];
+        let sports: Vec<u16> = rep.tx_qpns.iter().zip(&rep.next_rx_qpns).map(|(&l, &r)| rxe_udp_sport(l, r)).collect();
+        for (s, &ns) in rep.step_ns.iter().enumerate() {
+            flows.push(serde_json::json!({
+                "src": layout.hosts[rep.rank].host, "dst": next.host, "step": s, "bytes": rep.chunk_bytes, "qps": rep.qps,
+                "udp_sports": sports, "completion_ns": ns,
+                "goodput_bps": if ns > 0 { rep.chunk_bytes as f64 * 8e9 / ns as f64 } else { 0.0 },
+                "intended_bps": null, "packets_sent": null, "retransmitted": null, "timeouts": null, "naks": null,
+                "icrc_errors": null, "bytes_received": rep.chunk_bytes, "ce_packets": null, "cnps_sent": null,
+                "cnps_received": null, "rate_trajectory": [],
+            }));
+        }
+    }
+    let chunk = reports[0].chunk_bytes;
+    let bytes_needed = 2 * (n as u64 - 1) * n as u64 * chunk * spec.iterations as u64;
+    let hash = format!("{:?}", state.plan.nodes[state.plan.rtsw_of(layout.hosts[0].node)].hash).to_lowercase();
+    Ok(serde_json::json!({
+        "schema": "fabric.run/2",
+        "endpoints": "rxe",
+        "kernel": kernel(),
+        "testbed": state.plan.topology.prefix,
+        "options": options,
+        "placement": layout.hosts.iter().map(|h| h.host.clone()).collect::<Vec<_>>(),
+        "hash": hash,
+        "iterations": iterations,
+        "flows": flows,
+        "uplinks": uplinks,
+        "balance": crate::run::balance(&uplinks),
+        "bytes_needed": bytes_needed,
+        "bytes_delivered": if reports.iter().all(|r| r.verified) { bytes_needed } else { 0 },
+        "achieved_over_intended": null,
+        "congestion": congestion,
+        "cpu_limited": null,
+        "cc": "none",
+        "time_scale": scale,
+        "hosts": [],
+        "cts_bound_bytes": null,
+        "verified": reports.iter().all(|r| r.verified),
+        "ranks": reports,
+        "rxe_counters": rxe_counters,
+        "rxe_errors": rxe_errors,
+        "rxe_packets_conserved": sent == rcvd,
+        "pfc": PFC_NOTE,
+        "udp_sports_note": "rxe: one UDP source port per QP pair, 0xC000 + a fold of the two QPNs (flow label 0)",
+    }))
+}
+
+pub fn print_allreduce(r: &serde_json::Value) {
+    let iters: Vec<String> = r["iterations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| format!("{:.1} ms", i["completion_ns"].as_u64().unwrap_or(0) as f64 / 1e6))
+        .collect();
+    println!(
+        "rxe ring AllReduce over {} ranks ({} QPs per connection): iterations {}; sums verified: {}",
+        r["placement"].as_array().map_or(0, |p| p.len()),
+        r["options"]["endpoint"]["qps"],
+        iters.join(", "),
+        r["verified"]
+    );
+    for u in r["uplinks"].as_array().into_iter().flatten() {
+        println!("  uplinks of {}: {} (Jain {:.2})", u["rtsw"], u["tx_bytes"], u["jain"].as_f64().unwrap_or(0.0));
+    }
+    println!("  rxe errors: {}; packets conserved: {}", r["rxe_errors"], r["rxe_packets_conserved"]);
+    println!("  note: {PFC_NOTE}");
+}

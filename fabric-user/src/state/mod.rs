@@ -1,0 +1,65 @@
+//! A testbed's saved state and where it lives: the plan `up` derived (so that every later
+//! command sees the same nodes, ports and addresses), the links taken down since, and the
+//! bpffs and run-time folders its switches and agent use.
+use std::{collections::BTreeSet, path::PathBuf};
+
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    dataplane::SwitchDataplane,
+    model::plan::{LinkId, NodeId, Plan},
+};
+
+/// Where bpffs lives; a testbed pins under `fabric/<prefix>/<node>/`.
+pub const BPFFS: &str = "/sys/fs/bpf";
+/// Where a testbed's state (its plan and failed links) is kept.
+const STATE_DIR: &str = "/run/fabric";
+
+pub fn bpf_dir(prefix: &str) -> PathBuf {
+    PathBuf::from(BPFFS).join("fabric").join(prefix)
+}
+
+/// The bpffs name of a port's pinned XDP link (bpffs refuses names with dots, which parallel
+/// links' interface names have).
+pub fn link_pin_name(ifname: &str) -> String {
+    format!("link-{}", ifname.replace('.', "_"))
+}
+
+/// Where a testbed's state (and its agent's files) live.
+pub fn state_dir(prefix: &str) -> PathBuf {
+    PathBuf::from(STATE_DIR).join(prefix)
+}
+
+pub fn state_path(prefix: &str) -> PathBuf {
+    state_dir(prefix).join("state.json")
+}
+
+/// What `up` saves for the other commands.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct State {
+    pub plan: Plan,
+    /// Links taken down with `fabric link down`.
+    pub down_links: BTreeSet<LinkId>,
+}
+
+impl State {
+    pub fn load(prefix: &str) -> Result<Self> {
+        let path = state_path(prefix);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("no testbed with prefix {prefix:?} is up (cannot read {})", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("corrupt state file {}", path.display()))
+    }
+
+    /// Written by `up` and by link changes (the testbed layer).
+    pub fn save(&self) -> Result<()> {
+        let path = state_path(&self.plan.topology.prefix);
+        std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+        std::fs::write(&path, serde_json::to_vec(self)?).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// The pinned maps of a switch.
+    pub fn dataplane(&self, node: NodeId) -> Result<SwitchDataplane> {
+        SwitchDataplane::from_pins(&bpf_dir(&self.plan.topology.prefix).join(&self.plan.nodes[node].name))
+    }
+}

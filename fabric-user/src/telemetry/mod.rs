@@ -1,0 +1,4 @@
+//! What a live testbed's counters say: per-port statistics, uplink balance, the congestion
+//! model's totals, and the same in the Prometheus text format.
+pub mod prometheus;
+pub mod stats;

@@ -1,0 +1,520 @@
+//! A testbed's life: `up` builds the Clos of namespaces and veths from a topology, loads and
+//! programs the XDP switches and pins them; `down` removes everything with the testbed's prefix
+//! (also after a crash or a half-finished `up`); `link` fails and repairs links.
+pub mod probe;
+pub mod rxe;
+
+use std::{
+    collections::BTreeSet,
+    net::IpAddr,
+    sync::atomic::{AtomicUsize, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use fabric_common::config::{PortInfo, SwitchConfig};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::{
+    dataplane::{PROGRAM_PASS, PROGRAM_SWITCH, SwitchDataplane},
+    model::plan::{LinkId, NodeId, Plan, Role},
+    model::routing::{self, SwitchTables},
+    model::topology::Topology,
+    state::{BPFFS, State, bpf_dir, link_pin_name, state_path},
+    sys::netlink::{self, VethEnd, in_netns},
+    sys::netns,
+};
+
+/// Worker threads for per-namespace work; netlink and verifier work is mostly kernel time.
+const WORKERS: usize = 4;
+
+/// What `up` reports.
+#[derive(Debug, Serialize)]
+pub struct UpSummary {
+    pub name: String,
+    pub prefix: String,
+    pub switches: usize,
+    pub hosts: usize,
+    pub links: usize,
+    pub seconds: f64,
+}
+
+/// Brings a testbed up with rxe hosts. The calling thread's namespace plays the initial one.
+pub fn up_rxe(topo: &Topology, quiet: bool, opts: rxe::RxeOptions) -> Result<(UpSummary, rxe::RxeLayout)> {
+    if opts.create_devices {
+        rxe::ensure_rxe()?;
+    }
+    let per_host_netns = opts.create_devices && rxe::rxe_supports_netns().unwrap_or(false);
+    let summary = up(topo, quiet)?;
+    let prefix = &topo.prefix;
+    let result = State::load(prefix).and_then(|state| {
+        if per_host_netns { rxe::devices_in_namespaces(&state) } else { rxe::initial_namespace_layout(&state, opts) }
+    });
+    match result {
+        Ok(layout) => Ok((summary, layout)),
+        Err(e) => {
+            let _ = down(prefix);
+            Err(e.context(format!("bringing up rxe hosts of {prefix:?} failed; the testbed was removed")))
+        }
+    }
+}
+
+/// Mounts bpffs on /sys/fs/bpf if nothing is mounted there (pins need it).
+fn ensure_bpffs() -> Result<()> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").context("reading /proc/self/mounts")?;
+    if mounts.lines().any(|l| l.split_whitespace().nth(1) == Some(BPFFS) && l.contains(" bpf ")) {
+        return Ok(());
+    }
+    let (src, dst, fs) = (c"bpf", c"/sys/fs/bpf", c"bpf");
+    // SAFETY: valid C strings; mounting the BPF filesystem.
+    if unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), fs.as_ptr(), 0, std::ptr::null()) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("mounting bpffs on /sys/fs/bpf");
+    }
+    Ok(())
+}
+
+/// Runs `f` over `items` on up to WORKERS threads, ticking `bar`; the first error wins.
+fn parallel<T: Sync>(items: &[T], bar: &ProgressBar, f: impl Fn(&T) -> Result<()> + Sync) -> Result<()> {
+    let next = AtomicUsize::new(0);
+    let errors = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..WORKERS.min(items.len()) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    if let Err(e) = f(item) {
+                        errors.lock().expect("not poisoned").push(e);
+                        next.store(items.len(), Ordering::Relaxed);
+                        break;
+                    }
+                    bar.inc(1);
+                }
+            });
+        }
+    });
+    match errors.into_inner().expect("not poisoned").into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn progress(len: usize, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed}] {bar:30} {pos}/{len} {msg}").expect("valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}
+
+/// Brings a testbed up. On failure everything created so far is removed again.
+pub fn up(topo: &Topology, quiet: bool) -> Result<UpSummary> {
+    netns::require_capabilities()?;
+    let prefix = &topo.prefix;
+    let existing = netns::list_named(&format!("{prefix}-"))?;
+    if !existing.is_empty() || state_path(prefix).exists() {
+        bail!(
+            "a testbed with prefix {prefix:?} already exists ({} namespaces); \
+             run `fabric down --prefix {prefix}` first, or give this one another prefix",
+            existing.len()
+        );
+    }
+    ensure_bpffs()?;
+    let start = Instant::now();
+    let plan = Plan::new(topo);
+    let result = build(&plan, quiet).and_then(|()| {
+        // The switch agent sends the PFC frames the data plane asks for.
+        if topo.congestion.enabled {
+            crate::agent::spawn(prefix)?;
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        let _ = down(prefix);
+        return Err(e.context(format!("bringing up testbed {prefix:?} failed; everything it created was removed")));
+    }
+    Ok(UpSummary {
+        name: topo.name.clone(),
+        prefix: prefix.clone(),
+        switches: plan.switches().count(),
+        hosts: plan.hosts().count(),
+        links: plan.links.len(),
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn build(plan: &Plan, quiet: bool) -> Result<()> {
+    let nodes: Vec<NodeId> = (0..plan.nodes.len()).collect();
+    let switches: Vec<NodeId> = plan.switches().collect();
+    let hosts: Vec<NodeId> = plan.hosts().collect();
+    let bar = progress(nodes.len() * 3 + switches.len() + hosts.len(), quiet);
+    // Saved first, so that `status` and `down` know about a half-built testbed.
+    State { plan: plan.clone(), down_links: BTreeSet::new() }.save()?;
+
+    bar.set_message("namespaces");
+    parallel(&nodes, &bar, |&n| {
+        let ns = plan.netns(n);
+        netns::create_named(&ns)?;
+        netns::in_named(&ns, || {
+            // Switches forward only through XDP; no address is ever tentative.
+            netns::sysctl("net/ipv4/ip_forward", "0")?;
+            netns::sysctl("net/ipv6/conf/all/forwarding", "0")?;
+            netns::sysctl("net/ipv6/conf/default/accept_dad", "0")?;
+            netns::sysctl("net/ipv6/conf/all/accept_dad", "0")?;
+            netns::sysctl("net/ipv6/conf/default/accept_ra", "0")
+        })
+    })?;
+
+    bar.set_message("links");
+    // Each link is created from its lower end's namespace, the peer born in the upper one.
+    parallel(&nodes, &bar, |&n| {
+        let lower: Vec<LinkId> = (0..plan.links.len()).filter(|&l| plan.links[l].a == n).collect();
+        if lower.is_empty() {
+            return Ok(());
+        }
+        in_netns(&plan.netns(n), |h| async move {
+            for l in lower {
+                let link = &plan.links[l];
+                let (pa, pb) = (&plan.nodes[link.a].ports[link.a_port], &plan.nodes[link.b].ports[link.b_port]);
+                netlink::add_veth(
+                    &h,
+                    VethEnd { ifname: &pa.ifname, mac: pa.mac },
+                    VethEnd { ifname: &pb.ifname, mac: pb.mac },
+                    &plan.netns(link.b),
+                    plan.topology.mtu,
+                )
+                .await?;
+            }
+            Ok(())
+        })
+    })?;
+
+    bar.set_message("addresses, neighbours, routes");
+    parallel(&nodes, &bar, |&n| configure_node(plan, n))?;
+
+    bar.set_message("XDP switches");
+    let tables = routing::compute(plan, &BTreeSet::new());
+    parallel(&switches, &bar, |&n| install_switch(plan, n, tables[n].as_ref().expect("switch")))?;
+
+    bar.set_message("host XDP");
+    // Host veths need an XDP program to receive frames redirected into them; one loaded
+    // XDP_PASS program serves every host.
+    let mut pass = SwitchDataplane::load()?;
+    for &h in &hosts {
+        let ns = plan.netns(h);
+        let port = &plan.nodes[h].ports[0];
+        let pin = bpf_dir(&plan.topology.prefix).join(&plan.nodes[h].name);
+        std::fs::create_dir_all(&pin)?;
+        netns::in_named(&ns, || {
+            let idx = netns::ifindex(&port.ifname)?;
+            pass.attach_pinned(PROGRAM_PASS, idx, &pin.join(link_pin_name(&port.ifname)))
+        })?;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+fn configure_node(plan: &Plan, n: NodeId) -> Result<()> {
+    let node = &plan.nodes[n];
+    in_netns(&plan.netns(n), |h| async move {
+        let lo = netlink::ifindex(&h, "lo").await?;
+        netlink::set_up(&h, lo, true).await?;
+        for port in &node.ports {
+            let idx = netlink::ifindex(&h, &port.ifname).await?;
+            let peer = &plan.nodes[port.peer_node].ports[port.peer_port];
+            netlink::add_address(&h, idx, IpAddr::V4(port.ipv4), 31).await?;
+            netlink::add_address(&h, idx, IpAddr::V6(port.ipv6), 127).await?;
+            netlink::add_neighbour(&h, idx, IpAddr::V4(peer.ipv4), peer.mac).await?;
+            netlink::add_neighbour(&h, idx, IpAddr::V6(peer.ipv6), peer.mac).await?;
+            netlink::set_up(&h, idx, true).await?;
+            netns::disable_tx_checksum(&port.ifname)?;
+            if node.role == Role::Host {
+                netlink::add_default_route_v4(&h, peer.ipv4, idx).await?;
+                netlink::add_default_route_v6(&h, peer.ipv6, idx).await?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Loads a switch's XDP program, registers its ports, writes its tables, attaches it to every
+/// port and pins maps and links.
+fn install_switch(plan: &Plan, n: NodeId, tables: &SwitchTables) -> Result<()> {
+    let node = &plan.nodes[n];
+    let dir = bpf_dir(&plan.topology.prefix).join(&node.name);
+    netns::in_named(&plan.netns(n), || {
+        let mut dp = SwitchDataplane::load()?;
+        let mut ifindexes = Vec::new();
+        for (i, port) in node.ports.iter().enumerate() {
+            let idx = netns::ifindex(&port.ifname)?;
+            // Host ports only accept their host's addresses as source.
+            let peer = &plan.nodes[port.peer_node];
+            let info = if peer.role == Role::Host {
+                let p = &peer.ports[port.peer_port];
+                PortInfo::host(i as u32, port.mac, p.ipv4.octets(), p.ipv6.octets())
+            } else {
+                PortInfo::new(i as u32, port.mac)
+            };
+            dp.add_port(idx, info)?;
+            ifindexes.push(idx);
+        }
+        dp.set_config(SwitchConfig { hash_mode: node.hash as u32, seed: node.seed, pin_shift: 1, _reserved: 0 })?;
+        program_qos(&mut dp, plan, n)?;
+        program_tables(&mut dp, plan, n, None, tables)?;
+        dp.pin_maps(&dir)?;
+        for (port, idx) in node.ports.iter().zip(ifindexes) {
+            dp.attach_pinned(PROGRAM_SWITCH, idx, &dir.join(link_pin_name(&port.ifname)))?;
+        }
+        Ok(())
+    })
+}
+
+/// Writes a switch's congestion model: its tier's buffers, ECN and PFC settings, and the
+/// modelled (time-scaled) rate of each port's link.
+pub fn program_qos(dp: &mut SwitchDataplane, plan: &Plan, n: NodeId) -> Result<()> {
+    let topo = &plan.topology;
+    dp.set_qos(topo.congestion.qos_config(switch_qos(plan, n)))?;
+    for (i, port) in plan.nodes[n].ports.iter().enumerate() {
+        dp.set_port_rate(i as u32, topo.modelled_rate_bps(plan.links[port.link].rate_gbps))?;
+    }
+    Ok(())
+}
+
+/// The congestion settings of a switch's tier.
+pub fn switch_qos(plan: &Plan, n: NodeId) -> &crate::model::topology::SwitchQos {
+    let c = &plan.topology.congestion;
+    match plan.nodes[n].role {
+        Role::Ctsw => &c.ctsw,
+        Role::Atsw => &c.atsw,
+        _ => &c.rtsw,
+    }
+}
+
+/// Writes `new` into a switch's maps, removing what `old` had and `new` has not. Groups are
+/// written before the routes that name them.
+pub fn program_tables(
+    dp: &mut SwitchDataplane,
+    plan: &Plan,
+    n: NodeId,
+    old: Option<&SwitchTables>,
+    new: &SwitchTables,
+) -> Result<()> {
+    for id in 0..new.groups.len() {
+        dp.set_group(id as u32, &new.ecmp_group(plan, n, id))?;
+    }
+    for &(addr, len, target) in &new.routes_v4 {
+        dp.set_route_v4(addr, len, target)?;
+    }
+    for &(addr, len, target) in &new.routes_v6 {
+        dp.set_route_v6(addr, len, target)?;
+    }
+    if let Some(old) = old {
+        for &(addr, len, _) in &old.routes_v4 {
+            if !new.routes_v4.iter().any(|r| (r.0, r.1) == (addr, len)) {
+                dp.remove_route_v4(addr, len)?;
+            }
+        }
+        for &(addr, len, _) in &old.routes_v6 {
+            if !new.routes_v6.iter().any(|r| (r.0, r.1) == (addr, len)) {
+                dp.remove_route_v6(addr, len)?;
+            }
+        }
+        for id in new.groups.len()..old.groups.len() {
+            dp.set_group(id as u32, &Default::default())?;
+        }
+    }
+    Ok(())
+}
+
+/// Tears a testbed down when dropped, whatever happened: for tests and benchmarks that build
+/// their own.
+pub struct DownOnDrop(pub String);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        let _ = down(&self.0);
+    }
+}
+
+/// What `down` removed.
+#[derive(Debug, Default, Serialize)]
+pub struct DownSummary {
+    pub namespaces: usize,
+    pub pins_removed: bool,
+    pub state_removed: bool,
+    pub agent_stopped: bool,
+    /// rxe devices, policy rules and host veths removed from the initial namespace.
+    pub rxe_removed: usize,
+}
+
+/// Removes every namespace (and so every veth), pinned object and state file of the testbed.
+/// Works on a half-built or crashed testbed, and does nothing the second time.
+pub fn down(prefix: &str) -> Result<DownSummary> {
+    netns::require_capabilities()?;
+    let mut summary = DownSummary {
+        agent_stopped: crate::agent::stop(prefix)?,
+        // rxe hosts (`up --endpoints rxe`) live outside the testbed's namespaces.
+        rxe_removed: crate::testbed::rxe::down(prefix)?,
+        ..Default::default()
+    };
+    let namespaces = netns::list_named(&format!("{prefix}-"))?;
+    for ns in &namespaces {
+        netns::delete_named(ns)?;
+    }
+    summary.namespaces = namespaces.len();
+    let pins = bpf_dir(prefix);
+    if pins.exists() {
+        std::fs::remove_dir_all(&pins).with_context(|| format!("removing {}", pins.display()))?;
+        summary.pins_removed = true;
+    }
+    let state = state_path(prefix);
+    if let Some(dir) = state.parent()
+        && dir.exists()
+    {
+        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+        summary.state_removed = true;
+    }
+    Ok(summary)
+}
+
+/// What exists of a testbed and whether it is whole.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub prefix: String,
+    pub state_file: bool,
+    pub namespaces_expected: usize,
+    pub namespaces_present: usize,
+    pub missing_namespaces: Vec<String>,
+    pub unexpected_namespaces: Vec<String>,
+    pub xdp_links_expected: usize,
+    pub xdp_links_pinned: usize,
+    pub down_links: Vec<String>,
+    /// The switch agent (PFC frames, watchdog) runs when the congestion model is on.
+    pub agent_expected: bool,
+    pub agent_running: bool,
+    pub healthy: bool,
+}
+
+pub fn status(prefix: &str) -> Result<Status> {
+    let present = netns::list_named(&format!("{prefix}-"))?;
+    let state = State::load(prefix).ok();
+    let (expected, links_expected, links_pinned, down_links) = match &state {
+        Some(s) => {
+            // rxe hosts (`up --endpoints rxe`) have no namespace; their veth has another name.
+            let rxe = crate::testbed::rxe::RxeLayout::load(prefix).ok().filter(|l| !l.per_host_netns);
+            let moved = |n: NodeId| rxe.as_ref().and_then(|l| l.hosts.iter().find(|h| h.node == n));
+            let expected: Vec<String> =
+                (0..s.plan.nodes.len()).filter(|&n| moved(n).is_none()).map(|n| s.plan.netns(n)).collect();
+            let mut pinned = 0;
+            let mut wanted = 0;
+            for (n, node) in s.plan.nodes.iter().enumerate() {
+                let dir = bpf_dir(prefix).join(&node.name);
+                for port in &node.ports {
+                    wanted += 1;
+                    let ifname = moved(n).map_or(&port.ifname, |h| &h.ifname);
+                    pinned += dir.join(link_pin_name(ifname)).exists() as usize;
+                }
+            }
+            let down = s.down_links.iter().map(|&l| link_label(&s.plan, l)).collect();
+            (expected, wanted, pinned, down)
+        }
+        None => (Vec::new(), 0, 0, Vec::new()),
+    };
+    let missing: Vec<String> = expected.iter().filter(|n| !present.contains(n)).cloned().collect();
+    let unexpected: Vec<String> = present.iter().filter(|n| !expected.contains(n)).cloned().collect();
+    let agent_expected = state.as_ref().is_some_and(|s| s.plan.topology.congestion.enabled);
+    let agent_running = crate::agent::running(prefix).is_some();
+    let healthy = state.is_some()
+        && missing.is_empty()
+        && unexpected.is_empty()
+        && links_pinned == links_expected
+        && agent_running == agent_expected;
+    Ok(Status {
+        prefix: prefix.into(),
+        state_file: state.is_some(),
+        namespaces_expected: expected.len(),
+        namespaces_present: present.len(),
+        missing_namespaces: missing,
+        unexpected_namespaces: unexpected,
+        xdp_links_expected: links_expected,
+        xdp_links_pinned: links_pinned,
+        down_links,
+        agent_expected,
+        agent_running,
+        healthy,
+    })
+}
+
+/// `node:ifname` of a link's lower end.
+pub fn link_label(plan: &Plan, l: LinkId) -> String {
+    let link = &plan.links[l];
+    format!("{}:{}", plan.nodes[link.a].name, plan.nodes[link.a].ports[link.a_port].ifname)
+}
+
+/// Finds the link named `NODE:IFNAME` (either end).
+pub fn find_link(plan: &Plan, spec: &str) -> Result<LinkId> {
+    let (node, ifname) =
+        spec.split_once(':').with_context(|| format!("{spec:?}: expected SWITCH:PORT, e.g. z0r0:z0c1"))?;
+    let n = plan.node_by_name(node).with_context(|| format!("no node {node:?} in this testbed"))?;
+    let port = plan.nodes[n].ports.iter().find(|p| p.ifname == ifname).with_context(|| {
+        let names: Vec<&str> = plan.nodes[n].ports.iter().map(|p| p.ifname.as_str()).collect();
+        format!("{node} has no port {ifname:?}; its ports: {}", names.join(", "))
+    })?;
+    Ok(port.link)
+}
+
+/// Takes a link down (both veth ends) or back up, and reprograms every switch's ECMP groups
+/// and routes for the links that remain.
+pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
+    netns::require_capabilities()?;
+    let mut state = State::load(prefix)?;
+    let l = find_link(&state.plan, spec)?;
+    let plan = &state.plan;
+    let old = routing::compute(plan, &state.down_links);
+    let mut down_links = state.down_links.clone();
+    if up {
+        down_links.remove(&l);
+    } else {
+        down_links.insert(l);
+    }
+    let new = routing::compute(plan, &down_links);
+    let link = &plan.links[l];
+    for (node, port) in [(link.a, link.a_port), (link.b, link.b_port)] {
+        let ifname = plan.nodes[node].ports[port].ifname.clone();
+        in_netns(&plan.netns(node), |h| async move {
+            let idx = netlink::ifindex(&h, &ifname).await?;
+            netlink::set_up(&h, idx, up).await
+        })?;
+    }
+    for sw in plan.switches() {
+        let (o, n) = (old[sw].as_ref().expect("switch"), new[sw].as_ref().expect("switch"));
+        if o != n {
+            let mut dp = state.dataplane(sw)?;
+            program_tables(&mut dp, plan, sw, Some(o), n)?;
+        }
+    }
+    let label = link_label(plan, l);
+    state.down_links = down_links;
+    state.save()?;
+    // Traffic engineering recomputes its placement over the links that are left.
+    crate::te::reinstall(&state)?;
+    Ok(label)
+}
+
+/// Sets the ECMP hash mode of every switch at run time, and optionally re-seeds them (each
+/// switch's seed derived from `seed` and its node id, so switches stay decorrelated).
+pub fn set_hash_mode(state: &State, mode: fabric_common::config::HashMode, seed: Option<u32>) -> Result<()> {
+    for sw in state.plan.switches() {
+        let node = &state.plan.nodes[sw];
+        let seed = seed.map_or(node.seed, |s| fabric_common::hash::fmix32(s ^ (sw as u32).wrapping_mul(0x9E37_79B9)));
+        let mut dp = state.dataplane(sw)?;
+        dp.set_config(SwitchConfig { hash_mode: mode as u32, seed, pin_shift: 1, _reserved: 0 })?;
+    }
+    Ok(())
+}
