@@ -4,9 +4,9 @@
 //! An XDP program cannot hold a packet, so a switch keeps a *phantom* queue per egress port and
 //! class (HULL, NSDI 2012): every packet sent to the port adds its bytes, and the depth drains at
 //! the port's (time-scaled) line rate by elapsed time. Packets are still forwarded at once; ECN
-//! marks, drops and PFC thresholds read the modelled depth (design A of
-//! `shared/design/`: a paused upstream *switch* keeps forwarding, and the bytes it sends while
-//! paused are counted as the model's error).
+//! marks, drops and PFC thresholds read the modelled depth (`docs/congestion-model.md`: a paused
+//! upstream *switch* keeps forwarding, and the bytes it sends while paused are counted as the
+//! model's error).
 //!
 //! The queue is kept as one number, [`EgressQueue::tail_ns`]: the time its last queued byte
 //! leaves. Enqueueing is `tail = max(tail, now, paused_until) + transmit time`, and the depth at

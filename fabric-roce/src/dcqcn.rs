@@ -57,8 +57,8 @@
 //!   stage conditions `max(T, BC) < F` / `min(T, BC) > F` are its Figure 7 as quoted by several
 //!   implementations (Marvell's DPDK `dcqcn_rp_rate_increase`, Pensando's P4 `dcqcn` program, an
 //!   OMNeT++ model); the paper's text was not at hand here.
-//! - The default g, timer, byte counter, R_AI and R_HAI are the commonly cited values in
-//!   `shared/reference/PAPER-FACTS.md`, which flags them as to be checked against the paper.
+//! - The default g, timer, byte counter, R_AI and R_HAI are the commonly cited values; they are
+//!   still to be checked against the paper's own text.
 //! - The paper's first author's ns-3 simulator (`bobzhuyb/ns3-rdma`,
 //!   `src/point-to-point/model/qbb-net-device.cc`) for what the paper leaves open: T and BC
 //!   restart at a CNP, the α timer restarts at a CNP, the cut is floored at a minimum rate

@@ -17,7 +17,7 @@
 //! - without DF, a hashed per-destination generator with random jumps: unpredictable.
 //!
 //! rxe writes its own IP header with the hashed generator, which is why every frame of
-//! shared/captures/rxe-rc-mixed.pcap has DF and a non-zero, incrementing ID (0xf356, 0xf357, ...).
+//! The rxe capture (fabric-user/tests/data/rxe-rc-mixed.pcap) has DF and a non-zero, incrementing ID (0xf356, 0xf357, ...).
 //! We checked the socket cases on this machine's 6.18 kernel with tcpdump: `sendto` on an
 //! unconnected DF socket gave ID 0 on every datagram; `send` after `connect` gave 25422, 25423,
 //! ...; without DF, 50086, 50087, ....

@@ -748,7 +748,7 @@ impl<'a> RocePacketRepr<'a> {
 mod tests {
     use super::*;
 
-    /// Frame 1 of shared/captures/rxe-rc-mixed.pcap (rxe, ib_write_bw): RDMA WRITE FIRST to QP
+    /// Frame 1 of the rxe capture (fabric-user/tests/data/rxe-rc-mixed.pcap) (rxe, ib_write_bw): RDMA WRITE FIRST to QP
     /// 0x11, PSN 16346650 (0xF96E1A), RETH VA 0x55578a4f8000, R_Key 0x29c, 3000 bytes.
     const RXE_WRITE_FIRST_HEADERS: [u8; 28] = [
         0x06, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x00, 0xf9, 0x6e, 0x1a, // BTH

@@ -47,6 +47,7 @@ enum LinkAction {
 }
 
 #[derive(Subcommand)]
+#[expect(clippy::large_enum_variant, reason = "parsed once per process; boxing would buy nothing")]
 enum Command {
     /// Build a testbed: namespaces, veths, addresses, XDP switches with their routes.
     Up {
@@ -60,7 +61,7 @@ enum Command {
         #[arg(long)]
         quiet: bool,
         /// Host endpoints: own (our RoCEv2 endpoints, a namespace per host) or rxe (the kernel's
-        /// soft-RoCE; host veths in the initial namespace with policy routing, see src/rxe.rs).
+        /// soft-RoCE; host veths in the initial namespace with policy routing, see src/testbed/rxe.rs).
         #[arg(long, value_enum, default_value = "own")]
         endpoints: fabric_user::testbed::rxe::Endpoints,
     },

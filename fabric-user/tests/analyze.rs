@@ -318,7 +318,7 @@ fn linux_cooked_capture_and_raw_ip() {
     assert_eq!((r.roce_packets, r.qps.len()), (2, 1));
     // Weighed as the Ethernet frame it was.
     assert_eq!(r.roce_bytes, 2 * frame.len() as u64);
-    check_members_against_kernel(&r, &[frame.clone()]);
+    check_members_against_kernel(&r, std::slice::from_ref(&frame));
 
     let path = tmp("raw.pcap");
     write_pcap(&path, DataLink::RAW, &[full(ip)]);

@@ -209,7 +209,7 @@ fn watch_outgoing_roce(ifname: &str, stop: &AtomicBool, seen: &Mutex<Vec<Instant
                 (&mut from as *mut libc::sockaddr_ll).cast(),
                 &mut len,
             );
-            if n < 42 || from.sll_pkttype != libc::PACKET_OUTGOING as u8 {
+            if n < 42 || from.sll_pkttype != libc::PACKET_OUTGOING {
                 continue;
             }
             let f = &buf[..n as usize];

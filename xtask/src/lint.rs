@@ -1,5 +1,5 @@
-//! `cargo xtask lint`: rustfmt, clippy with warnings denied on every crate (the eBPF crate too,
-//! compiled for the host), and the module graph of every crate free of import cycles.
+//! `cargo xtask lint`: rustfmt, clippy with warnings denied on every host crate, and the module
+//! graph of every crate free of import cycles.
 use std::process::Command;
 
 use anyhow::{Result, bail};
@@ -21,6 +21,10 @@ pub fn run_all() -> Result<()> {
         "--locked",
         "--workspace",
         "--all-targets",
+        // The eBPF crate builds for bpfel-unknown-none only (nightly, build-std); fabric-user's
+        // build script compiles it, so a broken program still fails here.
+        "--exclude",
+        "fabric-ebpf",
         "--",
         "-D",
         "warnings",
@@ -29,6 +33,24 @@ pub fn run_all() -> Result<()> {
     println!("lint: rustfmt, clippy and the module graphs are clean");
     Ok(())
 }
+
+/// fabric-user's folders, lowest layer first (the table in fabric-user/src/lib.rs).
+const FABRIC_USER_LAYERS: &[&str] = &[
+    "sys",
+    "model",
+    "dataplane",
+    "state",
+    "endpoint",
+    "forwarding",
+    "te",
+    "agent",
+    "telemetry",
+    "testbed",
+    "run",
+    "sim",
+    "experiment",
+    "analyze",
+];
 
 /// Prints each crate's top-level module graph and fails on any cycle, between folders or files.
 pub fn modules() -> Result<()> {
@@ -43,6 +65,9 @@ pub fn modules() -> Result<()> {
                 println!("  {m:<12} <- {}", deps.join(", "));
             }
         }
+        if *krate == "fabric-user" {
+            problems.extend(modgraph::layer_violations(&top, FABRIC_USER_LAYERS));
+        }
         for cycle in modgraph::cycles(&g).into_iter().chain(modgraph::cycles(&top)) {
             problems.push(format!("{krate}: import cycle between {}", cycle.join(", ")));
         }
@@ -50,6 +75,6 @@ pub fn modules() -> Result<()> {
     if !problems.is_empty() {
         bail!("{}", problems.join("\n"));
     }
-    println!("module graphs: {} crates, no import cycle", CRATES.len());
+    println!("module graphs: {} crates, no import cycle; fabric-user's layers in order", CRATES.len());
     Ok(())
 }

@@ -139,6 +139,26 @@ pub fn top_level(g: &Graph) -> Graph {
     out
 }
 
+/// The edges of a folded graph that run against `layers` (lowest first): a module may import
+/// only from layers before its own. A top-level module missing from `layers` is an error too,
+/// so that a new folder is placed on purpose.
+pub fn layer_violations(top: &Graph, layers: &[&str]) -> Vec<String> {
+    let rank = |m: &str| layers.iter().position(|l| *l == m);
+    let mut out = Vec::new();
+    for (m, deps) in top.iter().filter(|(m, _)| !m.is_empty()) {
+        let Some(mine) = rank(m) else {
+            out.push(format!("module {m} is in no layer (add it to the layer list in xtask/src/lint.rs)"));
+            continue;
+        };
+        for d in deps.iter().filter(|d| !d.is_empty()) {
+            if rank(d).is_none_or(|theirs| theirs >= mine) {
+                out.push(format!("{m} imports from {d}, a layer above it"));
+            }
+        }
+    }
+    out
+}
+
 /// Removes `//` and `/* */` comments (doc comments too), keeping string literals intact.
 fn strip_comments(text: &str) -> String {
     let b = text.as_bytes();
@@ -341,6 +361,15 @@ mod tests {
         assert_eq!(cycles(&g), vec![vec!["p".to_string(), "p::c".to_string()]]);
         assert!(g["p"].iter().all(|d| d != "q"), "{g:?}");
         assert!(g["q"].is_empty());
+    }
+
+    #[test]
+    fn an_import_from_a_higher_layer_is_reported() {
+        let g = graph(&files(&[("", ""), ("low", ""), ("high", "use crate::low::X;"), ("mid", "use crate::high::Y;")]));
+        let top = top_level(&g);
+        assert!(layer_violations(&top, &["low", "mid", "high"]) == vec!["mid imports from high, a layer above it"]);
+        assert!(layer_violations(&top, &["low", "high", "mid"]).is_empty());
+        assert_eq!(layer_violations(&top, &["low", "high"]).len(), 1, "mid is in no layer");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Writes the seed corpus, `corpus/<target>/`, from real frames: one frame of each (opcode,
-//! length) in the rxe capture (shared/captures/rxe-rc-mixed.pcap), the frames
+//! length) in the rxe capture (fabric-user/tests/data/rxe-rc-mixed.pcap), the frames
 //! `fabric_testkit::fixture` builds for the switch tests (IPv4/IPv6, tagged or not, RoCE or plain
 //! UDP, fragments, ARP), the endpoint's own packets (`RocePacketRepr::to_bytes`) and PFC frames
 //! (`PauseFrame::emit`, an 802.3x PAUSE).
@@ -50,7 +50,7 @@ fn main() -> Result<()> {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let pcap = match std::env::args_os().nth(1) {
         Some(p) => PathBuf::from(p),
-        None => manifest.join("../../../shared/captures/rxe-rc-mixed.pcap"),
+        None => manifest.join("../../fabric-user/tests/data/rxe-rc-mixed.pcap"),
     };
     let mut corpus = Corpus { root: manifest.join("corpus"), written: 0, bytes: 0 };
     for target in ["parse_packet", "icrc", "pfc", "roce_wire"] {

@@ -180,7 +180,7 @@ pub fn roce_pkt(src: u32, dst: u32, sport: u16, dest_qp: u32) -> ParsedPacket {
     pkt_v4(src.to_be_bytes(), dst.to_be_bytes(), Some((sport, ROCE_PORT)), Some(dest_qp))
 }
 
-/// The rxe capture: the repository's copy of shared/captures/rxe-rc-mixed.pcap (so that a clone
+/// The rxe capture: fabric-user/tests/data/rxe-rc-mixed.pcap (so that a clone
 /// anywhere runs these tests).
 pub const CAPTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fabric-user/tests/data/rxe-rc-mixed.pcap");
 

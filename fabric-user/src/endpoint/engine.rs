@@ -64,6 +64,8 @@ pub struct FlowResult {
     pub timeouts: u64,
     pub naks: u64,
     pub icrc_errors: u64,
+    /// Packets for a sender QP that its parser refused (counted, never dropped silently).
+    pub wire_errors: u64,
     /// Bytes the responders accepted (in order, once): equals `bytes` when nothing was lost.
     pub bytes_received: u64,
     /// Packets that reached the responders marked CE.
@@ -184,6 +186,7 @@ struct QpOutcome {
     timeouts: u64,
     naks: u64,
     icrc_errors: u64,
+    wire_errors: u64,
     ce_packets: u64,
     cnps_sent: u64,
     cnps_received: u64,
@@ -307,6 +310,7 @@ pub fn run_step_in(
                 timeouts: sum(|o| o.timeouts),
                 naks: sum(|o| o.naks),
                 icrc_errors: sum(|o| o.icrc_errors),
+                wire_errors: sum(|o| o.wire_errors),
                 bytes_received: sum(|o| o.bytes_received),
                 ce_packets: sum(|o| o.ce_packets),
                 cnps_sent: sum(|o| o.cnps_sent),
@@ -648,7 +652,9 @@ fn host_loop(cx: &HostContext<'_>) -> Result<()> {
                             }
                             continue;
                         }
-                        let _ = e.qp.on_packet(payload, t);
+                        if e.qp.on_packet(payload, t).is_err() {
+                            e.outcome.wire_errors += 1;
+                        }
                         if let Some(f) = e.qp.requester.failure() {
                             bail!("QP {qpn:#x} failed: {f:?}");
                         }
@@ -662,6 +668,7 @@ fn host_loop(cx: &HostContext<'_>) -> Result<()> {
                                 timeouts: c.timeouts,
                                 naks: c.naks_received,
                                 icrc_errors: e.outcome.icrc_errors,
+                                wire_errors: e.outcome.wire_errors,
                                 ..Default::default()
                             };
                             cx.remaining.fetch_sub(1, Ordering::Relaxed);

@@ -213,7 +213,7 @@ pub fn recv_batch(sock: &UdpSocket, bufs: &mut [[u8; 4096]; BATCH], out: &mut Ve
         let src = SocketAddrV4::new(Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)), u16::from_be(a.sin_port));
         let h = &msgs[i].msg_hdr;
         // SAFETY: the kernel wrote msg_controllen bytes of control data into our buffer.
-        let control = unsafe { std::slice::from_raw_parts(h.msg_control.cast::<u8>(), h.msg_controllen as usize) };
+        let control = unsafe { std::slice::from_raw_parts(h.msg_control.cast::<u8>(), h.msg_controllen) };
         out.push(Received { len: msgs[i].msg_len as usize, from: src, tos: tos_from_control(control) });
     }
     Ok(n as usize)
@@ -276,7 +276,7 @@ pub fn recv_frame<'a>(fd: &OwnedFd, buf: &'a mut [u8]) -> Result<Option<&'a [u8]
             }
             return Err(e).context("recvfrom(AF_PACKET)");
         }
-        if from.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+        if from.sll_pkttype == libc::PACKET_OUTGOING {
             continue;
         }
         return Ok(Some(&buf[..n as usize]));

@@ -8,6 +8,9 @@ use crate::{
     endpoint::SportPolicy, model::placement::Placement, model::topology::Topology, model::workload::Collective,
 };
 
+/// (key, label, topology (uplinks per spine, uplink rate), placement, hash, qps).
+type PinCase = (&'static str, &'static str, (u32, f64), Placement, HashMode, u32);
+
 pub const SCENARIO: Scenario = Scenario {
     name: "path-pinning",
     summary: "Path pinning (route by destination slice) with whole racks vs fragmented placement, against \
@@ -38,7 +41,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     let message: u64 = ctx.pick(2 << 20, 4 << 20);
     let iterations = ctx.pick(1, 2);
     // (key, label, topology (uplinks per spine, uplink rate), placement, hash, qps)
-    let plan: [(&str, &str, (u32, f64), Placement, HashMode, u32); 6] = [
+    let plan: [PinCase; 6] = [
         ("pin-contiguous", "pin, whole racks", (1, 400.0), Placement::Contiguous, HashMode::Pin, 1),
         ("pin-fragmented", "pin, fragmented", (1, 400.0), Placement::Fragmented, HashMode::Pin, 1),
         ("eecmp-fragmented", "E-ECMP 8 QPs, fragmented", (1, 400.0), Placement::Fragmented, HashMode::Eecmp, 8),

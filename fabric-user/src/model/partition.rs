@@ -162,7 +162,7 @@ pub fn partition_vertices(g: &Graph, verts: &[usize], caps: &[usize], seed: u64)
     let total: usize = caps.iter().sum();
     ensure!(verts.len() <= total, "{} ranks but only {total} places", verts.len());
     let mut out = vec![0; verts.len()];
-    let mut rng = SplitMix64(seed ^ 0x5EED_0F_B15EC7);
+    let mut rng = SplitMix64(seed ^ 0x5EED_0FB1_5EC7);
     recurse(g, verts, &(0..verts.len()).collect::<Vec<_>>(), caps, 0, &mut out, &mut rng);
     Ok(out)
 }

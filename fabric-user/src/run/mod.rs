@@ -117,7 +117,7 @@ pub struct RunSpec {
     #[serde(default)]
     pub slow_receiver: Option<String>,
     /// DCQCN parameters in unslowed time (a `[dcqcn]` table in workload files; the fields of
-    /// `roce::dcqcn::DcqcnParams`, each optional).
+    /// `fabric_roce::dcqcn::DcqcnParams`, each optional).
     #[arg(skip)]
     #[serde(default)]
     pub dcqcn: Option<DcqcnParams>,

@@ -969,7 +969,7 @@ pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Res
                 "udp_sports": sports, "completion_ns": ns,
                 "goodput_bps": if ns > 0 { rep.chunk_bytes as f64 * 8e9 / ns as f64 } else { 0.0 },
                 "intended_bps": null, "packets_sent": null, "retransmitted": null, "timeouts": null, "naks": null,
-                "icrc_errors": null, "bytes_received": rep.chunk_bytes, "ce_packets": null, "cnps_sent": null,
+                "icrc_errors": null, "wire_errors": null, "bytes_received": rep.chunk_bytes, "ce_packets": null, "cnps_sent": null,
                 "cnps_received": null, "rate_trajectory": [],
             }));
         }

@@ -8,8 +8,8 @@ pub fn unique_prefix(tag: char, n: u32) -> String {
     format!("{tag}{}{n}", std::process::id() % 10_000)
 }
 
-/// Real soft-RoCE frames (ib_write_bw between two rxe devices): a copy of
-/// shared/captures/rxe-rc-mixed.pcap kept in the repository.
+/// Real soft-RoCE frames (ib_write_bw between two rxe devices), captured from Linux rxe and kept
+/// in the repository.
 pub fn rxe_capture() -> std::path::PathBuf {
     let p = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/rxe-rc-mixed.pcap"));
     assert!(p.exists(), "the rxe capture {} is missing", p.display());
