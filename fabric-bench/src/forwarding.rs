@@ -195,12 +195,7 @@ fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane) 
                     let (west, east) = (ifindex("west")?, ifindex("east")?);
                     dp.add_port(west, PortInfo::new(0, switch_mac(k, WEST)))?;
                     dp.add_port(east, PortInfo::new(1, switch_mac(k, EAST)))?;
-                    dp.set_config(SwitchConfig {
-                        hash_mode: HashMode::Eecmp as u32,
-                        seed: k as u32,
-                        pin_shift: 0,
-                        _reserved: 0,
-                    })?;
+                    dp.set_config(SwitchConfig::new(HashMode::Eecmp, k as u32, 0))?;
                     let to_sink = GroupMember { port: 1, dst_mac: west_mac(k + 1), src_mac: switch_mac(k, EAST) };
                     let to_gen = GroupMember { port: 0, dst_mac: east_mac(k - 1), src_mac: switch_mac(k, WEST) };
                     dp.set_group(0, &EcmpGroup::from_members(&[to_sink]).expect("fits"))?;
@@ -300,7 +295,7 @@ fn generator_config(tools: &mut SwitchDataplane) -> Result<Array<MapData, [u8; 1
     let ids = info.map_ids()?.context("this kernel does not report a program's map ids")?;
     for id in ids {
         let data = MapData::from_id(id)?;
-        if data.info()?.name_as_str() == Some("GENERATOR") {
+        if data.info()?.name_as_str() == Some(fabric_common::maps::GENERATOR) {
             return Ok(Map::from_map_data(data)?.try_into()?);
         }
     }

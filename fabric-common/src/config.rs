@@ -61,6 +61,26 @@ pub struct SwitchConfig {
 
 const _: () = assert!(core::mem::size_of::<SwitchConfig>() == 16);
 
+impl SwitchConfig {
+    /// The `pin` shift for the controller's addressing: every host sits on a /31 (its switch's
+    /// port the even address, the host the odd one), so dropping one bit leaves the host's
+    /// index, and `pin` spreads destinations over the uplinks host by host.
+    pub const TESTBED_PIN_SHIFT: u32 = 1;
+
+    pub const fn new(mode: HashMode, seed: u32, pin_shift: u32) -> Self {
+        Self { hash_mode: mode as u32, seed, pin_shift, _reserved: 0 }
+    }
+
+    /// A switch as the controller configures one: its mode and seed, the testbed's pin shift.
+    pub const fn testbed(mode: HashMode, seed: u32) -> Self {
+        Self::new(mode, seed, Self::TESTBED_PIN_SHIFT)
+    }
+
+    pub const fn mode(&self) -> HashMode {
+        HashMode::from_u32(self.hash_mode)
+    }
+}
+
 /// One switch port as the XDP program sees it, in an array indexed by ingress ifindex (an array
 /// lookup costs a fraction of a hash lookup; ifindexes inside a namespace are small).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

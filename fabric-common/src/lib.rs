@@ -8,6 +8,7 @@
 //! - [`hash`]: the switch hash (CRC32 + avalanche) and ECMP member selection per mode;
 //! - [`config`]: per-switch settings (hash mode, seed) and port descriptors;
 //! - [`route`]: the LPM and ECMP-group map layouts;
+//! - [`maps`]: the names of the switch's maps (the kernel/controller contract);
 //! - [`te`]: per-flow entries of centralised traffic engineering;
 //! - [`forward`]: the forwarding decision built from the above;
 //! - [`checksum`]: incremental Internet checksum updates;
@@ -24,6 +25,7 @@ pub mod counters;
 pub mod forward;
 pub mod hash;
 pub mod icrc;
+pub mod maps;
 pub mod parse;
 pub mod pfc;
 pub mod qos;

@@ -19,7 +19,7 @@ fn port() -> PortInfo {
 }
 
 fn cfg(mode: HashMode) -> SwitchConfig {
-    SwitchConfig { hash_mode: mode as u32, seed: 0xC0FF_EE00, pin_shift: 0, _reserved: 0 }
+    SwitchConfig::new(mode, 0xC0FF_EE00, 0)
 }
 
 /// Routing tables as plain vectors, with the same semantics as the kernel's LPM trie: the
@@ -302,7 +302,7 @@ fn verifier_mask_masks() {
 #[test]
 fn host_ports_drop_spoofed_sources() {
     let t = tables();
-    let cfg = SwitchConfig { hash_mode: HashMode::FiveTuple as u32, seed: 1, pin_shift: 0, _reserved: 0 };
+    let cfg = SwitchConfig::new(HashMode::FiveTuple, 1, 0);
     let pkt = to([10, 1, 0, 9]);
     let src = [10, 200, 0, 1];
     let genuine = PortInfo::host(1, PORT_MAC, src, [0; 16]);

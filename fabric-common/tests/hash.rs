@@ -11,7 +11,7 @@ const SEED_A: u32 = 0x1234_5678;
 const SEED_B: u32 = 0x9E37_79B9;
 
 fn cfg(mode: HashMode, seed: u32) -> SwitchConfig {
-    SwitchConfig { hash_mode: mode as u32, seed, pin_shift: 0, _reserved: 0 }
+    SwitchConfig::new(mode, seed, 0)
 }
 
 /// `count` RoCE-like flows: random 10/8 source and destination, random source port (as rxe

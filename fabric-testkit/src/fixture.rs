@@ -98,7 +98,7 @@ impl FixtureSwitch {
     }
 
     pub fn config(mode: HashMode, seed: u32) -> SwitchConfig {
-        SwitchConfig { hash_mode: mode as u32, seed, pin_shift: 0, _reserved: 0 }
+        SwitchConfig::new(mode, seed, 0)
     }
 
     pub fn set_mode(&mut self, mode: HashMode, seed: u32) -> Result<()> {

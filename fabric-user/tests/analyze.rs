@@ -202,7 +202,7 @@ fn check_members_against_kernel(r: &Report, frames: &[Vec<u8>]) {
             .find(|q| q.src_port == sport && q.dest_qp == b.dest_qp && ip_of(&p) == (q.src, q.dst))
             .expect("a RoCE frame's QP is in the report");
         for &mode in &HashMode::ALL {
-            let cfg = SwitchConfig { hash_mode: mode as u32, seed: g.seed, pin_shift: g.pin_shift, _reserved: 0 };
+            let cfg = SwitchConfig::new(mode, g.seed, g.pin_shift);
             assert_eq!(q.members[mode.as_str()], select_member(&cfg, &p, g.uplinks), "{mode:?} {q:?}");
         }
         checked += 1;

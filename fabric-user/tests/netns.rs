@@ -138,7 +138,7 @@ fn run(ns_a: &str, ns_sw: &str, ns_b: &str) -> Result<()> {
         let (sa, sb) = (ifindex("sa")?, ifindex("sb")?);
         dp.add_port(sa, PortInfo::new(0, mac(MAC_SA)))?;
         dp.add_port(sb, PortInfo::new(1, mac(MAC_SB)))?;
-        dp.set_config(SwitchConfig { hash_mode: HashMode::Eecmp as u32, seed: 1, pin_shift: 0, _reserved: 0 })?;
+        dp.set_config(SwitchConfig::new(HashMode::Eecmp, 1, 0))?;
         let to_a = GroupMember { port: 0, dst_mac: mac(MAC_A), src_mac: mac(MAC_SA) };
         let to_b = GroupMember { port: 1, dst_mac: mac(MAC_B), src_mac: mac(MAC_SB) };
         dp.set_group(0, &EcmpGroup::from_members(&[to_a]).unwrap())?;

@@ -29,7 +29,7 @@ pub struct AnalyzeArgs {
     #[arg(long)]
     pub hash: Vec<String>,
     /// `pin` mode's shift (low destination bits dropped; the testbed installs 1).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = fabric_common::config::SwitchConfig::TESTBED_PIN_SHIFT)]
     pub pin_shift: u32,
     /// Take the seed and group size from this switch of a topology (e.g. z0r0), as `fabric up`
     /// installs them.

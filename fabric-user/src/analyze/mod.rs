@@ -268,7 +268,7 @@ fn modes_ser<S: serde::Serializer>(m: &[HashMode], s: S) -> Result<S::Ok, S::Err
 
 impl Group {
     pub fn config(&self, mode: HashMode) -> SwitchConfig {
-        SwitchConfig { hash_mode: mode as u32, seed: self.seed, pin_shift: self.pin_shift, _reserved: 0 }
+        SwitchConfig::new(mode, self.seed, self.pin_shift)
     }
 }
 

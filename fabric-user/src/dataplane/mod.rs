@@ -2,7 +2,7 @@
 //! from `fabric_common` types, its program attached to every port of the switch.
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
 use aya::{
     Ebpf,
     maps::{
@@ -14,6 +14,7 @@ use aya::{
 use fabric_common::{
     config::{MAX_IFINDEX, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
+    maps,
     pfc::CLASSES,
     qos::{ClassCounters, QosConfig, class_slot},
     queue::{EgressQueue, IngressAccount},
@@ -31,27 +32,6 @@ pub const PROGRAM_PASS: &str = "xdp_pass";
 pub const PROGRAM_BENCH_PARSE_REDIRECT: &str = "bench_parse_redirect";
 /// The traffic generator of `fabric-bench forwarding` (BPF_PROG_TEST_RUN with live frames).
 pub const PROGRAM_GENERATOR: &str = "traffic_generator";
-
-/// Every map of the switch object (the names are the contract with `fabric-ebpf/src/maps.rs`).
-pub const MAP_NAMES: [&str; 17] = [
-    "CONFIG",
-    "PORTS",
-    "EGRESS",
-    "ROUTES_V4",
-    "ROUTES_V6",
-    "GROUPS",
-    "PORT_COUNTERS",
-    "MEMBER_COUNTERS",
-    "QOS",
-    "PORT_RATE",
-    "QUEUES",
-    "ACCOUNTS",
-    "PFC_XOFF",
-    "POOL_USED",
-    "CLASS_COUNTERS",
-    "PFC_EVENTS",
-    "TE_FLOWS",
-];
 
 /// A switch's maps with typed access, and (when freshly loaded) its programs. A dataplane
 /// reopened from pins has maps only: enough to reroute and to read counters.
@@ -79,16 +59,21 @@ impl SwitchDataplane {
             prog.load().with_context(|| format!("the kernel verifier rejected {name}"))?;
         }
         let mut maps = std::collections::HashMap::new();
-        for name in MAP_NAMES {
+        for name in maps::SWITCH {
             maps.insert(name, ebpf.take_map(name).with_context(|| format!("map {name} missing from the object"))?);
         }
+        // The other way round too: a map the kernel side added but the contract does not name
+        // would never be pinned, so commands reopening a testbed would not see it.
+        let unknown: Vec<&str> =
+            ebpf.maps().map(|(n, _)| n).filter(|n| *n != maps::GENERATOR && !n.starts_with('.')).collect();
+        ensure!(unknown.is_empty(), "the XDP object has maps fabric_common::maps does not name: {unknown:?}");
         Ok(Self { ebpf: Some(ebpf), maps })
     }
 
     /// Reopens the maps of a switch pinned with [`Self::pin_maps`].
     pub fn from_pins(dir: &std::path::Path) -> Result<Self> {
         let mut maps = std::collections::HashMap::new();
-        for name in MAP_NAMES {
+        for name in maps::SWITCH {
             let path = dir.join(name);
             let data = MapData::from_pin(&path).with_context(|| format!("opening pinned map {}", path.display()))?;
             maps.insert(name, aya::maps::Map::from_map_data(data)?);
@@ -142,7 +127,7 @@ impl SwitchDataplane {
     }
 
     pub fn set_config(&mut self, cfg: SwitchConfig) -> Result<()> {
-        let mut m: Array<&mut MapData, SwitchConfig> = self.map("CONFIG")?;
+        let mut m: Array<&mut MapData, SwitchConfig> = self.map(maps::CONFIG)?;
         m.set(0, cfg, 0)?;
         Ok(())
     }
@@ -155,9 +140,9 @@ impl SwitchDataplane {
             "ifindex {ifindex} is beyond the switch's port table ({MAX_IFINDEX}); \
              build switch ports inside fresh namespaces, where ifindexes are small"
         );
-        let mut ports: Array<&mut MapData, PortInfo> = self.map("PORTS")?;
+        let mut ports: Array<&mut MapData, PortInfo> = self.map(maps::PORTS)?;
         ports.set(ifindex, info, 0)?;
-        let mut egress: DevMap<&mut MapData> = self.map("EGRESS")?;
+        let mut egress: DevMap<&mut MapData> = self.map(maps::EGRESS)?;
         egress
             .set(info.index, ifindex, None, 0)
             .with_context(|| format!("DEVMAP slot {} -> ifindex {ifindex}", info.index))?;
@@ -165,38 +150,38 @@ impl SwitchDataplane {
     }
 
     pub fn remove_route_v4(&mut self, prefix: Ipv4Addr, len: u8) -> Result<()> {
-        let mut m: LpmTrie<&mut MapData, [u8; 4], RouteTarget> = self.map("ROUTES_V4")?;
+        let mut m: LpmTrie<&mut MapData, [u8; 4], RouteTarget> = self.map(maps::ROUTES_V4)?;
         m.remove(&Key::new(len.into(), prefix.octets()))?;
         Ok(())
     }
 
     pub fn remove_route_v6(&mut self, prefix: Ipv6Addr, len: u8) -> Result<()> {
-        let mut m: LpmTrie<&mut MapData, [u8; 16], RouteTarget> = self.map("ROUTES_V6")?;
+        let mut m: LpmTrie<&mut MapData, [u8; 16], RouteTarget> = self.map(maps::ROUTES_V6)?;
         m.remove(&Key::new(len.into(), prefix.octets()))?;
         Ok(())
     }
 
     pub fn set_route_v4(&mut self, prefix: Ipv4Addr, len: u8, target: RouteTarget) -> Result<()> {
-        let mut m: LpmTrie<&mut MapData, [u8; 4], RouteTarget> = self.map("ROUTES_V4")?;
+        let mut m: LpmTrie<&mut MapData, [u8; 4], RouteTarget> = self.map(maps::ROUTES_V4)?;
         m.insert(&Key::new(len.into(), prefix.octets()), target, 0)?;
         Ok(())
     }
 
     pub fn set_route_v6(&mut self, prefix: Ipv6Addr, len: u8, target: RouteTarget) -> Result<()> {
-        let mut m: LpmTrie<&mut MapData, [u8; 16], RouteTarget> = self.map("ROUTES_V6")?;
+        let mut m: LpmTrie<&mut MapData, [u8; 16], RouteTarget> = self.map(maps::ROUTES_V6)?;
         m.insert(&Key::new(len.into(), prefix.octets()), target, 0)?;
         Ok(())
     }
 
     pub fn set_group(&mut self, id: u32, group: &EcmpGroup) -> Result<()> {
-        let mut m: Array<&mut MapData, EcmpGroup> = self.map("GROUPS")?;
+        let mut m: Array<&mut MapData, EcmpGroup> = self.map(maps::GROUPS)?;
         m.set(id, group, 0).with_context(|| format!("writing ECMP group {id}"))?;
         Ok(())
     }
 
     /// A port's counters summed over CPUs.
     pub fn port_counters(&mut self, port: u32) -> Result<PortCounters> {
-        let m: PerCpuArray<&mut MapData, PortCounters> = self.map("PORT_COUNTERS")?;
+        let m: PerCpuArray<&mut MapData, PortCounters> = self.map(maps::PORT_COUNTERS)?;
         let mut total = PortCounters::default();
         for c in m.get(&port, 0)?.iter() {
             total.accumulate(c);
@@ -206,7 +191,7 @@ impl SwitchDataplane {
 
     /// Packets and bytes sent through one member of a group, summed over CPUs.
     pub fn member_counters(&mut self, group: u32, member: u32) -> Result<MemberCounters> {
-        let m: PerCpuArray<&mut MapData, MemberCounters> = self.map("MEMBER_COUNTERS")?;
+        let m: PerCpuArray<&mut MapData, MemberCounters> = self.map(maps::MEMBER_COUNTERS)?;
         let mut total = MemberCounters::default();
         let slot = group * MAX_GROUP_MEMBERS as u32 + member;
         for c in m.get(&slot, 0)?.iter() {
@@ -217,62 +202,62 @@ impl SwitchDataplane {
 
     /// The congestion model's settings (`enabled == 0` turns it off).
     pub fn set_qos(&mut self, cfg: QosConfig) -> Result<()> {
-        let mut m: Array<&mut MapData, QosConfig> = self.map("QOS")?;
+        let mut m: Array<&mut MapData, QosConfig> = self.map(maps::QOS)?;
         m.set(0, cfg, 0)?;
         Ok(())
     }
 
     /// The modelled (time-scaled) line rate of a port, bit/s.
     pub fn set_port_rate(&mut self, port: u32, rate_bps: u64) -> Result<()> {
-        let mut m: Array<&mut MapData, u64> = self.map("PORT_RATE")?;
+        let mut m: Array<&mut MapData, u64> = self.map(maps::PORT_RATE)?;
         m.set(port, rate_bps, 0).with_context(|| format!("rate of port {port}"))?;
         Ok(())
     }
 
     pub fn port_rate(&mut self, port: u32) -> Result<u64> {
-        let m: Array<&mut MapData, u64> = self.map("PORT_RATE")?;
+        let m: Array<&mut MapData, u64> = self.map(maps::PORT_RATE)?;
         Ok(m.get(&port, 0)?)
     }
 
     pub fn qos(&mut self) -> Result<QosConfig> {
-        let m: Array<&mut MapData, QosConfig> = self.map("QOS")?;
+        let m: Array<&mut MapData, QosConfig> = self.map(maps::QOS)?;
         Ok(m.get(&0, 0)?)
     }
 
     /// The modelled egress queue of a port and class.
     pub fn queue(&mut self, port: u32, class: usize) -> Result<EgressQueue> {
-        let m: Array<&mut MapData, EgressQueue> = self.map("QUEUES")?;
+        let m: Array<&mut MapData, EgressQueue> = self.map(maps::QUEUES)?;
         Ok(m.get(&class_slot(port, class), 0)?)
     }
 
     /// The bytes held for an ingress port and class.
     pub fn account(&mut self, port: u32, class: usize) -> Result<IngressAccount> {
-        let m: Array<&mut MapData, IngressAccount> = self.map("ACCOUNTS")?;
+        let m: Array<&mut MapData, IngressAccount> = self.map(maps::ACCOUNTS)?;
         Ok(m.get(&class_slot(port, class), 0)?)
     }
 
     /// When the XDP program asked for a pause on an ingress port/class (0: none outstanding).
     pub fn xoff_flag(&mut self, port: u32, class: usize) -> Result<u64> {
-        let m: Array<&mut MapData, u64> = self.map("PFC_XOFF")?;
+        let m: Array<&mut MapData, u64> = self.map(maps::PFC_XOFF)?;
         Ok(m.get(&class_slot(port, class), 0)?)
     }
 
     /// Clears the pause request of an ingress port/class once the agent has resumed it.
     pub fn clear_xoff(&mut self, port: u32, class: usize) -> Result<()> {
-        let mut m: Array<&mut MapData, u64> = self.map("PFC_XOFF")?;
+        let mut m: Array<&mut MapData, u64> = self.map(maps::PFC_XOFF)?;
         m.set(class_slot(port, class), 0, 0)?;
         Ok(())
     }
 
     pub fn set_pool_used(&mut self, bytes: u64) -> Result<()> {
-        let mut m: Array<&mut MapData, u64> = self.map("POOL_USED")?;
+        let mut m: Array<&mut MapData, u64> = self.map(maps::POOL_USED)?;
         m.set(0, bytes, 0)?;
         Ok(())
     }
 
     /// A port/class's counters summed over CPUs.
     pub fn class_counters(&mut self, port: u32, class: usize) -> Result<ClassCounters> {
-        let m: PerCpuArray<&mut MapData, ClassCounters> = self.map("CLASS_COUNTERS")?;
+        let m: PerCpuArray<&mut MapData, ClassCounters> = self.map(maps::CLASS_COUNTERS)?;
         let mut total = ClassCounters::default();
         for c in m.get(&class_slot(port, class), 0)?.iter() {
             total.accumulate(c);
@@ -291,7 +276,7 @@ impl SwitchDataplane {
 
     /// Installs (or replaces) the TE table: exactly `entries`, nothing else.
     pub fn set_te_flows(&mut self, entries: &[(TeKey, TeEntry)]) -> Result<()> {
-        let mut m: aya::maps::HashMap<&mut MapData, TeKey, TeEntry> = self.map("TE_FLOWS")?;
+        let mut m: aya::maps::HashMap<&mut MapData, TeKey, TeEntry> = self.map(maps::TE_FLOWS)?;
         let keep: std::collections::HashSet<TeKey> = entries.iter().map(|e| e.0).collect();
         let stale: Vec<TeKey> = m.keys().filter_map(|k| k.ok()).filter(|k| !keep.contains(k)).collect();
         for k in stale {
@@ -304,13 +289,13 @@ impl SwitchDataplane {
     }
 
     pub fn te_flows(&mut self) -> Result<Vec<(TeKey, TeEntry)>> {
-        let m: aya::maps::HashMap<&mut MapData, TeKey, TeEntry> = self.map("TE_FLOWS")?;
+        let m: aya::maps::HashMap<&mut MapData, TeKey, TeEntry> = self.map(maps::TE_FLOWS)?;
         Ok(m.iter().filter_map(|r| r.ok()).collect())
     }
 
     /// The ring buffer of XOFF requests (the agent's input). Takes the map out of this dataplane.
     pub fn take_pfc_events(&mut self) -> Result<aya::maps::RingBuf<aya::maps::MapData>> {
-        let map = self.maps.remove("PFC_EVENTS").context("map PFC_EVENTS missing (taken already?)")?;
+        let map = self.maps.remove(maps::PFC_EVENTS).context("map PFC_EVENTS missing (taken already?)")?;
         Ok(aya::maps::RingBuf::try_from(map)?)
     }
 }

@@ -56,7 +56,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 c.push("completion_ms", completion_ms(&r));
                 c.push("modelled_us", modelled_us(&r));
                 c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
-                c.push("achieved_over_intended", r.achieved_over_intended);
+                c.push("achieved_over_intended", r.achieved_over_intended.unwrap_or(f64::NAN));
             }
         }
         Ok(())

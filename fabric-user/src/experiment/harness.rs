@@ -83,7 +83,7 @@ impl Ctx {
                 let mut o = base_options(crate::model::workload::Collective::Allreduce, 8, 1 << 20);
                 o.hash = Some(fabric_common::config::HashMode::Eecmp);
                 let r = self.run(state, &format!("calibration at time scale {scale}"), &o)?;
-                Ok(r.achieved_over_intended)
+                r.achieved_over_intended.context("our endpoints report their achieved rate")
             })?;
             trials.push((scale, achieved));
             if achieved >= CALIBRATION_TARGET || scale >= 16 * SLOW_TIME_SCALE {

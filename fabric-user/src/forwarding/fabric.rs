@@ -47,11 +47,7 @@ pub struct SimFabric {
 
 impl SimFabric {
     fn new(plan: Plan, groups: Vec<Vec<Vec<usize>>>, lookup: Lookup) -> Self {
-        let configs = plan
-            .nodes
-            .iter()
-            .map(|n| SwitchConfig { hash_mode: n.hash as u32, seed: n.seed, pin_shift: 1, _reserved: 0 })
-            .collect();
+        let configs = plan.nodes.iter().map(|n| SwitchConfig::testbed(n.hash, n.seed)).collect();
         let mut slots = 0;
         let slot_base = groups
             .iter()
@@ -137,7 +133,7 @@ impl SimFabric {
             let node = &self.plan.nodes[sw];
             if node.role.is_switch() {
                 let seed = seed.map_or(node.seed, |s| switch_seed(s, sw));
-                self.configs[sw] = SwitchConfig { hash_mode: mode as u32, seed, pin_shift: 1, _reserved: 0 };
+                self.configs[sw] = SwitchConfig::testbed(mode, seed);
             }
         }
     }

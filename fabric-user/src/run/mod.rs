@@ -6,7 +6,8 @@ pub mod rxe;
 pub mod trace;
 
 pub use self::result::{
-    BalanceSummary, IterationResult, RESULTS_SCHEMA, RunOptions, RunResult, accumulate_hosts, balance, print,
+    BalanceSummary, Endpoints, IterationResult, NoExtras, RESULTS_SCHEMA, RunOptions, RunResult, accumulate_hosts,
+    balance, print,
 };
 
 use anyhow::{Context as _, Result, ensure};
@@ -323,7 +324,8 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     let achieved_over_intended = achieved.iter().sum::<f64>() / achieved.len().max(1) as f64;
     let stats_after = crate::telemetry::stats::collect(state)?;
     let mut result = RunResult {
-        job_id: job.id.clone(),
+        endpoints: Endpoints::Fabric,
+        job_id: Some(job.id.clone()),
         schema: RESULTS_SCHEMA,
         testbed: plan.topology.prefix.clone(),
         options: opts.clone(),
@@ -335,8 +337,8 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         balance: balance(&uplinks),
         uplinks,
         flows,
-        achieved_over_intended,
-        cpu_limited: achieved_over_intended < 0.8,
+        achieved_over_intended: Some(achieved_over_intended),
+        cpu_limited: Some(achieved_over_intended < 0.8),
         congestion,
         te_flows,
         cc: opts.endpoint.cc,
@@ -345,6 +347,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
             hosts_result.sort_by(|a, b| a.host.cmp(&b.host));
             hosts_result
         },
+        extra: NoExtras {},
         cts_bound_bytes: (opts.endpoint.cc == CcMode::Cts)
             .then(|| u64::from(opts.endpoint.cts_channels) * opts.endpoint.cts_buffer_bytes),
         diagnosis: Vec::new(),

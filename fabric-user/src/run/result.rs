@@ -48,11 +48,29 @@ pub struct BalanceSummary {
     pub mean_jain: f64,
 }
 
+/// Whose endpoints ran the collective: ours (`fabric-roce` over UDP sockets), or the kernel's
+/// soft-RoCE (rxe) through libibverbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Endpoints {
+    Fabric,
+    Rxe,
+}
+
+/// What a result of our own endpoints adds to the common fields: nothing (the rxe runs add
+/// their devices' counters, see `run::rxe::RxeDetails`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct NoExtras {}
+
+/// The result of a run (`fabric.run/2`), one type for every kind of endpoint: `F` is what a flow
+/// reports, `X` the fields only that kind of run has (flattened into the same document). What
+/// an endpoint cannot measure is `None` and written as `null`.
 #[derive(Clone, Debug, Serialize)]
-pub struct RunResult {
+pub struct RunResult<F = FlowResult, X = NoExtras> {
     pub schema: &'static str,
+    pub endpoints: Endpoints,
     /// The job this run was (`fabric report JOB`; `results/jobs/JOB.json`).
-    pub job_id: String,
+    pub job_id: Option<String>,
     pub testbed: String,
     pub options: RunOptions,
     /// Host of each rank.
@@ -61,7 +79,7 @@ pub struct RunResult {
     pub hash: String,
     pub iterations: Vec<IterationResult>,
     /// Every flow of every step of the last iteration.
-    pub flows: Vec<FlowResult>,
+    pub flows: Vec<F>,
     pub uplinks: Vec<UplinkLoad>,
     pub balance: BalanceSummary,
     /// Bytes the collective had to move, and bytes the receivers accepted (in order, once).
@@ -70,7 +88,7 @@ pub struct RunResult {
     /// Achieved over possible rate, averaged over flows (possible: the intended rate capped by a
     /// fair share of the flow's busier host link): well under 1 means this machine's CPU, or
     /// congestion inside the fabric, limited the run.
-    pub achieved_over_intended: f64,
+    pub achieved_over_intended: Option<f64>,
     /// What the switches' congestion model did during the run: ECN marks, drops, pauses (the
     /// frames the agents sent and the switches received), paused time, the model's error.
     pub congestion: crate::telemetry::stats::CongestionTotals,
@@ -79,7 +97,7 @@ pub struct RunResult {
     /// With `hash = "te"`: how many flows the controller placed (their entries take precedence
     /// over the hash in every switch).
     pub te_flows: Option<usize>,
-    pub cpu_limited: bool,
+    pub cpu_limited: Option<bool>,
     /// Congestion control on top of PFC.
     pub cc: CcMode,
     /// The topology's time scale the endpoints ran at (rates / S, timers x S).
@@ -89,6 +107,8 @@ pub struct RunResult {
     pub hosts: Vec<HostResult>,
     /// CTS: the bound on bytes in flight toward one receiver (channels x buffer).
     pub cts_bound_bytes: Option<u64>,
+    #[serde(flatten)]
+    pub extra: X,
 }
 
 /// Adds a step's host counters to the run's (also the trace replay's).
@@ -157,12 +177,10 @@ pub fn print(r: &RunResult) {
         r.balance.mean_max_over_mean, r.balance.worst_max_over_mean, r.balance.mean_jain
     );
     let retx: u64 = r.flows.iter().map(|f| f.retransmitted).sum();
-    println!(
-        "endpoints: achieved/intended rate {:.2}{}; {} retransmitted packets",
-        r.achieved_over_intended,
-        if r.cpu_limited { " (under 0.8: the CPU or congestion in the fabric set the pace)" } else { "" },
-        retx
-    );
+    let achieved = r.achieved_over_intended.map_or_else(|| "not measured".into(), |a| format!("{a:.2}"));
+    let limited =
+        if r.cpu_limited == Some(true) { " (under 0.8: the CPU or congestion in the fabric set the pace)" } else { "" };
+    println!("endpoints: achieved/intended rate {achieved}{limited}; {retx} retransmitted packets");
     print_congestion(r);
 }
 

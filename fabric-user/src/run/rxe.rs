@@ -12,8 +12,9 @@ use anyhow::{Context as _, Result, bail, ensure};
 use serde::Serialize;
 
 use crate::{
-    endpoint::rxe_udp_sport,
+    endpoint::{CcMode, rxe_udp_sport},
     model::topology::Topology,
+    run::{Endpoints, IterationResult, RESULTS_SCHEMA, RunResult},
     state::State,
     telemetry::stats::{self, CongestionTotals, UplinkBytes, UplinkLoad},
     testbed,
@@ -628,7 +629,7 @@ pub struct SmokeReport {
     pub ping_across_racks: bool,
     pub perftest: PerftestResult,
     /// fabric.run/2 of a ring AllReduce by our verbs program (absent when it is not built).
-    pub allreduce: Option<serde_json::Value>,
+    pub allreduce: Option<RxeRunResult>,
     pub checks: Vec<(String, bool)>,
     pub passed: bool,
 }
@@ -713,10 +714,10 @@ pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
                 match &r {
                     Ok(v) => {
                         print_allreduce(v);
-                        checks.push(("verbs ring AllReduce: sums verified".into(), v["verified"] == true));
+                        checks.push(("verbs ring AllReduce: sums verified".into(), v.extra.verified));
                         checks.push((
-                            format!("verbs ring AllReduce: rxe error counters zero ({})", v["rxe_errors"]),
-                            v["rxe_errors"].as_array().is_some_and(|a| a.is_empty()),
+                            format!("verbs ring AllReduce: rxe error counters zero ({:?})", v.extra.rxe_errors),
+                            v.extra.rxe_errors.is_empty(),
                         ));
                     }
                     Err(e) => checks.push((format!("verbs ring AllReduce ran: {e:#}"), false)),
@@ -863,9 +864,9 @@ pub struct RankReport {
     pub step_ns: Vec<u64>,
 }
 
-/// Runs the ring AllReduce and returns a fabric.run/2 document (as JSON: the fields of
-/// `run::RunResult`, with what rxe cannot report set to null) with rxe's counters added.
-pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Result<serde_json::Value> {
+/// Runs the ring AllReduce and returns its result: a [`RunResult`] like `fabric run`'s, with
+/// what rxe cannot report `None`, and rxe's counters added.
+pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Result<RxeRunResult> {
     let program = verbs_program()?;
     let n = layout.hosts.len();
     ensure!(n >= 2, "a ring needs two rxe hosts");
@@ -951,11 +952,13 @@ pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Res
     let sent: u64 = rxe_counters.values().map(|c| c.get("sent_pkts").copied().unwrap_or(0)).sum();
     let rcvd: u64 = rxe_counters.values().map(|c| c.get("rcvd_pkts").copied().unwrap_or(0)).sum();
     let scale = state.plan.topology.time_scale.max(1);
-    let iterations: Vec<serde_json::Value> = (0..spec.iterations as usize)
+    let iterations: Vec<IterationResult> = (0..spec.iterations as usize)
         .map(|i| {
             let c = reports.iter().map(|r| r.iteration_ns.get(i).copied().unwrap_or(0)).max().unwrap_or(0);
-            let steps: Vec<u64> = (0..reports[0].step_ns.len()).map(|s| reports.iter().map(|r| r.step_ns[s]).max().unwrap_or(0)).collect();
-            serde_json::json!({ "completion_ns": c, "modelled_completion_ns": c as f64 / scale as f64, "step_ns": steps })
+            let step_ns: Vec<u64> = (0..reports[0].step_ns.len())
+                .map(|s| reports.iter().map(|r| r.step_ns[s]).max().unwrap_or(0))
+                .collect();
+            IterationResult { completion_ns: c, modelled_completion_ns: c as f64 / scale as f64, step_ns }
         })
         .collect();
     // Flows of the last iteration: every step, every rank to the next, one chunk over `qps` QPs.
@@ -964,67 +967,114 @@ pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Res
         let next = &layout.hosts[(rep.rank + 1) % n];
         let sports: Vec<u16> = rep.tx_qpns.iter().zip(&rep.next_rx_qpns).map(|(&l, &r)| rxe_udp_sport(l, r)).collect();
         for (s, &ns) in rep.step_ns.iter().enumerate() {
-            flows.push(serde_json::json!({
-                "src": layout.hosts[rep.rank].host, "dst": next.host, "step": s, "bytes": rep.chunk_bytes, "qps": rep.qps,
-                "udp_sports": sports, "completion_ns": ns,
-                "goodput_bps": if ns > 0 { rep.chunk_bytes as f64 * 8e9 / ns as f64 } else { 0.0 },
-                "intended_bps": null, "packets_sent": null, "retransmitted": null, "timeouts": null, "naks": null,
-                "icrc_errors": null, "wire_errors": null, "bytes_received": rep.chunk_bytes, "ce_packets": null, "cnps_sent": null,
-                "cnps_received": null, "rate_trajectory": [],
-            }));
+            flows.push(RxeFlow {
+                src: layout.hosts[rep.rank].host.clone(),
+                dst: next.host.clone(),
+                step: s,
+                bytes: rep.chunk_bytes,
+                qps: rep.qps,
+                udp_sports: sports.clone(),
+                completion_ns: ns,
+                goodput_bps: if ns > 0 { rep.chunk_bytes as f64 * 8e9 / ns as f64 } else { 0.0 },
+                bytes_received: rep.chunk_bytes,
+                ..Default::default()
+            });
         }
     }
     let chunk = reports[0].chunk_bytes;
     let bytes_needed = 2 * (n as u64 - 1) * n as u64 * chunk * spec.iterations as u64;
-    let hash = format!("{:?}", state.plan.nodes[state.plan.rtsw_of(layout.hosts[0].node)].hash).to_lowercase();
-    Ok(serde_json::json!({
-        "schema": "fabric.run/2",
-        "endpoints": "rxe",
-        "kernel": kernel(),
-        "testbed": state.plan.topology.prefix,
-        "options": options,
-        "placement": layout.hosts.iter().map(|h| h.host.clone()).collect::<Vec<_>>(),
-        "hash": hash,
-        "iterations": iterations,
-        "flows": flows,
-        "uplinks": uplinks,
-        "balance": crate::run::balance(&uplinks),
-        "bytes_needed": bytes_needed,
-        "bytes_delivered": if reports.iter().all(|r| r.verified) { bytes_needed } else { 0 },
-        "achieved_over_intended": null,
-        "congestion": congestion,
-        "cpu_limited": null,
-        "cc": "none",
-        "time_scale": scale,
-        "hosts": [],
-        "cts_bound_bytes": null,
-        "verified": reports.iter().all(|r| r.verified),
-        "ranks": reports,
-        "rxe_counters": rxe_counters,
-        "rxe_errors": rxe_errors,
-        "rxe_packets_conserved": sent == rcvd,
-        "pfc": PFC_NOTE,
-        "udp_sports_note": "rxe: one UDP source port per QP pair, 0xC000 + a fold of the two QPNs (flow label 0)",
-    }))
+    let verified = reports.iter().all(|r| r.verified);
+    let hash = state.plan.nodes[state.plan.rtsw_of(layout.hosts[0].node)].hash;
+    Ok(RxeRunResult {
+        schema: RESULTS_SCHEMA,
+        endpoints: Endpoints::Rxe,
+        job_id: None,
+        testbed: state.plan.topology.prefix.clone(),
+        options,
+        placement: layout.hosts.iter().map(|h| h.host.clone()).collect(),
+        hash: hash.as_str().into(),
+        iterations,
+        flows,
+        balance: crate::run::balance(&uplinks),
+        uplinks,
+        bytes_needed,
+        bytes_delivered: if verified { bytes_needed } else { 0 },
+        achieved_over_intended: None,
+        congestion,
+        diagnosis: Vec::new(),
+        te_flows: None,
+        cpu_limited: None,
+        cc: CcMode::None,
+        time_scale: scale,
+        hosts: Vec::new(),
+        cts_bound_bytes: None,
+        extra: RxeDetails {
+            kernel: kernel(),
+            verified,
+            ranks: reports,
+            rxe_counters,
+            rxe_errors,
+            rxe_packets_conserved: sent == rcvd,
+            pfc: PFC_NOTE,
+            udp_sports_note: "rxe: one UDP source port per QP pair, 0xC000 + a fold of the two QPNs (flow label 0)",
+        },
+    })
 }
 
-pub fn print_allreduce(r: &serde_json::Value) {
-    let iters: Vec<String> = r["iterations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|i| format!("{:.1} ms", i["completion_ns"].as_u64().unwrap_or(0) as f64 / 1e6))
-        .collect();
+/// A flow of an rxe run: what the verbs program reports; what only our endpoints count is `None`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RxeFlow {
+    pub src: String,
+    pub dst: String,
+    pub step: usize,
+    pub bytes: u64,
+    pub qps: u32,
+    pub udp_sports: Vec<u16>,
+    pub completion_ns: u64,
+    pub goodput_bps: f64,
+    pub intended_bps: Option<u64>,
+    pub packets_sent: Option<u64>,
+    pub retransmitted: Option<u64>,
+    pub timeouts: Option<u64>,
+    pub naks: Option<u64>,
+    pub icrc_errors: Option<u64>,
+    pub wire_errors: Option<u64>,
+    pub bytes_received: u64,
+    pub ce_packets: Option<u64>,
+    pub cnps_sent: Option<u64>,
+    pub cnps_received: Option<u64>,
+    pub rate_trajectory: Vec<(u64, u64)>,
+}
+
+/// What an rxe run adds to the common result: the kernel, the ranks' own reports, and rxe's
+/// hardware counters (deltas over the run) with the error counters that must stay zero.
+#[derive(Clone, Debug, Serialize)]
+pub struct RxeDetails {
+    pub kernel: String,
+    pub verified: bool,
+    pub ranks: Vec<RankReport>,
+    pub rxe_counters: BTreeMap<String, BTreeMap<String, u64>>,
+    pub rxe_errors: Vec<String>,
+    pub rxe_packets_conserved: bool,
+    pub pfc: &'static str,
+    pub udp_sports_note: &'static str,
+}
+
+/// The result of an rxe ring AllReduce: the same document as `fabric run` writes.
+pub type RxeRunResult = RunResult<RxeFlow, RxeDetails>;
+
+pub fn print_allreduce(r: &RxeRunResult) {
+    let iters: Vec<String> = r.iterations.iter().map(|i| format!("{:.1} ms", i.completion_ns as f64 / 1e6)).collect();
     println!(
         "rxe ring AllReduce over {} ranks ({} QPs per connection): iterations {}; sums verified: {}",
-        r["placement"].as_array().map_or(0, |p| p.len()),
-        r["options"]["endpoint"]["qps"],
+        r.placement.len(),
+        r.options.endpoint.qps,
         iters.join(", "),
-        r["verified"]
+        r.extra.verified
     );
-    for u in r["uplinks"].as_array().into_iter().flatten() {
-        println!("  uplinks of {}: {} (Jain {:.2})", u["rtsw"], u["tx_bytes"], u["jain"].as_f64().unwrap_or(0.0));
+    for u in &r.uplinks {
+        println!("  uplinks of {}: {:?} (Jain {:.2})", u.rtsw, u.tx_bytes, u.jain);
     }
-    println!("  rxe errors: {}; packets conserved: {}", r["rxe_errors"], r["rxe_packets_conserved"]);
+    println!("  rxe errors: {:?}; packets conserved: {}", r.extra.rxe_errors, r.extra.rxe_packets_conserved);
     println!("  note: {PFC_NOTE}");
 }

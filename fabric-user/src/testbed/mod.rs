@@ -264,7 +264,7 @@ fn install_switch(plan: &Plan, n: NodeId, tables: &SwitchTables) -> Result<()> {
             dp.add_port(idx, info)?;
             ifindexes.push(idx);
         }
-        dp.set_config(SwitchConfig { hash_mode: node.hash as u32, seed: node.seed, pin_shift: 1, _reserved: 0 })?;
+        dp.set_config(SwitchConfig::testbed(node.hash, node.seed))?;
         program_qos(&mut dp, plan, n)?;
         program_tables(&mut dp, plan, n, None, tables)?;
         dp.pin_maps(&dir)?;
@@ -514,7 +514,7 @@ pub fn set_hash_mode(state: &State, mode: fabric_common::config::HashMode, seed:
         let node = &state.plan.nodes[sw];
         let seed = seed.map_or(node.seed, |s| fabric_common::hash::fmix32(s ^ (sw as u32).wrapping_mul(0x9E37_79B9)));
         let mut dp = state.dataplane(sw)?;
-        dp.set_config(SwitchConfig { hash_mode: mode as u32, seed, pin_shift: 1, _reserved: 0 })?;
+        dp.set_config(SwitchConfig::testbed(mode, seed))?;
     }
     Ok(())
 }

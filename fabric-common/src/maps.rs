@@ -1,0 +1,46 @@
+//! The names of the switch program's maps: the contract between the kernel side
+//! (`fabric-ebpf/src/maps.rs`, where each map is a `#[map] static` of this name, since aya names
+//! a map after its static) and the controller, which opens, pins and reopens them by these
+//! names. The controller's loader refuses an object that lacks one of [`SWITCH`].
+
+pub const CONFIG: &str = "CONFIG";
+pub const PORTS: &str = "PORTS";
+pub const EGRESS: &str = "EGRESS";
+pub const ROUTES_V4: &str = "ROUTES_V4";
+pub const ROUTES_V6: &str = "ROUTES_V6";
+pub const GROUPS: &str = "GROUPS";
+pub const PORT_COUNTERS: &str = "PORT_COUNTERS";
+pub const MEMBER_COUNTERS: &str = "MEMBER_COUNTERS";
+pub const QOS: &str = "QOS";
+pub const PORT_RATE: &str = "PORT_RATE";
+pub const QUEUES: &str = "QUEUES";
+pub const ACCOUNTS: &str = "ACCOUNTS";
+pub const PFC_XOFF: &str = "PFC_XOFF";
+pub const POOL_USED: &str = "POOL_USED";
+pub const CLASS_COUNTERS: &str = "CLASS_COUNTERS";
+pub const PFC_EVENTS: &str = "PFC_EVENTS";
+pub const TE_FLOWS: &str = "TE_FLOWS";
+/// The traffic generator's one-entry config (a [`crate::config::GeneratorConfig`]); not a
+/// switch map, so not pinned.
+pub const GENERATOR: &str = "GENERATOR";
+
+/// Every map a switch has, in the order the controller pins them.
+pub const SWITCH: [&str; 17] = [
+    CONFIG,
+    PORTS,
+    EGRESS,
+    ROUTES_V4,
+    ROUTES_V6,
+    GROUPS,
+    PORT_COUNTERS,
+    MEMBER_COUNTERS,
+    QOS,
+    PORT_RATE,
+    QUEUES,
+    ACCOUNTS,
+    PFC_XOFF,
+    POOL_USED,
+    CLASS_COUNTERS,
+    PFC_EVENTS,
+    TE_FLOWS,
+];
