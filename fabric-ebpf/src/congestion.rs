@@ -5,10 +5,11 @@
 //! the clock and the packet, and applies them. The one shared, multi-writer value is a queue's
 //! tail, updated with compare-and-swap; everything else has a single writer (a port's own
 //! receive path) or is per-CPU.
-use core::{
-    intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd},
-    ptr::{addr_of, addr_of_mut, read_volatile, write_volatile},
-};
+#[cfg(target_arch = "bpf")]
+use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
+use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
+#[cfg(not(target_arch = "bpf"))]
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns};
 use fabric_common::{
@@ -29,22 +30,53 @@ const CAS_TRIES: usize = 4;
 /// `BPF_RB_FORCE_WAKEUP` of bpf_ringbuf_output.
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 
+/// Atomic compare-and-swap of `*ptr` from `old` to `new` (SeqCst): the value seen, and whether
+/// it was `old` (so the swap happened). `ptr` must be valid and 8-byte aligned; every caller
+/// passes a `u64` field of a map value (`#[repr(C)]`, kernel-allocated, 8-aligned).
+#[cfg(target_arch = "bpf")]
 #[inline(always)]
 fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
-    // SAFETY: `ptr` points into a map value, valid for the program's run; BPF_CMPXCHG.
+    // SAFETY: `ptr` points at a u64 field of a map value the program looked up, valid and
+    // aligned for the program's run (see above); BPF_CMPXCHG.
     unsafe { atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(ptr, old, new) }
 }
 
+/// The host build (clippy, unit tests): the same operation through `AtomicU64`.
+#[cfg(not(target_arch = "bpf"))]
+#[inline(always)]
+fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
+    // SAFETY: as for the bpf `cas`: `ptr` is valid and 8-byte aligned (the alignment
+    // `AtomicU64` needs), and every concurrent access to it is atomic or volatile.
+    let atomic = unsafe { AtomicU64::from_ptr(ptr) };
+    match atomic.compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(seen) => (seen, true),
+        Err(seen) => (seen, false),
+    }
+}
+
 /// Atomic add whose result is not used: BPF CPU v1 encodes only that form (XADD).
+#[cfg(target_arch = "bpf")]
 #[inline(always)]
 fn fetch_add(ptr: *mut u64, v: u64) {
-    // SAFETY: as for `cas`.
+    // SAFETY: as for `cas`: a valid, aligned u64 field of a looked-up map value.
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(ptr, v) };
+}
+
+/// The host build: the same wrapping add through `AtomicU64`.
+#[cfg(not(target_arch = "bpf"))]
+#[inline(always)]
+fn fetch_add(ptr: *mut u64, v: u64) {
+    // SAFETY: as for `cas`: a valid, 8-byte aligned u64 whose concurrent accesses are atomic.
+    let atomic = unsafe { AtomicU64::from_ptr(ptr) };
+    atomic.fetch_add(v, Ordering::SeqCst);
 }
 
 #[inline(always)]
 fn class_counters(slot: u32) -> Option<&'static mut ClassCounters> {
-    // SAFETY: per-CPU slot; this CPU is the only writer during the program's run.
+    // SAFETY: `get_ptr_mut` returned a pointer only for an in-bounds slot: this CPU's copy of a
+    // per-CPU array value, valid while the program runs. XDP runs in NAPI (softirq) context, so no
+    // other program run on this CPU interleaves with this one; callers hold one such reference at
+    // a time (`offer` is done with its own before `account_ingress` takes one).
     CLASS_COUNTERS.get_ptr_mut(slot).map(|p| unsafe { &mut *p })
 }
 
@@ -52,7 +84,13 @@ fn class_counters(slot: u32) -> Option<&'static mut ClassCounters> {
 /// `Ok` means forward it (the packet may have been marked CE). Must run before the TTL rewrite,
 /// which updates the IPv4 checksum from the one in the packet.
 #[inline(always)]
-pub fn offer(pkt: &XdpPacket, parsed: &ParsedPacket, ingress: u32, egress: u32, len: u64) -> Result<(), DropReason> {
+pub fn offer(
+    pkt: &mut XdpPacket,
+    parsed: &ParsedPacket,
+    ingress: u32,
+    egress: u32,
+    len: u64,
+) -> Result<(), DropReason> {
     let Some(qos) = QOS.get(0) else { return Ok(()) };
     if qos.enabled == 0 {
         return Ok(());
@@ -62,17 +100,25 @@ pub fn offer(pkt: &XdpPacket, parsed: &ParsedPacket, ingress: u32, egress: u32, 
     let slot = class_slot(egress, class);
     let Some(q) = QUEUES.get_ptr_mut(slot) else { return Ok(()) };
     let rate = PORT_RATE.get(egress).copied().unwrap_or(0);
-    // SAFETY: helpers without preconditions.
+    // SAFETY: bpf_ktime_get_ns and bpf_get_prandom_u32 take no arguments and have no
+    // preconditions; both are allowed in XDP programs.
     let (now, random) = unsafe { (bpf_ktime_get_ns(), bpf_get_prandom_u32()) };
     let tx = transmit_ns(len, rate);
     let limit = qos.queue_limit(POOL_USED.get(0).copied().unwrap_or(0));
 
-    // SAFETY: `q` is a valid map value; fields are read and written through raw pointers
-    // (volatile or atomic) because other CPUs update them concurrently.
+    // SAFETY: `q` came from `QUEUES.get_ptr_mut` for an in-bounds slot: an array map value,
+    // valid (and 8-byte aligned) while the program runs. Its fields are only ever accessed through
+    // raw pointers (volatile or atomic), never through a reference, because other CPUs update
+    // them concurrently; this only computes a field's address.
     let tail_ptr = unsafe { addr_of_mut!((*q).tail_ns) };
+    // SAFETY: `q` is valid and aligned (above). An aligned u64 volatile read is one untorn load
+    // (READ_ONCE); the field's one writer is the egress port's receive path (`receive_pause`),
+    // perhaps on another CPU, with untorn volatile stores.
     let paused_until = unsafe { read_volatile(addr_of!((*q).paused_until_ns)) };
-    let mut tail = unsafe { read_volatile(tail_ptr) };
-    let mut new_tail = enqueue_tail(tail, paused_until, now, tx);
+    // SAFETY: `tail_ptr` is a valid, aligned field of `q` (above); a single untorn load. Another
+    // CPU may move the tail right after: then the first compare-and-swap in `enqueue` fails.
+    let tail = unsafe { read_volatile(tail_ptr) };
+    let new_tail = enqueue_tail(tail, paused_until, now, tx);
     let verdict = qos.verdict(tos, depth_bytes(new_tail, paused_until, now, rate), limit, random);
     let counters = class_counters(slot);
     let Verdict::Forward { mark, over_headroom } = verdict else {
@@ -82,23 +128,11 @@ pub fn offer(pkt: &XdpPacket, parsed: &ParsedPacket, ingress: u32, egress: u32, 
         return Err(DropReason::BufferOverflow);
     };
 
-    let mut queued = false;
-    for _ in 0..CAS_TRIES {
-        let (seen, ok) = cas(tail_ptr, tail, new_tail);
-        if ok {
-            queued = true;
-            break;
-        }
-        tail = seen;
-        new_tail = enqueue_tail(tail, paused_until, now, tx);
-    }
-    if !queued {
-        fetch_add(tail_ptr, tx);
-        // SAFETY: as above.
-        new_tail = unsafe { read_volatile(tail_ptr) };
-    }
+    let new_tail = enqueue(tail_ptr, tail, new_tail, paused_until, now, tx);
     let depth = depth_bytes(new_tail, paused_until, now, rate);
-    // SAFETY: as above. A racy maximum: telemetry, and only a simultaneous new maximum is lost.
+    // SAFETY: `q` is a valid, aligned map value (above); the field is accessed only through
+    // volatile, untorn u64 loads and stores (READ_ONCE/WRITE_ONCE), never a reference. A racy
+    // maximum: telemetry, and only a simultaneous new maximum is lost.
     unsafe {
         let max_ptr = addr_of_mut!((*q).max_depth_bytes);
         if depth > read_volatile(max_ptr) {
@@ -122,9 +156,31 @@ pub fn offer(pkt: &XdpPacket, parsed: &ParsedPacket, ingress: u32, egress: u32, 
     Ok(())
 }
 
+/// Queues a packet that takes `tx` ns behind the tail at `tail_ptr`, shared by every CPU that
+/// forwards to the port: the new tail. `tail` is the tail as last read and `new_tail` is
+/// `enqueue_tail(tail, paused_until, now, tx)`. A compare-and-swap moves the tail from the value
+/// the new one was computed from, up to [`CAS_TRIES`] times; then an atomic add of `tx` (exact
+/// whenever the queue is busy) and the tail read back. `tail_ptr` must be valid and 8-byte
+/// aligned, and every concurrent access to it atomic or volatile (as for [`cas`]).
+#[inline(always)]
+fn enqueue(tail_ptr: *mut u64, mut tail: u64, mut new_tail: u64, paused_until: u64, now: u64, tx: u64) -> u64 {
+    for _ in 0..CAS_TRIES {
+        let (seen, ok) = cas(tail_ptr, tail, new_tail);
+        if ok {
+            return new_tail;
+        }
+        tail = seen;
+        new_tail = enqueue_tail(tail, paused_until, now, tx);
+    }
+    fetch_add(tail_ptr, tx);
+    // SAFETY: the caller passes a valid, aligned `tail_ptr` (a field of a looked-up map value);
+    // an untorn load of a value other CPUs change only atomically.
+    unsafe { read_volatile(tail_ptr) }
+}
+
 /// Sets CE in the IP header (the TOS byte and checksum for IPv4).
 #[inline(always)]
-fn mark_ce(pkt: &XdpPacket, parsed: &ParsedPacket) {
+fn mark_ce(pkt: &mut XdpPacket, parsed: &ParsedPacket) {
     match parsed.ip {
         IpHeader::V4 { .. } => {
             if let Some(ip) = pkt.bytes_mut::<{ ipv4::MIN_HEADER_LEN }>(parsed.l3_offset) {
@@ -148,13 +204,19 @@ fn mark_ce(pkt: &XdpPacket, parsed: &ParsedPacket) {
 fn account_ingress(ingress: u32, class: usize, now: u64, len: u64, departs: u64, xoff: u64) {
     let slot = class_slot(ingress, class);
     let Some(acc) = ACCOUNTS.get_ptr_mut(slot) else { return };
-    // SAFETY: only this ingress port's receive path writes its account.
+    // SAFETY: `acc` came from `ACCOUNTS.get_ptr_mut` for an in-bounds slot, so it is a valid,
+    // aligned map value for the program's run. Only this ingress port's receive path writes it:
+    // a port is a veth with one receive queue, whose NAPI poll (where this program runs for the
+    // port) runs on one CPU at a time, so the `&mut` that `admit` takes is unique; the agent only
+    // reads it, through the bpf syscall's copy.
     let held = unsafe { (*acc).admit(now, len, departs) };
     if held <= xoff {
         return;
     }
     let Some(flag) = PFC_XOFF.get_ptr_mut(slot) else { return };
-    // SAFETY: a map value; the agent clears it concurrently, hence the atomic.
+    // SAFETY: `flag` came from `PFC_XOFF.get_ptr_mut` for an in-bounds slot: a valid, aligned
+    // u64 map value. The agent clears it concurrently, so it is read with an untorn volatile load
+    // and set with compare-and-swap.
     if unsafe { read_volatile(flag) } != 0 || !cas(flag, 0, now).1 {
         return;
     }
@@ -170,7 +232,9 @@ fn account_ingress(ingress: u32, class: usize, now: u64, len: u64, departs: u64,
     }
     if !sent {
         // Let a later packet ask again.
-        // SAFETY: as above.
+        // SAFETY: `flag` is a valid, aligned u64 map value (above); an untorn volatile store. The
+        // CAS above made this run the one that set it, so the only other possible writer is the
+        // agent clearing it, which stores the same 0.
         unsafe { write_volatile(flag, 0) };
     }
 }
@@ -185,14 +249,18 @@ pub fn receive_pause(pkt: &XdpPacket, port: u32) -> bool {
     if qos.enabled == 0 || rate == 0 {
         return true;
     }
-    // SAFETY: no preconditions.
+    // SAFETY: bpf_ktime_get_ns takes no arguments and has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     for class in 0..CLASSES {
         let Some(quanta) = frame.class_quanta(class) else { continue };
         let Some(q) = QUEUES.get_ptr_mut(class_slot(port, class)) else { continue };
         let until = if quanta == 0 { 0 } else { now + quanta_to_ns(quanta, rate) };
-        // SAFETY: `q` is a valid map value. This port's receive path is the only writer of the
-        // pause fields; the tail is shared, so it moves by an atomic add.
+        // SAFETY: `q` came from `QUEUES.get_ptr_mut` for an in-bounds slot: a valid, aligned map
+        // value for the program's run, accessed only through raw pointers (no reference). The
+        // pause fields and `pauses_received` have one writer, this port's receive path (a veth
+        // with one receive queue: its NAPI poll runs on one CPU at a time), so the volatile
+        // read-modify-writes do not race with another writer, only with untorn volatile reads on
+        // other CPUs. The tail is shared by every forwarding CPU, so it moves by an atomic add.
         unsafe {
             let old = read_volatile(addr_of!((*q).paused_until_ns));
             let tail_ptr = addr_of_mut!((*q).tail_ns);
@@ -211,4 +279,75 @@ pub fn receive_pause(pkt: &XdpPacket, port: u32) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use core::sync::atomic::{AtomicU64, Ordering};
+
+    use fabric_common::queue::enqueue_tail;
+
+    use super::{cas, enqueue, fetch_add};
+
+    #[test]
+    fn cas_swaps_only_from_the_expected_value() {
+        let v = AtomicU64::new(7);
+        assert_eq!(cas(v.as_ptr(), 7, 9), (7, true));
+        assert_eq!(v.load(Ordering::SeqCst), 9);
+        // A stale expectation: nothing written, and the value seen is handed back.
+        assert_eq!(cas(v.as_ptr(), 7, 11), (9, false));
+        assert_eq!(v.load(Ordering::SeqCst), 9);
+    }
+
+    #[test]
+    fn fetch_add_wraps_like_the_bpf_xadd() {
+        let v = AtomicU64::new(u64::MAX - 1);
+        fetch_add(v.as_ptr(), 3);
+        assert_eq!(v.load(Ordering::SeqCst), 1);
+        // A pause shift is a two's-complement delta: adding it moves the tail back.
+        fetch_add(v.as_ptr(), 1u64.wrapping_neg());
+        assert_eq!(v.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn enqueue_from_a_stale_read_queues_behind_the_real_tail() {
+        // Another CPU moved the tail to 1_000 after this one read 100.
+        let tail = AtomicU64::new(1_000);
+        let (read, now, tx) = (100, 50, 30);
+        let got = enqueue(tail.as_ptr(), read, enqueue_tail(read, 0, now, tx), 0, now, tx);
+        assert_eq!(got, 1_030);
+        assert_eq!(tail.load(Ordering::SeqCst), 1_030);
+    }
+
+    #[test]
+    fn enqueue_on_an_idle_queue_starts_now_or_after_the_pause() {
+        let tail = AtomicU64::new(40);
+        assert_eq!(enqueue(tail.as_ptr(), 40, enqueue_tail(40, 0, 500, 10), 0, 500, 10), 510);
+        let tail = AtomicU64::new(40);
+        assert_eq!(enqueue(tail.as_ptr(), 40, enqueue_tail(40, 900, 500, 10), 900, 500, 10), 910);
+        assert_eq!(tail.load(Ordering::SeqCst), 910);
+    }
+
+    /// CPUs racing on one busy queue: every packet's transmit time is counted exactly once,
+    /// whether it got in by compare-and-swap or by the fallback add.
+    #[test]
+    fn concurrent_enqueues_lose_no_packet() {
+        const THREADS: u64 = 4;
+        const PACKETS: u64 = 20_000;
+        let tx = 3;
+        let tail = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    for _ in 0..PACKETS {
+                        // As `offer` does: read the tail, compute the new one, enqueue.
+                        let read = tail.load(Ordering::Relaxed);
+                        let got = enqueue(tail.as_ptr(), read, enqueue_tail(read, 0, 0, tx), 0, 0, tx);
+                        assert!(got >= read + tx);
+                    }
+                });
+            }
+        });
+        assert_eq!(tail.load(Ordering::SeqCst), THREADS * PACKETS * tx);
+    }
 }

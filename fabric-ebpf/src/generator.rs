@@ -24,7 +24,7 @@ const VERSION_IHL_NO_OPTIONS: u8 = 0x45;
 
 #[xdp]
 pub fn traffic_generator(ctx: XdpContext) -> u32 {
-    let pkt = XdpPacket::new(&ctx);
+    let mut pkt = XdpPacket::new(&ctx);
     let Some(cfg) = GENERATOR.get(0) else {
         return xdp_action::XDP_ABORTED;
     };
@@ -63,4 +63,49 @@ fn header_checksum(ip: &[u8; ipv4::MIN_HEADER_LEN]) -> u16 {
     sum = (sum & 0xFFFF) + (sum >> 16);
     sum = (sum & 0xFFFF) + (sum >> 16);
     !(sum as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use fabric_common::{checksum::internet_checksum, wire::ipv4};
+
+    use super::header_checksum;
+
+    #[test]
+    fn checksum_of_a_known_header() {
+        // 192.168.0.1 -> 192.168.0.199, UDP, TTL 64: the checksum is 0xB861.
+        let ip = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xC0, 0xA8, 0x00, 0x01, 0xC0, 0xA8,
+            0x00, 0xC7,
+        ];
+        assert_eq!(header_checksum(&ip), 0xB861);
+    }
+
+    /// Two folds give what folding until no carry gives, for the largest sums too, and a header
+    /// carrying its checksum sums to zero.
+    #[test]
+    fn two_folds_match_the_unbounded_checksum() {
+        // 0xFFFF + 0xFFFF + 0x0001 = 0x1FFFF: the first fold gives 0x10000, so the second is needed.
+        let mut carries_twice = [0u8; ipv4::MIN_HEADER_LEN];
+        carries_twice[..6].copy_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x01]);
+        let mut headers = vec![[0u8; ipv4::MIN_HEADER_LEN], [0xFF; ipv4::MIN_HEADER_LEN], carries_twice];
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..1_000 {
+            let mut h = [0u8; ipv4::MIN_HEADER_LEN];
+            for b in &mut h {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            headers.push(h);
+        }
+        for mut h in headers {
+            h[ipv4::CHECKSUM].copy_from_slice(&[0, 0]);
+            let sum = header_checksum(&h);
+            assert_eq!(sum, internet_checksum(&h), "header {h:02x?}");
+            h[ipv4::CHECKSUM].copy_from_slice(&sum.to_be_bytes());
+            assert_eq!(internet_checksum(&h), 0, "header {h:02x?}");
+        }
+    }
 }

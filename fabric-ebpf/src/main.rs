@@ -2,11 +2,16 @@
 //!
 //! Thin glue: read the packet through [`packet::XdpPacket`], let `fabric_common` parse it and
 //! decide, then apply the decision (rewrite, redirect) and count.
-#![no_std]
-#![no_main]
-// Atomic compare-and-swap on the modelled queues: the BPF target has no `AtomicU64::compare_exchange`.
-#![allow(internal_features)]
-#![feature(core_intrinsics)]
+//!
+//! The crate also compiles for the host (stable, with std), like any other workspace member, so
+//! that `cargo clippy`/`cargo test` cover it: the bpf-only pieces (`no_std`, `no_main`, the
+//! nightly intrinsics, the panic handler) are behind `target_arch = "bpf"`.
+#![cfg_attr(target_arch = "bpf", no_std)]
+#![cfg_attr(target_arch = "bpf", no_main)]
+// Atomic compare-and-swap on the modelled queues: the BPF target has no `AtomicU64::compare_exchange`
+// (see `congestion::cas`; the host uses `AtomicU64`).
+#![cfg_attr(target_arch = "bpf", expect(internal_features, reason = "core::intrinsics::atomic_cxchg/atomic_xadd"))]
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
 
 mod congestion;
 mod generator;
@@ -29,7 +34,7 @@ use packet::XdpPacket;
 
 #[xdp]
 pub fn fabric_switch(ctx: XdpContext) -> u32 {
-    let pkt = XdpPacket::new(&ctx);
+    let mut pkt = XdpPacket::new(&ctx);
     // A port the controller did not register is not ours to switch.
     let ifindex = ctx.ingress_ifindex() as u32;
     let Some(port) = PORTS.get(ifindex).filter(|p| p.is_present()) else {
@@ -49,12 +54,12 @@ pub fn fabric_switch(ctx: XdpContext) -> u32 {
         rx.rx_pfc_frames += 1;
         return xdp_action::XDP_DROP;
     }
-    switch_packet(&pkt, port, rx, len)
+    switch_packet(&mut pkt, port, rx, len)
 }
 
 #[inline(always)]
-fn switch_packet(pkt: &XdpPacket, port: &PortInfo, rx: &mut PortCounters, len: u64) -> u32 {
-    let parsed = match parse_packet(pkt) {
+fn switch_packet(pkt: &mut XdpPacket, port: &PortInfo, rx: &mut PortCounters, len: u64) -> u32 {
+    let parsed = match parse_packet(&*pkt) {
         Ok(p) => p,
         Err(ParseError::NotIp { .. }) => return pass(rx, PassReason::NotIp),
         Err(ParseError::Malformed(reason)) => return drop(rx, reason),
@@ -105,7 +110,10 @@ fn switch_packet(pkt: &XdpPacket, port: &PortInfo, rx: &mut PortCounters, len: u
         Ok(action) => action,
         Err(_) => return drop(rx, DropReason::RedirectFailed),
     };
-    if let Some(tx) = port_counters(member.port) {
+    // A route may send a packet back out of the port it came in on: its counters are then `rx`
+    // itself, and a second `&mut` to them (from `port_counters`) would alias it.
+    let tx = if member.port == port.index { Some(rx) } else { port_counters(member.port) };
+    if let Some(tx) = tx {
         tx.tx_packets += 1;
         tx.tx_bytes += len;
         if parsed.is_roce() {
@@ -114,7 +122,10 @@ fn switch_packet(pkt: &XdpPacket, port: &PortInfo, rx: &mut PortCounters, len: u
     }
     let slot = group * MAX_GROUP_MEMBERS as u32 + member_index;
     if let Some(m) = MEMBER_COUNTERS.get_ptr_mut(slot) {
-        // SAFETY: a per-CPU slot, only this CPU writes it, and nothing else holds a reference.
+        // SAFETY: `get_ptr_mut` returned a pointer only for an in-bounds slot: this CPU's copy of
+        // a per-CPU array value, valid while the program runs. XDP runs in NAPI (softirq) context,
+        // so no other program run on this CPU interleaves with this one, and this is the only
+        // reference to the slot this run makes.
         let m = unsafe { &mut *m };
         m.packets += 1;
         m.bytes += len;
@@ -124,8 +135,11 @@ fn switch_packet(pkt: &XdpPacket, port: &PortInfo, rx: &mut PortCounters, len: u
 
 #[inline(always)]
 fn port_counters(index: u32) -> Option<&'static mut PortCounters> {
-    // SAFETY: per-CPU map slot; XDP runs with preemption disabled, so this CPU is the only
-    // writer and the reference does not outlive the program invocation.
+    // SAFETY: `get_ptr_mut` returned a pointer only for an in-bounds slot: this CPU's copy of a
+    // per-CPU array value, valid while the program runs. XDP runs in NAPI (softirq) context, so no
+    // other program run on this CPU interleaves with this one; the reference does not outlive the
+    // invocation, and a run takes one per port (`switch_packet` reuses `rx` when the egress is the
+    // ingress port).
     PORT_COUNTERS.get_ptr_mut(index).map(|p| unsafe { &mut *p })
 }
 
@@ -163,11 +177,17 @@ pub fn bench_parse_redirect(ctx: XdpContext) -> u32 {
     }
 }
 
-#[cfg(not(test))]
+#[cfg(target_arch = "bpf")]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
+
+/// The host build of this crate exists for clippy and the unit tests only; a bin target needs a
+/// `main` to link, and running it does nothing (the programs above run in the kernel, loaded
+/// from the bpf build by `fabric-user`).
+#[cfg(not(target_arch = "bpf"))]
+fn main() {}
 
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]

@@ -72,7 +72,12 @@ impl ForwardingTables for Tables {
 
     #[inline(always)]
     fn te_entry(&self, key: &TeKey) -> Option<TeEntry> {
-        // SAFETY: the value is copied out at once.
+        // SAFETY: `HashMap::get`'s contract: in a preallocated hash map (flags 0, as here) an
+        // element the controller removes may be reused for another key while we read it, so the
+        // value may be garbage. The memory itself stays valid (preallocated, and the program runs
+        // under RCU); the value is copied out at once, no reference is kept, every bit pattern is
+        // a valid `TeEntry` (two u32), and `decide` uses it only if its group matches the route's
+        // and its member index is in range.
         unsafe { TE_FLOWS.get(key) }.copied()
     }
 }
