@@ -24,7 +24,7 @@ use aya::{
     programs::{TestRun as _, TestRunAttrs, TestRunOptions, Xdp},
 };
 use fabric_common::{
-    config::{HashMode, PortInfo, SwitchConfig},
+    config::{GeneratorConfig, HashMode, PortInfo, SwitchConfig},
     route::{EcmpGroup, GroupMember},
 };
 use serde::Serialize;
@@ -290,7 +290,7 @@ fn kernel_switch(k: usize, next_mac: [u8; 6], prev_mac: [u8; 6]) -> Result<Strin
 
 /// The generator program's one-entry config map, found through the program's map ids (the
 /// map is not one of the switch maps `SwitchDataplane` keeps).
-fn generator_config(tools: &mut SwitchDataplane) -> Result<Array<MapData, [u8; 16]>> {
+fn generator_config(tools: &mut SwitchDataplane) -> Result<Array<MapData, GeneratorConfig>> {
     let info = tools.program(PROGRAM_GENERATOR)?.info()?;
     let ids = info.map_ids()?.context("this kernel does not report a program's map ids")?;
     for id in ids {
@@ -302,12 +302,8 @@ fn generator_config(tools: &mut SwitchDataplane) -> Result<Array<MapData, [u8; 1
     bail!("the generator program uses no map named GENERATOR")
 }
 
-fn set_generator(map: &mut Array<MapData, [u8; 16]>, dst: [u8; 6], src: [u8; 6], ttl: u8) -> Result<()> {
-    let mut v = [0u8; 16];
-    v[0..6].copy_from_slice(&dst);
-    v[6..12].copy_from_slice(&src);
-    v[12] = ttl;
-    map.set(0, v, 0)?;
+fn set_generator(map: &mut Array<MapData, GeneratorConfig>, dst: [u8; 6], src: [u8; 6], ttl: u8) -> Result<()> {
+    map.set(0, GeneratorConfig::new(dst, src, ttl), 0)?;
     Ok(())
 }
 

@@ -131,3 +131,23 @@ pub const MAX_PORTS: u32 = 256;
 /// Ports are found by ingress ifindex in an array of this size; the controller refuses an
 /// interface with a larger ifindex.
 pub const MAX_IFINDEX: u32 = 4096;
+
+/// The traffic generator's one-entry config (map `GENERATOR`, set by `fabric-bench forwarding`):
+/// what it writes into every frame before sending it towards the first switch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct GeneratorConfig {
+    pub dst_mac: [u8; 6],
+    pub src_mac: [u8; 6],
+    /// The IPv4 TTL of every frame.
+    pub ttl: u8,
+    pub _reserved: [u8; 3],
+}
+
+const _: () = assert!(core::mem::size_of::<GeneratorConfig>() == 16);
+
+impl GeneratorConfig {
+    pub const fn new(dst_mac: [u8; 6], src_mac: [u8; 6], ttl: u8) -> Self {
+        Self { dst_mac, src_mac, ttl, _reserved: [0; 3] }
+    }
+}

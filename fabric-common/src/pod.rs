@@ -1,5 +1,5 @@
 //! `aya::Pod` for the map value types: all are `repr(C)`, padding-free and valid for any bytes.
-use crate::config::{PortInfo, SwitchConfig};
+use crate::config::{GeneratorConfig, PortInfo, SwitchConfig};
 use crate::counters::{MemberCounters, PortCounters};
 use crate::qos::{ClassCounters, PfcEvent, QosConfig};
 use crate::queue::{EgressQueue, IngressAccount};
@@ -11,6 +11,8 @@ use crate::te::TeEntry;
 unsafe impl aya::Pod for PortInfo {}
 // SAFETY: as above.
 unsafe impl aya::Pod for SwitchConfig {}
+// SAFETY: as above.
+unsafe impl aya::Pod for GeneratorConfig {}
 // SAFETY: as above.
 unsafe impl aya::Pod for PortCounters {}
 // SAFETY: as above.

@@ -10,14 +10,16 @@ use aya_ebpf::{
     maps::Array,
     programs::XdpContext,
 };
-use fabric_common::wire::{ethernet, ipv4};
+use fabric_common::{
+    config::GeneratorConfig,
+    wire::{ethernet, ipv4},
+};
 
 use crate::packet::XdpPacket;
 
-/// What the generator writes into every frame (one entry, set by the benchmark):
-/// bytes 0..6 the destination MAC, 6..12 the source MAC, 12 the IPv4 TTL; 13..16 unused.
+/// What the generator writes into every frame (one entry, set by the benchmark).
 #[map]
-pub static GENERATOR: Array<[u8; 16]> = Array::with_max_entries(1, 0);
+pub static GENERATOR: Array<GeneratorConfig> = Array::with_max_entries(1, 0);
 
 /// Version 4, a 20-byte header: the only shape the benchmark sends.
 const VERSION_IHL_NO_OPTIONS: u8 = 0x45;
@@ -34,15 +36,15 @@ pub fn traffic_generator(ctx: XdpContext) -> u32 {
     if eth[ethernet::ETHERTYPE] != ethernet::ETHERTYPE_IPV4.to_be_bytes() {
         return xdp_action::XDP_ABORTED;
     }
-    eth[ethernet::DST].copy_from_slice(&cfg[0..6]);
-    eth[ethernet::SRC].copy_from_slice(&cfg[6..12]);
+    eth[ethernet::DST].copy_from_slice(&cfg.dst_mac);
+    eth[ethernet::SRC].copy_from_slice(&cfg.src_mac);
     let Some(ip) = pkt.bytes_mut::<{ ipv4::MIN_HEADER_LEN }>(ethernet::HEADER_LEN) else {
         return xdp_action::XDP_ABORTED;
     };
     if ip[ipv4::VER_IHL] != VERSION_IHL_NO_OPTIONS {
         return xdp_action::XDP_ABORTED;
     }
-    ip[ipv4::TTL] = cfg[12];
+    ip[ipv4::TTL] = cfg.ttl;
     ip[ipv4::CHECKSUM].copy_from_slice(&[0, 0]);
     let sum = header_checksum(ip);
     ip[ipv4::CHECKSUM].copy_from_slice(&sum.to_be_bytes());
