@@ -97,6 +97,13 @@ impl SlowReceiver {
     }
 }
 
+/// The RoCE path MTUs (IBTA: 256 to 4096 bytes, powers of two).
+pub const PATH_MTUS: [u32; 5] = [256, 512, 1024, 2048, 4096];
+
+/// The most QPs per connection (a RoCE NIC offers thousands; the testbed's endpoints, one
+/// thread per host, stay responsive up to here).
+pub const MAX_QPS: u32 = 256;
+
 /// Endpoint settings of a run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct EndpointOptions {
@@ -129,6 +136,28 @@ pub struct EndpointOptions {
     /// S: the fabric's slowdown (the topology's); rates / S, timers x S.
     pub time_scale: u64,
     pub slow_receiver: Option<SlowReceiver>,
+}
+
+impl EndpointOptions {
+    /// The largest IP packet the endpoints send: a WRITE FIRST carrying one path MTU (IPv4,
+    /// UDP, BTH, RETH, payload, ICRC).
+    pub fn largest_ip_packet(&self) -> u32 {
+        use fabric_common::wire::{bth, ipv4, udp};
+        let headers =
+            ipv4::MIN_HEADER_LEN + udp::HEADER_LEN + bth::HEADER_LEN + fabric_roce::wire::RETH_LEN + bth::ICRC_LEN;
+        self.path_mtu + headers as u32
+    }
+
+    /// Refuses a path MTU whose packets the links cannot carry.
+    pub fn check_fits(&self, link_mtu: u32) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.largest_ip_packet() <= link_mtu,
+            "--path-mtu {}: its packets ({} bytes of IP) do not fit the topology's MTU {link_mtu}",
+            self.path_mtu,
+            self.largest_ip_packet()
+        );
+        Ok(())
+    }
 }
 
 impl Default for EndpointOptions {

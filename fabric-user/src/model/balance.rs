@@ -1,4 +1,7 @@
-//! How evenly load spreads over the members of a group: the two figures every report uses.
+//! How evenly load spreads over the members of a group: the two figures every report uses, and
+//! their average over a fabric's groups (one definition for `fabric run`, trace replay and
+//! `fabric sim`).
+use serde::Serialize;
 
 /// max/mean and Jain's index of a load vector.
 pub fn imbalance(loads: &[u64]) -> (f64, f64) {
@@ -12,9 +15,50 @@ pub fn imbalance(loads: &[u64]) -> (f64, f64) {
     (max / (sum / n), sum * sum / (n * squares))
 }
 
+/// Balance over many groups: the mean and worst max/mean, and the mean Jain index.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct BalanceSummary {
+    pub mean_max_over_mean: f64,
+    pub worst_max_over_mean: f64,
+    pub mean_jain: f64,
+    /// Groups averaged: those with two or more members that carried bytes (a group of one has
+    /// nothing to balance, an idle one nothing to say).
+    pub groups: usize,
+}
+
+/// Averages [`imbalance`] over the groups (each the bytes on its members) that have a choice
+/// and carried traffic; all zero with `groups: 0` when none did.
+pub fn summarize<G: AsRef<[u64]>>(groups: impl IntoIterator<Item = G>) -> BalanceSummary {
+    let figures: Vec<(f64, f64)> = groups
+        .into_iter()
+        .filter(|g| g.as_ref().len() >= 2 && g.as_ref().iter().any(|&b| b > 0))
+        .map(|g| imbalance(g.as_ref()))
+        .collect();
+    if figures.is_empty() {
+        return BalanceSummary::default();
+    }
+    let k = figures.len() as f64;
+    BalanceSummary {
+        mean_max_over_mean: figures.iter().map(|f| f.0).sum::<f64>() / k,
+        worst_max_over_mean: figures.iter().map(|f| f.0).fold(0.0, f64::max),
+        mean_jain: figures.iter().map(|f| f.1).sum::<f64>() / k,
+        groups: figures.len(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::imbalance;
+    use super::{imbalance, summarize};
+
+    #[test]
+    fn one_member_and_idle_groups_are_left_out() {
+        let s = summarize([vec![30, 10], vec![500], vec![0, 0, 0], vec![10, 10]]);
+        assert_eq!(s.groups, 2);
+        assert!((s.mean_max_over_mean - 1.25).abs() < 1e-9, "{s:?}");
+        assert!((s.worst_max_over_mean - 1.5).abs() < 1e-9);
+        assert!((s.mean_jain - 0.9).abs() < 1e-9);
+        assert_eq!(summarize(Vec::<Vec<u64>>::new()).groups, 0);
+    }
 
     #[test]
     fn imbalance_figures() {

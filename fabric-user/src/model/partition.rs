@@ -283,7 +283,7 @@ pub struct Job {
     pub collective: Option<Collective>,
     /// ... with this message per rank (K, M, G, Ki, Mi, Gi) ...
     #[serde(default = "default_message")]
-    pub message: String,
+    pub message: crate::model::units::Size,
     #[serde(default)]
     pub seed: u64,
     /// ... or an explicit traffic matrix: `[[traffic]] src = 0, dst = 1, bytes = 1000000`.
@@ -291,8 +291,8 @@ pub struct Job {
     pub traffic: Vec<TrafficEntry>,
 }
 
-fn default_message() -> String {
-    "4Mi".into()
+fn default_message() -> crate::model::units::Size {
+    crate::model::units::Size(4 << 20)
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -313,8 +313,8 @@ impl Job {
         ensure!(self.ranks >= 2, "ranks: a job needs at least 2");
         match (&self.collective, self.traffic.is_empty()) {
             (Some(c), true) => {
-                let m = crate::model::units::parse_size(&self.message).map_err(|e| anyhow::anyhow!("message: {e}"))?;
-                Ok(Graph::of_collective(*c, self.ranks, m, self.seed))
+                ensure!(self.message.get() > 0, "message: must be at least 1 byte");
+                Ok(Graph::of_collective(*c, self.ranks, self.message.get(), self.seed))
             }
             (None, false) => {
                 let mut g = Graph::new(self.ranks);
@@ -521,8 +521,13 @@ mod tests {
     fn placement_on_two_zones_beats_random() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed/two-zones.toml");
         let plan = Plan::new(&Topology::load(Some(&path)).unwrap());
-        let job =
-            Job { ranks: 8, collective: Some(Collective::Allreduce), message: "8Mi".into(), seed: 0, traffic: vec![] };
+        let job = Job {
+            ranks: 8,
+            collective: Some(Collective::Allreduce),
+            message: crate::model::units::Size(8 << 20),
+            seed: 0,
+            traffic: vec![],
+        };
         let g = job.graph().unwrap();
         let placed = place_job(&plan, &job, 1).unwrap();
         // A ring over two zones of 4 must cross twice: 2 x (2 x 7 steps x 1 MiB) both ways.

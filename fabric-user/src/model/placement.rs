@@ -36,6 +36,22 @@ impl Placement {
         })
     }
 
+    /// The form [`Placement::parse`] reads.
+    pub fn spelling(&self) -> String {
+        match self {
+            Placement::Contiguous => "contiguous".into(),
+            Placement::Fragmented => "fragmented".into(),
+            Placement::Random { seed } => format!("random:{seed}"),
+            Placement::Explicit { hosts } => format!("hosts:{}", hosts.join(",")),
+        }
+    }
+
+    /// Reads the spelling of [`Placement::parse`] (workload files write it so).
+    pub fn deserialize_spelling<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).map_err(serde::de::Error::custom)
+    }
+
     /// The host of each of `ranks` ranks.
     pub fn place(&self, plan: &Plan, ranks: usize) -> Result<Vec<NodeId>> {
         let hosts: Vec<NodeId> = plan.hosts().collect();
@@ -75,6 +91,19 @@ impl Placement {
             }
         };
         Ok(placed)
+    }
+}
+
+impl std::str::FromStr for Placement {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::parse(s)
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.spelling())
     }
 }
 

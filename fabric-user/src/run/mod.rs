@@ -21,8 +21,10 @@ use crate::{
     endpoint::SportPolicy,
     endpoint::engine::RunClock,
     endpoint::engine::run_step_in,
+    endpoint::{MAX_QPS, PATH_MTUS},
     model::placement::Placement,
-    model::units::parse_size,
+    model::topology::{hash_mode_serde, parse_hash_mode},
+    model::units::Size,
     model::workload::HostTransfer,
     model::workload::{Collective, schedule},
     state::State,
@@ -31,137 +33,114 @@ use crate::{
 };
 use fabric_roce::dcqcn::DcqcnParams;
 
-/// A run as the command line or a workload file states it (one definition for both).
+/// A run as the command line or a workload file states it (one definition for both). Values are
+/// typed where they come in; every default is [`RunSpec::default`]'s, which the flags show and
+/// workload files fall back to.
 #[derive(Clone, Debug, clap::Args, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RunSpec {
     /// allreduce (ring), alltoall, incast, permutation.
     #[arg(value_enum, required_unless_present = "file")]
     pub workload: Option<Collective>,
     /// Number of ranks (default: every host).
     #[arg(long)]
-    #[serde(default)]
     pub ranks: Option<usize>,
     /// Message size per rank, bytes (K, M, G = x1000; Ki, Mi, Gi = x1024).
-    #[arg(long, default_value = "4Mi")]
-    #[serde(default = "RunSpec::default_message")]
-    pub message: String,
-    #[arg(long, default_value_t = 1)]
-    #[serde(default = "RunSpec::one")]
+    #[arg(long, default_value_t = RunSpec::default().message)]
+    pub message: Size,
+    #[arg(long, default_value_t = RunSpec::default().iterations)]
     pub iterations: u32,
     /// contiguous, fragmented, random:SEED or hosts:H1,H2,...
-    #[arg(long, default_value = "contiguous")]
-    #[serde(default = "RunSpec::default_placement")]
-    pub placement: String,
+    #[arg(long, default_value_t = RunSpec::default().placement)]
+    #[serde(deserialize_with = "Placement::deserialize_spelling")]
+    pub placement: Placement,
     /// QPs per connection (QP scaling).
-    #[arg(long, default_value_t = 1)]
-    #[serde(default = "RunSpec::one")]
+    #[arg(long, default_value_t = RunSpec::default().qps)]
     pub qps: u32,
     /// UDP source port policy.
-    #[arg(long, value_enum, default_value = "per-qp")]
-    #[serde(default = "RunSpec::default_sport")]
+    #[arg(long, value_enum, default_value_t = RunSpec::default().sport)]
     pub sport: SportPolicy,
     /// Set every switch's routing mode first: five-tuple, eecmp, pin, or te (the controller places
     /// this job's flows, greedy largest-first on the least-loaded link; see `fabric_user::te`).
-    #[arg(long)]
-    #[serde(default)]
-    pub hash: Option<String>,
+    #[arg(long, value_parser = parse_hash_mode)]
+    #[serde(deserialize_with = "hash_mode_serde::option::deserialize")]
+    pub hash: Option<HashMode>,
     /// Re-seed every switch's hash.
     #[arg(long)]
-    #[serde(default)]
     pub hash_seed: Option<u32>,
     /// Rate of one connection (all its QPs), bits/s (K, M, G = x1000); default: the host
     /// link's modelled rate (tiers.host.rate_gbps / time_scale).
     #[arg(long)]
-    #[serde(default)]
-    pub rate: Option<String>,
-    /// RoCE path MTU (256, 512, 1024, 2048).
-    #[arg(long, default_value_t = 1024)]
-    #[serde(default = "RunSpec::default_path_mtu")]
+    pub rate: Option<Size>,
+    /// RoCE path MTU (256, 512, 1024, 2048, 4096; at most the topology's MTU).
+    #[arg(long, default_value_t = RunSpec::default().path_mtu)]
     pub path_mtu: u32,
     /// The responder ACKs every N packets (and at message end).
-    #[arg(long, default_value_t = 4)]
-    #[serde(default = "RunSpec::default_ack_every")]
+    #[arg(long, default_value_t = RunSpec::default().ack_every)]
     pub ack_every: u32,
     /// Most unacknowledged packets per QP. A RoCE NIC does not window RC WRITEs, so the default
     /// is large (4 MiB at a 1024-byte MTU): only a dead receiver stops a sender.
-    #[arg(long, default_value_t = 4096)]
-    #[serde(default = "RunSpec::default_window")]
+    #[arg(long, default_value_t = RunSpec::default().window)]
     pub window: u32,
     /// Workload seed (permutation).
-    #[arg(long, default_value_t = 1)]
-    #[serde(default = "RunSpec::one_u64")]
+    #[arg(long, default_value_t = RunSpec::default().seed)]
     pub seed: u64,
     /// Congestion control on top of PFC: none, dcqcn, cts.
-    #[arg(long, value_enum, default_value = "none")]
-    #[serde(default)]
+    #[arg(long, value_enum, default_value_t = RunSpec::default().cc)]
     pub cc: CcMode,
     /// DSCP of data and ACKs (class = DSCP >> 3; 26 is the lossless class 3).
-    #[arg(long, default_value_t = 26)]
-    #[serde(default = "RunSpec::default_dscp")]
+    #[arg(long, default_value_t = RunSpec::default().dscp)]
     pub dscp: u8,
     /// Send data and ACKs ECN-capable (ECT(0)), so switches mark CE instead of dropping.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-    #[serde(default = "RunSpec::yes")]
+    #[arg(long, default_value_t = RunSpec::default().ecn, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub ecn: bool,
     /// CTS: chunks each receiver grants at once.
-    #[arg(long, default_value_t = 4)]
-    #[serde(default = "RunSpec::default_cts_channels")]
+    #[arg(long, default_value_t = RunSpec::default().cts_channels)]
     pub cts_channels: u32,
     /// CTS: bytes of one chunk (Ki, Mi = x1024).
-    #[arg(long, default_value = "256Ki")]
-    #[serde(default = "RunSpec::default_cts_buffer")]
-    pub cts_buffer: String,
+    #[arg(long, default_value_t = RunSpec::default().cts_buffer)]
+    pub cts_buffer: Size,
     /// HOST[:SECONDS]: that host acts as a NIC with a full buffer for SECONDS (default 1) from
     /// the start: it sends PFC XOFF to its switch and reads nothing.
     #[arg(long, value_name = "HOST[:SECONDS]")]
-    #[serde(default)]
     pub slow_receiver: Option<String>,
     /// DCQCN parameters in unslowed time (a `[dcqcn]` table in workload files; the fields of
     /// `fabric_roce::dcqcn::DcqcnParams`, each optional).
     #[arg(skip)]
-    #[serde(default)]
     pub dcqcn: Option<DcqcnParams>,
 }
 
-impl RunSpec {
-    fn default_message() -> String {
-        "4Mi".into()
+/// The defaults of a run: the endpoints' own ([`EndpointOptions::default`]) and the workload's.
+impl Default for RunSpec {
+    fn default() -> Self {
+        let e = EndpointOptions::default();
+        RunSpec {
+            workload: None,
+            ranks: None,
+            message: Size(4 << 20),
+            iterations: 1,
+            placement: Placement::Contiguous,
+            qps: e.qps,
+            sport: e.sport,
+            hash: None,
+            hash_seed: None,
+            rate: None,
+            path_mtu: e.path_mtu,
+            ack_every: e.ack_every,
+            window: e.window,
+            seed: 1,
+            cc: e.cc,
+            dscp: e.dscp,
+            ecn: e.ecn,
+            cts_channels: e.cts_channels,
+            cts_buffer: Size(e.cts_buffer_bytes),
+            slow_receiver: None,
+            dcqcn: None,
+        }
     }
-    fn one() -> u32 {
-        1
-    }
-    fn one_u64() -> u64 {
-        1
-    }
-    fn default_placement() -> String {
-        "contiguous".into()
-    }
-    fn default_sport() -> SportPolicy {
-        SportPolicy::PerQp
-    }
-    fn default_dscp() -> u8 {
-        fabric_roce::traffic_class::DSCP_ROCE
-    }
-    fn yes() -> bool {
-        true
-    }
-    fn default_cts_channels() -> u32 {
-        4
-    }
-    fn default_cts_buffer() -> String {
-        "256Ki".into()
-    }
-    fn default_path_mtu() -> u32 {
-        1024
-    }
-    fn default_ack_every() -> u32 {
-        4
-    }
-    fn default_window() -> u32 {
-        4096
-    }
+}
 
+impl RunSpec {
     /// Reads a workload file (TOML; the fields are the long flags of `fabric run`).
     pub fn from_file(path: &std::path::Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading workload {}", path.display()))?;
@@ -170,44 +149,27 @@ impl RunSpec {
         Ok(spec)
     }
 
+    /// The options of the run, every value range-checked, and combinations that cannot work
+    /// refused; the message names the option and what it allows.
     pub fn to_options(&self) -> Result<RunOptions> {
-        let hash = self
-            .hash
-            .as_deref()
-            .map(|h| {
-                HashMode::parse(h).with_context(|| format!("hash: unknown mode {h:?}; five-tuple, eecmp, pin or te"))
-            })
-            .transpose()?;
+        self.check()?;
         Ok(RunOptions {
             collective: self.workload.context("no workload given")?,
             ranks: self.ranks,
-            message_bytes: parse_size(&self.message).map_err(|e| anyhow::anyhow!("message: {e}"))?,
+            message_bytes: self.message.get(),
             iterations: self.iterations,
-            placement: Placement::parse(&self.placement)?,
-            hash,
+            placement: self.placement.clone(),
+            hash: self.hash,
             hash_seed: self.hash_seed,
             seed: self.seed,
             endpoint: EndpointOptions {
                 qps: self.qps,
                 sport: self.sport,
                 path_mtu: self.path_mtu,
-                rate_bps: match &self.rate {
-                    Some(r) => parse_size(r).map_err(|e| anyhow::anyhow!("rate: {e}"))?,
-                    None => 0,
-                },
+                rate_bps: self.rate.map_or(0, Size::get),
                 ack_every: self.ack_every,
-                window: {
-                    ensure!(
-                        (1..=1 << 20).contains(&self.window),
-                        "window: {} must be 1..=1048576 packets",
-                        self.window
-                    );
-                    self.window
-                },
-                dscp: {
-                    ensure!(self.dscp < 64, "dscp: {} is not a 6-bit DSCP", self.dscp);
-                    self.dscp
-                },
+                window: self.window,
+                dscp: self.dscp,
                 ecn: self.ecn,
                 cc: self.cc,
                 dcqcn: match self.dcqcn {
@@ -218,7 +180,7 @@ impl RunSpec {
                     None => DcqcnParams::default(),
                 },
                 cts_channels: self.cts_channels,
-                cts_buffer_bytes: parse_size(&self.cts_buffer).map_err(|e| anyhow::anyhow!("cts_buffer: {e}"))?,
+                cts_buffer_bytes: self.cts_buffer.get(),
                 slow_receiver: self
                     .slow_receiver
                     .as_deref()
@@ -229,18 +191,44 @@ impl RunSpec {
             },
         })
     }
+
+    /// Ranges of single options, then combinations.
+    fn check(&self) -> Result<()> {
+        ensure!(self.ranks.is_none_or(|r| r >= 2), "--ranks: a collective needs at least 2 ranks");
+        ensure!(self.message.get() > 0, "--message: must be at least 1 byte (a collective of 0 bytes moves nothing)");
+        ensure!(self.iterations >= 1, "--iterations: must be at least 1");
+        ensure!((1..=MAX_QPS).contains(&self.qps), "--qps: {} is not in 1..={MAX_QPS}", self.qps);
+        ensure!(
+            self.rate.is_none_or(|r| r.get() > 0),
+            "--rate: must be above 0 bit/s (leave it out for the link rate)"
+        );
+        ensure!(
+            PATH_MTUS.contains(&self.path_mtu),
+            "--path-mtu: {} is not a RoCE path MTU ({PATH_MTUS:?})",
+            self.path_mtu
+        );
+        ensure!(self.ack_every >= 1, "--ack-every: must be at least 1");
+        ensure!((1..=1 << 20).contains(&self.window), "--window: {} must be 1..=1048576 packets", self.window);
+        ensure!(self.dscp < 64, "--dscp: {} is not a 6-bit DSCP (0..=63)", self.dscp);
+        ensure!(self.cts_channels >= 1, "--cts-channels: must be at least 1");
+        ensure!(
+            self.cts_buffer.get() >= u64::from(self.path_mtu),
+            "--cts-buffer: a chunk must hold at least one packet ({} bytes)",
+            self.path_mtu
+        );
+        ensure!(
+            self.cc != CcMode::Dcqcn || self.ecn,
+            "--cc dcqcn needs --ecn true: without ECN-capable packets no switch can mark CE, so no CNP is ever sent"
+        );
+        Ok(())
+    }
 }
 
 pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     crate::sys::netns::require_capabilities()?;
     let plan = &state.plan;
     ensure!(opts.iterations >= 1, "at least one iteration");
-    ensure!(
-        opts.endpoint.path_mtu + 20 + 8 + 12 + 16 + 4 <= plan.topology.mtu,
-        "path MTU {} does not fit the link MTU {}",
-        opts.endpoint.path_mtu,
-        plan.topology.mtu
-    );
+    opts.endpoint.check_fits(plan.topology.mtu)?;
     let ranks = opts.ranks.unwrap_or_else(|| plan.hosts().count());
     let hosts = opts.placement.place(plan, ranks)?;
     if let Some(mode) = opts.hash {
@@ -361,7 +349,88 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser as _;
+
     use super::*;
+
+    /// `fabric run`'s flags as the CLI has them (with its `--file` beside the spec).
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        spec: RunSpec,
+        #[arg(long)]
+        file: Option<std::path::PathBuf>,
+    }
+
+    fn from_flags(flags: &[&str]) -> Result<RunOptions> {
+        let argv = ["run", "allreduce"].into_iter().chain(flags.iter().copied());
+        Cli::try_parse_from(argv)?.spec.to_options()
+    }
+
+    #[test]
+    fn the_flags_and_workload_files_share_their_defaults() {
+        let flags = Cli::try_parse_from(["run", "allreduce"]).unwrap().spec;
+        let file: RunSpec = toml::from_str("workload = \"allreduce\"").unwrap();
+        assert_eq!(format!("{flags:?}"), format!("{file:?}"));
+        let o = flags.to_options().unwrap();
+        assert_eq!((o.message_bytes, o.endpoint.path_mtu, o.endpoint.qps), (4 << 20, 1024, 1));
+        assert_eq!(
+            format!("{:?}", o.endpoint.cts_buffer_bytes),
+            format!("{:?}", EndpointOptions::default().cts_buffer_bytes)
+        );
+    }
+
+    #[test]
+    fn bad_options_are_refused_naming_the_option() {
+        let refused: &[(&[&str], &str)] = &[
+            (&["--qps", "0"], "--qps"),
+            (&["--qps", "257"], "--qps"),
+            (&["--message", "0"], "--message"),
+            (&["--rate", "0"], "--rate"),
+            (&["--cc", "dcqcn", "--ecn", "false"], "--cc dcqcn needs --ecn true"),
+            (&["--path-mtu", "1000"], "--path-mtu"),
+            (&["--iterations", "0"], "--iterations"),
+            (&["--ranks", "1"], "--ranks"),
+            (&["--window", "0"], "--window"),
+            (&["--dscp", "64"], "--dscp"),
+            (&["--ack-every", "0"], "--ack-every"),
+            (&["--cts-channels", "0"], "--cts-channels"),
+            (&["--cts-buffer", "100"], "--cts-buffer"),
+            (&["--slow-receiver", "z0r0h0:-1"], "slow_receiver"),
+        ];
+        for (flags, needle) in refused {
+            let e = from_flags(flags).expect_err(&format!("{flags:?} was accepted"));
+            assert!(format!("{e:#}").contains(needle), "{flags:?}: {e:#}");
+        }
+        // Malformed values never reach the run: the parser names the flag.
+        for flags in [&["--message", "4X"][..], &["--hash", "ecmp"], &["--placement", "nowhere"], &["--rate", "fast"]] {
+            let e = from_flags(flags).expect_err(&format!("{flags:?} was accepted"));
+            assert!(format!("{e:#}").contains(flags[0]), "{flags:?}: {e:#}");
+        }
+        // The same options, in range, run.
+        for flags in
+            [&["--qps", "8"][..], &["--cc", "dcqcn"], &["--rate", "10M"], &["--path-mtu", "4096"], &["--hash", "te"]]
+        {
+            from_flags(flags).unwrap_or_else(|e| panic!("{flags:?}: {e:#}"));
+        }
+    }
+
+    #[test]
+    fn workload_files_are_checked_like_the_flags() {
+        for (text, needle) in [
+            ("workload = \"allreduce\"\nqps = 0", "--qps"),
+            ("workload = \"allreduce\"\nmessage = \"0\"", "--message"),
+            ("workload = \"incast\"\ncc = \"dcqcn\"\necn = false", "--ecn"),
+        ] {
+            let spec: RunSpec = toml::from_str(text).unwrap();
+            let e = spec.to_options().expect_err(text);
+            assert!(format!("{e:#}").contains(needle), "{text}: {e:#}");
+        }
+        for text in ["workload = \"allreduce\"\nhash = \"ecmp\"", "workload = \"allreduce\"\nmessage = \"4X\""] {
+            let e = toml::from_str::<RunSpec>(text).expect_err(text);
+            assert!(e.to_string().contains("unknown"), "{text}: {e}");
+        }
+    }
 
     #[test]
     fn every_shipped_workload_file_is_valid() {
@@ -381,12 +450,12 @@ mod tests {
     #[test]
     fn congestion_fields_of_a_workload_file() {
         let spec: RunSpec = toml::from_str(
-            "workload = \"incast\"\ncc = \"dcqcn\"\necn = false\ndscp = 24\nslow_receiver = \"z0r0h0:2\"\n\
+            "workload = \"incast\"\ncc = \"cts\"\necn = false\ndscp = 24\nslow_receiver = \"z0r0h0:2\"\n\
              cts_buffer = \"64Ki\"\n[dcqcn]\ncnp_interval_ns = 4000\n",
         )
         .unwrap();
         let o = spec.to_options().unwrap().endpoint;
-        assert_eq!((o.cc, o.ecn, o.dscp, o.cts_buffer_bytes, o.rate_bps), (CcMode::Dcqcn, false, 24, 65536, 0));
+        assert_eq!((o.cc, o.ecn, o.dscp, o.cts_buffer_bytes, o.rate_bps), (CcMode::Cts, false, 24, 65536, 0));
         assert_eq!(o.dcqcn.cnp_interval_ns, 4000);
         assert_eq!(o.dcqcn.g, DcqcnParams::default().g, "unnamed parameters keep their defaults");
         assert_eq!(o.slow_receiver, Some(SlowReceiver { host: "z0r0h0".into(), duration_ns: 2_000_000_000 }));

@@ -2,6 +2,8 @@
 use fabric_common::config::HashMode;
 use serde::Serialize;
 
+pub use crate::model::balance::BalanceSummary;
+use crate::model::balance::summarize;
 use crate::{
     endpoint::CcMode, endpoint::EndpointOptions, endpoint::engine::FlowResult, endpoint::engine::HostResult,
     model::placement::Placement, model::workload::Collective, telemetry::stats::UplinkLoad,
@@ -38,14 +40,6 @@ pub struct IterationResult {
     /// The same in the modelled network's time (wall / `RunResult::time_scale`).
     pub modelled_completion_ns: f64,
     pub step_ns: Vec<u64>,
-}
-
-/// Uplink balance over all RTSWs that carried traffic.
-#[derive(Clone, Debug, Serialize)]
-pub struct BalanceSummary {
-    pub mean_max_over_mean: f64,
-    pub worst_max_over_mean: f64,
-    pub mean_jain: f64,
 }
 
 /// Whose endpoints ran the collective: ours (`fabric-roce` over UDP sockets), or the kernel's
@@ -130,14 +124,9 @@ pub fn accumulate_hosts(all: &mut Vec<HostResult>, step: &[HostResult]) {
     }
 }
 
+/// Uplink balance over the RTSWs (their uplink groups; see [`summarize`]).
 pub fn balance(uplinks: &[UplinkLoad]) -> BalanceSummary {
-    let active: Vec<&UplinkLoad> = uplinks.iter().filter(|u| u.tx_bytes.iter().any(|t| t.1 > 0)).collect();
-    let n = active.len().max(1) as f64;
-    BalanceSummary {
-        mean_max_over_mean: active.iter().map(|u| u.max_over_mean).sum::<f64>() / n,
-        worst_max_over_mean: active.iter().map(|u| u.max_over_mean).fold(0.0, f64::max),
-        mean_jain: active.iter().map(|u| u.jain).sum::<f64>() / n,
-    }
+    summarize(uplinks.iter().map(|u| u.tx_bytes.iter().map(|t| t.1).collect::<Vec<u64>>()))
 }
 
 pub fn print(r: &RunResult) {

@@ -703,7 +703,7 @@ pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
         match verbs_program() {
             Ok(_) => {
                 let ar = AllreduceSpec {
-                    message: "256Ki".into(),
+                    message: crate::model::units::Size(256 << 10),
                     iterations: 2,
                     qps: 2,
                     tclass: 106,
@@ -814,8 +814,8 @@ mod tests {
 #[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct AllreduceSpec {
     /// Message size per rank, bytes (K, M, G = x1000; Ki, Mi, Gi = x1024).
-    #[arg(long, default_value = "1Mi")]
-    pub message: String,
+    #[arg(long, default_value_t = crate::model::units::Size(1 << 20))]
+    pub message: crate::model::units::Size,
     #[arg(long, default_value_t = 1)]
     pub iterations: u32,
     /// QPs per connection (QP scaling).
@@ -871,15 +871,16 @@ pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Res
     let n = layout.hosts.len();
     ensure!(n >= 2, "a ring needs two rxe hosts");
     ensure!(layout.hosts.iter().all(|h| h.device.is_some() && h.gid_index.is_some()), "hosts without rxe devices");
-    let message = crate::model::units::parse_size(&spec.message).map_err(anyhow::Error::msg)?;
-    let run_spec: crate::run::RunSpec = toml::from_str(&format!(
-        "workload = \"allreduce\"\nmessage = \"{}\"\niterations = {}\nqps = {}\ndscp = {}\necn = {}",
-        spec.message,
-        spec.iterations,
-        spec.qps,
-        spec.tclass >> 2,
-        spec.tclass & 3 != 0
-    ))?;
+    let message = spec.message.get();
+    let run_spec = crate::run::RunSpec {
+        workload: Some(crate::model::workload::Collective::Allreduce),
+        message: spec.message,
+        iterations: spec.iterations,
+        qps: spec.qps,
+        dscp: spec.tclass >> 2,
+        ecn: spec.tclass & 3 != 0,
+        ..Default::default()
+    };
     let options = run_spec.to_options()?;
     let devices: Vec<String> = layout.hosts.iter().map(|h| h.device.clone().expect("checked")).collect();
     let before_uplinks = UplinkBytes::read(state)?;

@@ -1,7 +1,7 @@
 //! The command line of `fabric sim`.
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, ensure};
 use fabric_common::config::HashMode;
 use serde::Serialize;
 
@@ -9,10 +9,12 @@ use super::{SimOptions, SimResult, print, simulate};
 use crate::forwarding::fabric::{Scale, SimFabric};
 use crate::{
     endpoint::{EndpointOptions, SportPolicy},
+    endpoint::{MAX_QPS, PATH_MTUS},
     model::placement::Placement,
     model::plan::Plan,
     model::topology::Topology,
-    model::units::parse_size,
+    model::topology::parse_hash_mode,
+    model::units::Size,
     model::workload::Collective,
 };
 
@@ -26,33 +28,34 @@ pub struct SimArgs {
     pub scale: Option<Scale>,
     #[arg(long, value_enum, default_value = "allreduce")]
     pub workload: Collective,
-    /// Hash mode(s) to simulate (repeatable; default: five-tuple, eecmp and pin).
-    #[arg(long)]
-    pub hash: Vec<String>,
+    /// Routing mode(s) to simulate (repeatable; default: five-tuple, eecmp and pin).
+    #[arg(long, value_parser = parse_hash_mode)]
+    pub hash: Vec<HashMode>,
     /// QPs per connection (repeatable; default: 1 and 8).
     #[arg(long)]
     pub qps: Vec<u32>,
-    #[arg(long, value_enum, default_value = "per-qp")]
+    #[arg(long, value_enum, default_value_t = EndpointOptions::default().sport)]
     pub sport: SportPolicy,
-    /// Message size per rank (K, M, G = x1000; Ki, Mi, Gi = x1024).
-    #[arg(long, default_value = "256Mi")]
-    pub size: String,
+    /// Message size per rank (K, M, G = x1000; Ki, Mi, Gi = x1024); larger than `fabric run`'s
+    /// default, since a simulated fabric costs no wall time per byte.
+    #[arg(long = "message", alias = "size", default_value_t = Size(256 << 20))]
+    pub message: Size,
     /// Ranks (default: every host).
     #[arg(long)]
     pub ranks: Option<usize>,
     /// contiguous, fragmented, random:SEED or hosts:H1,H2,...
-    #[arg(long, default_value = "contiguous")]
-    pub placement: String,
+    #[arg(long, default_value_t = Placement::Contiguous)]
+    pub placement: Placement,
     /// Workload seed (permutation).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Re-seed every switch's hash, as `fabric run --hash-seed`.
     #[arg(long)]
     pub hash_seed: Option<u32>,
-    /// RoCE path MTU.
-    #[arg(long, default_value_t = 4096)]
+    /// RoCE path MTU (the same default as `fabric run`).
+    #[arg(long, default_value_t = EndpointOptions::default().path_mtu)]
     pub path_mtu: u32,
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = EndpointOptions::default().ack_every)]
     pub ack_every: u32,
     /// Write the results as JSON here.
     #[arg(long)]
@@ -83,25 +86,22 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     let t = std::time::Instant::now();
     let mut fabric = build_fabric(a.topology.as_deref(), a.scale)?;
     let build_s = t.elapsed().as_secs_f64();
-    let modes: Vec<HashMode> = if a.hash.is_empty() {
-        HashMode::ALL.to_vec()
-    } else {
-        a.hash
-            .iter()
-            .map(|h| {
-                HashMode::parse(h).with_context(|| format!("--hash: unknown mode {h:?}; five-tuple, eecmp or pin"))
-            })
-            .collect::<Result<_>>()?
-    };
+    let modes: Vec<HashMode> = if a.hash.is_empty() { HashMode::ALL.to_vec() } else { a.hash.clone() };
     let qps = if a.qps.is_empty() { vec![1, 8] } else { a.qps.clone() };
+    for &q in &qps {
+        ensure!((1..=MAX_QPS).contains(&q), "--qps: {q} is not in 1..={MAX_QPS}");
+    }
+    ensure!(a.message.get() > 0, "--message: must be at least 1 byte");
+    ensure!(PATH_MTUS.contains(&a.path_mtu), "--path-mtu: {} is not a RoCE path MTU ({PATH_MTUS:?})", a.path_mtu);
+    ensure!(a.ack_every >= 1, "--ack-every: must be at least 1");
     let mut results = Vec::new();
     for &hash in &modes {
         for &q in &qps {
             let o = SimOptions {
                 collective: a.workload,
                 ranks: a.ranks,
-                message_bytes: parse_size(&a.size).map_err(|e| anyhow::anyhow!("--size: {e}"))?,
-                placement: Placement::parse(&a.placement)?,
+                message_bytes: a.message.get(),
+                placement: a.placement.clone(),
                 seed: a.seed,
                 hash,
                 hash_seed: a.hash_seed,

@@ -41,7 +41,7 @@ use crate::forwarding::{
 };
 use crate::{
     endpoint::EndpointOptions,
-    model::balance::imbalance,
+    model::balance::summarize,
     model::placement::Placement,
     model::plan::{NodeId, Role},
     model::workload::HostTransfer,
@@ -191,33 +191,26 @@ pub fn predict_member_load(fabric: &SimFabric, o: &SimOptions, iterations: u32) 
     Ok(load)
 }
 
-/// Per-tier balance of member loads.
+/// Per-tier balance of member loads (the same averaging as `fabric run`'s uplink balance).
 pub fn tier_balance(fabric: &SimFabric, load: &MemberLoad) -> Vec<TierBalance> {
     let mut out = Vec::new();
     for role in [Role::Rtsw, Role::Ctsw, Role::Atsw] {
-        let mut figures = Vec::new();
-        for sw in fabric.plan.switches().filter(|&s| fabric.plan.nodes[s].role == role) {
-            for g in 0..fabric.group_count(sw) as u32 {
+        let groups = fabric.plan.switches().filter(|&s| fabric.plan.nodes[s].role == role).flat_map(|sw| {
+            (0..fabric.group_count(sw) as u32).map(move |g| {
                 let n = fabric.members(sw, g).len() as u32;
-                if n < 2 {
-                    continue;
-                }
-                let bytes: Vec<u64> = (0..n).map(|m| load.bytes[fabric.slot(sw, g, m)]).collect();
-                if bytes.iter().any(|&b| b > 0) {
-                    figures.push(imbalance(&bytes));
-                }
-            }
-        }
-        if figures.is_empty() {
+                (0..n).map(|m| load.bytes[fabric.slot(sw, g, m)]).collect::<Vec<u64>>()
+            })
+        });
+        let s = summarize(groups);
+        if s.groups == 0 {
             continue;
         }
-        let k = figures.len() as f64;
         out.push(TierBalance {
             tier: role.as_str(),
-            groups: figures.len(),
-            mean_max_over_mean: figures.iter().map(|f| f.0).sum::<f64>() / k,
-            worst_max_over_mean: figures.iter().map(|f| f.0).fold(0.0, f64::max),
-            mean_jain: figures.iter().map(|f| f.1).sum::<f64>() / k,
+            groups: s.groups,
+            mean_max_over_mean: s.mean_max_over_mean,
+            worst_max_over_mean: s.worst_max_over_mean,
+            mean_jain: s.mean_jain,
         });
     }
     out

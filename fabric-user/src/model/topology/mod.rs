@@ -194,10 +194,27 @@ pub(crate) mod hash_mode_serde {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HashMode, D::Error> {
         let s = String::deserialize(d)?;
-        HashMode::parse(&s).ok_or_else(|| {
-            D::Error::custom(format!("unknown hash mode {s:?}; expected \"five-tuple\", \"eecmp\" or \"pin\""))
-        })
+        super::parse_hash_mode(&s).map_err(D::Error::custom)
     }
+
+    /// The same for an optional mode (a field that may be left out).
+    pub mod option {
+        use fabric_common::config::HashMode;
+        use serde::{Deserialize, Deserializer, de::Error};
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<HashMode>, D::Error> {
+            let s = Option::<String>::deserialize(d)?;
+            s.map(|s| super::super::parse_hash_mode(&s).map_err(D::Error::custom)).transpose()
+        }
+    }
+}
+
+/// A routing mode by name; the error lists every name (`HashMode::ROUTING`, the one list).
+pub fn parse_hash_mode(s: &str) -> Result<HashMode, String> {
+    HashMode::parse(s).ok_or_else(|| {
+        let names: Vec<&str> = HashMode::ROUTING.iter().map(|m| m.as_str()).collect();
+        format!("unknown hash mode {s:?}; one of {}", names.join(", "))
+    })
 }
 
 impl Topology {

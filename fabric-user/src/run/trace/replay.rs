@@ -49,24 +49,24 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = 1)]
     pub iterations: u32,
     /// contiguous, fragmented, random:SEED or hosts:H1,H2,... (rank i on the i-th host).
-    #[arg(long, default_value = "contiguous")]
-    pub placement: String,
+    #[arg(long, default_value_t = RunSpec::default().placement)]
+    pub placement: Placement,
     /// QPs per connection.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = RunSpec::default().qps)]
     pub qps: u32,
-    #[arg(long, value_enum, default_value = "per-qp")]
+    #[arg(long, value_enum, default_value_t = RunSpec::default().sport)]
     pub sport: SportPolicy,
-    /// Set every switch's hash mode first: five-tuple, eecmp, pin.
-    #[arg(long)]
-    pub hash: Option<String>,
+    /// Set every switch's routing mode first: five-tuple, eecmp, pin, te.
+    #[arg(long, value_parser = crate::model::topology::parse_hash_mode)]
+    pub hash: Option<fabric_common::config::HashMode>,
     #[arg(long)]
     pub hash_seed: Option<u32>,
     /// Rate of one connection, bits/s (default: the host link's modelled rate).
     #[arg(long)]
-    pub rate: Option<String>,
-    #[arg(long, default_value_t = 1024)]
+    pub rate: Option<crate::model::units::Size>,
+    #[arg(long, default_value_t = RunSpec::default().path_mtu)]
     pub path_mtu: u32,
-    #[arg(long, value_enum, default_value = "none")]
+    #[arg(long, value_enum, default_value_t = RunSpec::default().cc)]
     pub cc: CcMode,
     #[arg(long, default_value_t = 26)]
     pub dscp: u8,
@@ -101,16 +101,19 @@ impl TraceArgs {
 
     /// The endpoint settings, validated as `fabric run`'s.
     pub fn endpoint(&self) -> Result<(EndpointOptions, Option<fabric_common::config::HashMode>)> {
-        let mut spec: RunSpec = toml::from_str("workload = \"allreduce\"").expect("a valid workload");
-        spec.qps = self.qps;
-        spec.sport = self.sport;
-        spec.hash = self.hash.clone();
-        spec.hash_seed = self.hash_seed;
-        spec.rate = self.rate.clone();
-        spec.path_mtu = self.path_mtu;
-        spec.cc = self.cc;
-        spec.dscp = self.dscp;
-        spec.ecn = self.ecn;
+        let spec = RunSpec {
+            workload: Some(crate::model::workload::Collective::Allreduce),
+            qps: self.qps,
+            sport: self.sport,
+            hash: self.hash,
+            hash_seed: self.hash_seed,
+            rate: self.rate,
+            path_mtu: self.path_mtu,
+            cc: self.cc,
+            dscp: self.dscp,
+            ecn: self.ecn,
+            ..RunSpec::default()
+        };
         let o = spec.to_options()?;
         Ok((o.endpoint, o.hash))
     }
@@ -210,16 +213,10 @@ pub fn run(state: &State, args: &TraceArgs) -> Result<TraceResult> {
     let job = job(args)?;
     ensure!(args.iterations >= 1, "at least one iteration");
     let (mut endpoint, hash_mode) = args.endpoint()?;
-    ensure!(
-        endpoint.path_mtu + 20 + 8 + 12 + 16 + 4 <= plan.topology.mtu,
-        "path MTU {} does not fit the link MTU {}",
-        endpoint.path_mtu,
-        plan.topology.mtu
-    );
+    endpoint.check_fits(plan.topology.mtu)?;
     endpoint.time_scale = plan.topology.time_scale;
-    let hosts = Placement::parse(&args.placement)?
-        .place(plan, job.ranks)
-        .with_context(|| format!("placing the trace's {} ranks", job.ranks))?;
+    let hosts =
+        args.placement.place(plan, job.ranks).with_context(|| format!("placing the trace's {} ranks", job.ranks))?;
     if let Some(mode) = hash_mode {
         testbed::set_hash_mode(state, mode, args.hash_seed)?;
     }
