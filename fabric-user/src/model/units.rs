@@ -52,7 +52,7 @@ impl fmt::Display for Size {
         let n = self.0;
         let units: [(u64, &str); 6] =
             [(1 << 30, "Gi"), (1_000_000_000, "G"), (1 << 20, "Mi"), (1_000_000, "M"), (1 << 10, "Ki"), (1_000, "K")];
-        match units.iter().find(|(u, _)| n > 0 && n % u == 0) {
+        match units.iter().find(|(u, _)| n > 0 && n.is_multiple_of(*u)) {
             Some((u, suffix)) => write!(f, "{}{suffix}", n / u),
             None => write!(f, "{n}"),
         }
