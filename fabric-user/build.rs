@@ -17,6 +17,12 @@ fn main() -> anyhow::Result<()> {
     prost_build::Config::new().compile_fds(fds)?;
     let ebpf_dir = root.parent().expect("workspace root").join("fabric-ebpf");
     println!("cargo:rerun-if-changed={}", root.parent().unwrap().join("fabric-common/src").display());
+    // aya-build relays every line the nested cargo prints as a `cargo:warning`, so a first build
+    // would flood the terminal with "warning: fabric-user@0.1.0: Compiling ..." lines. Quiet, the
+    // nested cargo prints only what matters (compiler warnings and errors, as JSON messages
+    // aya-build still relays); the outer cargo's progress bar shows the build script running.
+    // SAFETY: build scripts are single-threaded here: no other thread reads the environment.
+    unsafe { env::set_var("CARGO_TERM_QUIET", "true") };
     aya_build::build_ebpf(
         [aya_build::Package {
             name: "fabric-ebpf",

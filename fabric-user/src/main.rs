@@ -182,82 +182,16 @@ fn run() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Up { topology, prefix, quiet, endpoints } => {
-            let mut topo = Topology::load(topology.as_deref())?;
-            if let Some(p) = prefix {
-                topo.prefix = p;
-                topo = Topology::parse(&toml_of(&topo)?, "--prefix")?;
-            }
-            let s = match endpoints {
-                fabric_user::testbed::rxe::Endpoints::Own => testbed::up(&topo, quiet)?,
-                fabric_user::testbed::rxe::Endpoints::Rxe => fabric_user::run::rxe::up_and_report(&topo, quiet)?,
-            };
-            println!(
-                "testbed {:?} (prefix {}) is up: {} switches, {} hosts, {} links in {:.2} s",
-                s.name, s.prefix, s.switches, s.hosts, s.links, s.seconds
-            );
-        }
-        Command::Down { which } => {
-            let prefix = which.prefix()?;
-            let s = testbed::down(&prefix)?;
-            println!(
-                "testbed {prefix}: removed {} namespaces{}{}{}{}",
-                s.namespaces,
-                if s.rxe_removed > 0 { format!(", {} rxe devices/rules/veths", s.rxe_removed) } else { String::new() },
-                if s.agent_stopped { ", the switch agent" } else { "" },
-                if s.pins_removed { ", pinned XDP objects" } else { "" },
-                if s.state_removed { ", state" } else { "" }
-            );
-        }
+        Command::Up { topology, prefix, quiet, endpoints } => up(topology, prefix, quiet, endpoints)?,
+        Command::Down { which } => down(&which.prefix()?)?,
         Command::Agent { prefix } => fabric_user::agent::run(&prefix)?,
-        Command::Status { which, json } => {
-            let s = testbed::status(&which.prefix()?)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
-            } else {
-                println!(
-                    "testbed {}: {} ({} of {} namespaces, {} of {} XDP links pinned{}{}{})",
-                    s.prefix,
-                    if s.healthy {
-                        "healthy"
-                    } else if s.namespaces_present == 0 && !s.state_file {
-                        "absent"
-                    } else {
-                        "NOT healthy"
-                    },
-                    s.namespaces_present,
-                    s.namespaces_expected,
-                    s.xdp_links_pinned,
-                    s.xdp_links_expected,
-                    if s.down_links.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; links down: {}", s.down_links.join(", "))
-                    },
-                    if s.missing_namespaces.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; missing: {}", s.missing_namespaces.join(", "))
-                    },
-                    match (s.agent_expected, s.agent_running) {
-                        (true, true) => "; switch agent running",
-                        (true, false) => "; switch agent NOT running (PFC frames cannot be sent)",
-                        (false, true) => "; a switch agent runs although the congestion model is off",
-                        (false, false) => "",
-                    },
-                );
-            }
-            if !s.healthy {
-                std::process::exit(1);
-            }
-        }
+        Command::Status { which, json } => status(&which.prefix()?, json)?,
         Command::Link { action, which } => {
-            let prefix = which.prefix()?;
             let (spec, up) = match &action {
                 LinkAction::Down { link } => (link, false),
                 LinkAction::Up { link } => (link, true),
             };
-            let label = testbed::set_link(&prefix, spec, up)?;
+            let label = testbed::set_link(&which.prefix()?, spec, up)?;
             println!("link {label} is {}; ECMP groups reprogrammed", if up { "up" } else { "down" });
         }
         Command::Exporter { which, listen } => {
@@ -266,38 +200,9 @@ fn run() -> Result<()> {
         }
         Command::Report { job } => fabric_user::run::job::print(&fabric_user::run::job::JobRecord::load(&job)?),
         Command::Stats { which, json, watch, prometheus } => {
-            let state = State::load(&which.prefix()?)?;
-            loop {
-                let report = stats::collect(&state)?;
-                if prometheus {
-                    print!("{}", fabric_user::telemetry::prometheus::render(&report));
-                } else if json {
-                    println!("{}", serde_json::to_string_pretty(&report)?);
-                } else {
-                    stats::print(&report);
-                }
-                let Some(secs) = watch else { break };
-                std::thread::sleep(std::time::Duration::from_secs(secs));
-                if !json {
-                    print!("\x1b[2J\x1b[H");
-                }
-            }
+            stats(&State::load(&which.prefix()?)?, json, watch, prometheus)?
         }
-        Command::Ping { which, json } => {
-            let state = State::load(&which.prefix()?)?;
-            let r = probe::all_pairs(&state)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                println!("{} of {} host pairs reachable through the fabric (IPv4 and IPv6)", r.reachable, r.pairs);
-                for (a, b) in &r.unreachable {
-                    println!("  no reply: {a} -> {b}");
-                }
-            }
-            if r.reachable != r.pairs {
-                std::process::exit(1);
-            }
-        }
+        Command::Ping { which, json } => ping(&State::load(&which.prefix()?)?, json)?,
         Command::Run { trace: Some(fabric_user::run::trace::replay::RunSub::Trace(args)), .. } => {
             fabric_user::run::trace::replay::main(&args)?
         }
@@ -306,19 +211,7 @@ fn run() -> Result<()> {
                 Some(f) => fabric_user::run::RunSpec::from_file(&f)?,
                 None => spec,
             };
-            let opts = spec.to_options()?;
-            let state = State::load(&which.prefix()?)?;
-            let result = fabric_user::run::run(&state, &opts, quiet)?;
-            fabric_user::run::print(&result);
-            let path = json.unwrap_or_else(|| {
-                let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                PathBuf::from(format!("results/run-{}-{t}.json", opts.collective.as_str()))
-            });
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::write(&path, serde_json::to_vec_pretty(&result)?)?;
-            println!("wrote {}", path.display());
+            run_collective(&spec, &which.prefix()?, json, quiet)?
         }
         Command::Sim(args) => fabric_user::sim::cli::main(&args)?,
         Command::Analyze(args) => fabric_user::analyze::cli::main(&args)?,
@@ -330,6 +223,138 @@ fn run() -> Result<()> {
             println!("ok: the XDP switch program and its maps load and pass this kernel's verifier");
         }
     }
+    Ok(())
+}
+
+/// `fabric up`.
+fn up(
+    topology: Option<PathBuf>,
+    prefix: Option<String>,
+    quiet: bool,
+    endpoints: fabric_user::testbed::rxe::Endpoints,
+) -> Result<()> {
+    let mut topo = Topology::load(topology.as_deref())?;
+    if let Some(p) = prefix {
+        topo.prefix = p;
+        topo = Topology::parse(&toml_of(&topo)?, "--prefix")?;
+    }
+    let s = match endpoints {
+        fabric_user::testbed::rxe::Endpoints::Own => testbed::up(&topo, quiet)?,
+        fabric_user::testbed::rxe::Endpoints::Rxe => fabric_user::run::rxe::up_and_report(&topo, quiet)?,
+    };
+    println!(
+        "testbed {:?} (prefix {}) is up: {} switches, {} hosts, {} links in {:.2} s",
+        s.name, s.prefix, s.switches, s.hosts, s.links, s.seconds
+    );
+    Ok(())
+}
+
+/// `fabric down`.
+fn down(prefix: &str) -> Result<()> {
+    let s = testbed::down(prefix)?;
+    println!(
+        "testbed {prefix}: removed {} namespaces{}{}{}{}",
+        s.namespaces,
+        if s.rxe_removed > 0 { format!(", {} rxe devices/rules/veths", s.rxe_removed) } else { String::new() },
+        if s.agent_stopped { ", the switch agent" } else { "" },
+        if s.pins_removed { ", pinned XDP objects" } else { "" },
+        if s.state_removed { ", state" } else { "" }
+    );
+    Ok(())
+}
+
+/// `fabric status`: exits 1 when the testbed is not healthy.
+fn status(prefix: &str, json: bool) -> Result<()> {
+    let s = testbed::status(prefix)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        println!("{}", status_line(&s));
+    }
+    if !s.healthy {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn status_line(s: &testbed::Status) -> String {
+    let health = if s.healthy {
+        "healthy"
+    } else if s.namespaces_present == 0 && !s.state_file {
+        "absent"
+    } else {
+        "NOT healthy"
+    };
+    let down =
+        if s.down_links.is_empty() { String::new() } else { format!("; links down: {}", s.down_links.join(", ")) };
+    let missing = if s.missing_namespaces.is_empty() {
+        String::new()
+    } else {
+        format!("; missing: {}", s.missing_namespaces.join(", "))
+    };
+    let agent = match (s.agent_expected, s.agent_running) {
+        (true, true) => "; switch agent running",
+        (true, false) => "; switch agent NOT running (PFC frames cannot be sent)",
+        (false, true) => "; a switch agent runs although the congestion model is off",
+        (false, false) => "",
+    };
+    format!(
+        "testbed {}: {health} ({} of {} namespaces, {} of {} XDP links pinned{down}{missing}{agent})",
+        s.prefix, s.namespaces_present, s.namespaces_expected, s.xdp_links_pinned, s.xdp_links_expected
+    )
+}
+
+/// `fabric stats`, once or every `watch` seconds.
+fn stats(state: &State, json: bool, watch: Option<u64>, prometheus: bool) -> Result<()> {
+    loop {
+        let report = stats::collect(state)?;
+        if prometheus {
+            print!("{}", fabric_user::telemetry::prometheus::render(&report));
+        } else if json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            stats::print(&report);
+        }
+        let Some(secs) = watch else { return Ok(()) };
+        std::thread::sleep(std::time::Duration::from_secs(secs));
+        if !json {
+            print!("\x1b[2J\x1b[H");
+        }
+    }
+}
+
+/// `fabric ping`: exits 1 when a pair is unreachable.
+fn ping(state: &State, json: bool) -> Result<()> {
+    let r = probe::all_pairs(state)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!("{} of {} host pairs reachable through the fabric (IPv4 and IPv6)", r.reachable, r.pairs);
+        for (a, b) in &r.unreachable {
+            println!("  no reply: {a} -> {b}");
+        }
+    }
+    if r.reachable != r.pairs {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// `fabric run WORKLOAD`: runs, prints and writes the result.
+fn run_collective(spec: &fabric_user::run::RunSpec, prefix: &str, json: Option<PathBuf>, quiet: bool) -> Result<()> {
+    let opts = spec.to_options()?;
+    let state = State::load(prefix)?;
+    let result = fabric_user::run::run(&state, &opts, quiet)?;
+    fabric_user::run::print(&result);
+    let path = json.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        PathBuf::from(format!("results/run-{}-{t}.json", opts.collective.as_str()))
+    });
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&result)?)?;
+    println!("wrote {}", path.display());
     Ok(())
 }
 
