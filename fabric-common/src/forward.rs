@@ -31,8 +31,13 @@ pub enum Decision<'a> {
 }
 
 /// Decides the fate of a parsed packet that arrived on `port`. Order: frames not for this
-/// switch's MAC go to the kernel; a host port accepts only its host's source address; then the
-/// route, the TTL, the group and the member.
+/// switch's MAC go to the kernel; so do packets for the switch itself (its own addresses, and
+/// IPv6 link-local destinations, which are never routed); a host port then accepts only its
+/// host's source address for what it forwards; then the TTL, the group and the member.
+///
+/// The source guard comes after the local check because it protects the fabric's forwarding:
+/// a host's link-local traffic to its own switch (neighbour discovery, a ping to fe80::) has a
+/// link-local source, not the host's address, and belongs to the switch's kernel.
 #[inline(always)]
 pub fn decide<'a, T: ForwardingTables>(
     tables: &'a T,
@@ -46,6 +51,14 @@ pub fn decide<'a, T: ForwardingTables>(
     if pkt.dst_mac != port.mac {
         return Decision::Pass(PassReason::OtherHost);
     }
+    let (target, ttl) = match &pkt.ip {
+        IpHeader::V6 { dst, .. } if is_ipv6_link_local(dst) => return Decision::Pass(PassReason::Local),
+        IpHeader::V4 { dst, ttl, .. } => (tables.route_v4(dst), *ttl),
+        IpHeader::V6 { dst, hop_limit, .. } => (tables.route_v6(dst), *hop_limit),
+    };
+    if target == Some(ROUTE_LOCAL) {
+        return Decision::Pass(PassReason::Local);
+    }
     if port.is_host() {
         let genuine = match &pkt.ip {
             IpHeader::V4 { src, .. } => *src == port.host_ipv4,
@@ -55,14 +68,8 @@ pub fn decide<'a, T: ForwardingTables>(
             return Decision::Drop(DropReason::SpoofedSource);
         }
     }
-    let (target, ttl) = match &pkt.ip {
-        IpHeader::V4 { dst, ttl, .. } => (tables.route_v4(dst), *ttl),
-        IpHeader::V6 { dst, hop_limit, .. } => (tables.route_v6(dst), *hop_limit),
-    };
-    let group_id = match target {
-        None => return Decision::Drop(DropReason::NoRoute),
-        Some(ROUTE_LOCAL) => return Decision::Pass(PassReason::Local),
-        Some(id) => id,
+    let Some(group_id) = target else {
+        return Decision::Drop(DropReason::NoRoute);
     };
     if ttl <= 1 {
         return Decision::Pass(PassReason::TtlExpired);
@@ -87,6 +94,12 @@ pub fn decide<'a, T: ForwardingTables>(
         Some(member) => Decision::Forward { group: group_id, member_index, member },
         None => Decision::Drop(DropReason::EmptyGroup),
     }
+}
+
+/// fe80::/10: link-local unicast, scoped to one link, so never forwarded.
+#[inline(always)]
+pub const fn is_ipv6_link_local(addr: &[u8; 16]) -> bool {
+    addr[0] == 0xfe && addr[1] & 0xc0 == 0x80
 }
 
 /// `v & mask`, with a mask the compiler cannot drop. LLVM proves `select_member(..) < n <= 64`

@@ -312,6 +312,52 @@ fn host_ports_drop_spoofed_sources() {
     assert!(matches!(decide(&t, &cfg, &PortInfo::new(1, PORT_MAC), &pkt), Decision::Forward { .. }));
 }
 
+/// Traffic for the switch itself is the switch kernel's, whatever its source: a host's
+/// link-local IPv6 to its own switch used to be dropped as spoofed. What it would forward is
+/// still guarded.
+#[test]
+fn local_traffic_passes_before_the_source_guard() {
+    let t = tables();
+    let cfg = SwitchConfig::new(HashMode::FiveTuple, 1, 0);
+    let host_v6 = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9];
+    let host_port = PortInfo::host(1, PORT_MAC, [198, 18, 0, 1], host_v6);
+    let fe80 = |last: u8| [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last];
+    // fe80::1 -> fe80::2 (the switch): a link-local source is not the host's address.
+    let mut ll = v6_to(fe80(2));
+    ll.ip = IpHeader::V6 { src: fe80(1), dst: fe80(2), hop_limit: 255, traffic_class: 0 };
+    assert_eq!(decide(&t, &cfg, &host_port, &ll), Decision::Pass(PassReason::Local));
+    // A link-local destination is never routed, on any port (febf:: is still fe80::/10).
+    let mut edge = ll;
+    edge.ip = IpHeader::V6 {
+        src: fe80(1),
+        dst: [0xfe, 0xbf, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        hop_limit: 64,
+        traffic_class: 0,
+    };
+    assert_eq!(decide(&t, &cfg, &PortInfo::new(1, PORT_MAC), &edge), Decision::Pass(PassReason::Local));
+    // fec0:: is outside fe80::/10: routed (and here unknown).
+    let mut site = ll;
+    site.ip = IpHeader::V6 {
+        src: host_v6,
+        dst: [0xfe, 0xc0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+        hop_limit: 64,
+        traffic_class: 0,
+    };
+    assert_eq!(decide(&t, &cfg, &host_port, &site), Decision::Drop(DropReason::NoRoute));
+    // A spoofed IPv4 source to the switch's own address goes to its kernel ...
+    assert_eq!(decide(&t, &cfg, &host_port, &to([10, 1, 2, 3])), Decision::Pass(PassReason::Local));
+    // ... but one it would forward is dropped, link-local source or not.
+    assert_eq!(decide(&t, &cfg, &host_port, &to([10, 1, 0, 9])), Decision::Drop(DropReason::SpoofedSource));
+    let mut ll_out = v6_to([0xfd, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]);
+    ll_out.ip = IpHeader::V6 {
+        src: fe80(1),
+        dst: [0xfd, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7],
+        hop_limit: 64,
+        traffic_class: 0,
+    };
+    assert_eq!(decide(&t, &cfg, &host_port, &ll_out), Decision::Drop(DropReason::SpoofedSource));
+}
+
 #[test]
 fn te_mode_follows_the_controllers_entry_and_falls_back_to_eecmp() {
     let mut t = tables();

@@ -192,6 +192,26 @@ fn arp_local_and_foreign_frames_go_to_the_kernel_and_unrouted_ones_are_dropped()
     });
 }
 
+/// IPv6 link-local destinations are the switch kernel's (neighbour discovery, a host pinging its
+/// switch's fe80:: address): never routed, never judged by the source guard. Before, they were
+/// dropped as unrouted (or, on a host port, as spoofed).
+#[test]
+fn ipv6_link_local_unicast_goes_to_the_switch_kernel() {
+    with_switch(HashMode::FiveTuple, 1, |sw| {
+        let mut ll = frame(&FrameSpec { ipv6: true, ..Default::default() });
+        let l3 = ethernet::HEADER_LEN;
+        let fe80 = |last: u8| [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last];
+        ll[l3 + 8..l3 + 24].copy_from_slice(&fe80(1));
+        ll[l3 + 24..l3 + 40].copy_from_slice(&fe80(2));
+        let (res, out) = run(sw, &ll);
+        assert_eq!(res.return_value, XDP_PASS);
+        assert_eq!(out, ll, "handed to the kernel unchanged");
+        let c = &counters(sw)[0];
+        assert_eq!((c.passes[PassReason::Local as usize], c.drops.iter().sum::<u64>()), (1, 0));
+        Ok(())
+    });
+}
+
 /// The reason the kernel program must give for a frame cut to `len` bytes, by the documented
 /// parse order (first missing header).
 fn truncation_reason(spec: &FrameSpec, len: usize) -> DropReason {
