@@ -49,6 +49,18 @@ pub const fn bytes_in(ns: u64, rate_bps: u64) -> u64 {
     (ns / PERIOD) * kbps + ((ns % PERIOD) * kbps) / PERIOD
 }
 
+/// What an Ethernet frame costs a link beyond the bytes XDP sees: preamble and start delimiter
+/// (8), frame check sequence (4) and the inter-frame gap (12). About 2% of a 1 KiB frame.
+pub const WIRE_OVERHEAD_BYTES: u64 = 8 + 4 + 12;
+
+/// Nanoseconds a port at `rate_bps` is busy with a frame of `frame_len` bytes as XDP sees it
+/// (without FCS): its wire time, [`WIRE_OVERHEAD_BYTES`] included. Queue depths derived from it
+/// are in wire bytes.
+#[inline(always)]
+pub const fn frame_transmit_ns(frame_len: u64, rate_bps: u64) -> u64 {
+    transmit_ns(frame_len.saturating_add(WIRE_OVERHEAD_BYTES), rate_bps)
+}
+
 /// Nanoseconds a port at `rate_bps` takes to send `bytes` (a port slower than 1 kbit/s never
 /// finishes; at most 2^40 bytes are counted).
 #[inline(always)]
@@ -237,6 +249,9 @@ mod tests {
         // 100 Gbit/s sends 12.5 bytes per ns: 10 000 bytes take 800 ns.
         let rate = 100 * GBPS;
         assert_eq!(transmit_ns(10_000, rate), 800);
+        // A 1000-byte frame holds a 100 Gbit/s port for 1024 bytes of wire time.
+        assert_eq!(frame_transmit_ns(1_000, 100_000_000_000), transmit_ns(1_024, 100_000_000_000));
+        assert_eq!(frame_transmit_ns(1_000, 100_000_000_000), 81);
         let tail = enqueue_tail(0, 0, 1_000, transmit_ns(10_000, rate));
         assert_eq!(tail, 1_800);
         assert_eq!(depth_bytes(tail, 0, 1_000, rate), 10_000);

@@ -17,7 +17,7 @@ use fabric_common::{
     parse::{IpHeader, ParsedPacket},
     pfc::{CLASSES, PauseFrame, quanta_to_ns},
     qos::{ClassCounters, PfcEvent, Verdict, class_of, class_slot, tos_of},
-    queue::{depth_bytes, enqueue_tail, mark_ce_ipv4, mark_ce_ipv6, pause_shift, paused_time_delta, transmit_ns},
+    queue::{depth_bytes, enqueue_tail, frame_transmit_ns, mark_ce_ipv4, mark_ce_ipv6, pause_shift, paused_time_delta},
     wire::ipv4,
 };
 
@@ -103,7 +103,7 @@ pub fn offer(
     // SAFETY: bpf_ktime_get_ns and bpf_get_prandom_u32 take no arguments and have no
     // preconditions; both are allowed in XDP programs.
     let (now, random) = unsafe { (bpf_ktime_get_ns(), bpf_get_prandom_u32()) };
-    let tx = transmit_ns(len, rate);
+    let tx = frame_transmit_ns(len, rate);
     let limit = qos.queue_limit(POOL_USED.get(0).copied().unwrap_or(0));
 
     // SAFETY: `q` came from `QUEUES.get_ptr_mut` for an in-bounds slot: an array map value,
@@ -115,11 +115,8 @@ pub fn offer(
     // (READ_ONCE); the field's one writer is the egress port's receive path (`receive_pause`),
     // perhaps on another CPU, with untorn volatile stores.
     let paused_until = unsafe { read_volatile(addr_of!((*q).paused_until_ns)) };
-    // SAFETY: `tail_ptr` is a valid, aligned field of `q` (above); a single untorn load. Another
-    // CPU may move the tail right after: then the first compare-and-swap in `enqueue` fails.
-    let tail = unsafe { read_volatile(tail_ptr) };
-    let new_tail = enqueue_tail(tail, paused_until, now, tx);
-    let verdict = qos.verdict(tos, depth_bytes(new_tail, paused_until, now, rate), limit, random);
+    let judge = |new_tail: u64| qos.verdict(tos, depth_bytes(new_tail, paused_until, now, rate), limit, random);
+    let (verdict, new_tail) = judge_and_enqueue(tail_ptr, paused_until, now, tx, judge);
     let counters = class_counters(slot);
     let Verdict::Forward { mark, over_headroom } = verdict else {
         if let Some(c) = counters {
@@ -127,8 +124,6 @@ pub fn offer(
         }
         return Err(DropReason::BufferOverflow);
     };
-
-    let new_tail = enqueue(tail_ptr, tail, new_tail, paused_until, now, tx);
     let depth = depth_bytes(new_tail, paused_until, now, rate);
     // SAFETY: `q` is a valid, aligned map value (above); the field is accessed only through
     // volatile, untorn u64 loads and stores (READ_ONCE/WRITE_ONCE), never a reference. A racy
@@ -156,26 +151,45 @@ pub fn offer(
     Ok(())
 }
 
-/// Queues a packet that takes `tx` ns behind the tail at `tail_ptr`, shared by every CPU that
-/// forwards to the port: the new tail. `tail` is the tail as last read and `new_tail` is
-/// `enqueue_tail(tail, paused_until, now, tx)`. A compare-and-swap moves the tail from the value
-/// the new one was computed from, up to [`CAS_TRIES`] times; then an atomic add of `tx` (exact
-/// whenever the queue is busy) and the tail read back. `tail_ptr` must be valid and 8-byte
-/// aligned, and every concurrent access to it atomic or volatile (as for [`cas`]).
+/// Judges a packet that takes `tx` ns and, unless the verdict is to drop it, queues it behind
+/// the tail at `tail_ptr`, shared by every CPU that forwards to the port: the verdict and the
+/// tail it was judged on (the new tail when queued). Each attempt reads the tail, computes the
+/// new one and judges the depth it gives, then moves the tail by compare-and-swap from the value
+/// it read: the verdict is always that of the queue the packet joins. After [`CAS_TRIES`]
+/// failed swaps (CPUs colliding on a busy queue), the last tail seen is judged and an atomic add
+/// moves the tail by what that attempt would have: the packet's transmit time plus any idle gap
+/// before it (an add of `tx` alone would start an idle queue's packet in the past). `tail_ptr`
+/// must be valid and 8-byte aligned, and every concurrent access to it atomic or volatile (as
+/// for [`cas`]).
 #[inline(always)]
-fn enqueue(tail_ptr: *mut u64, mut tail: u64, mut new_tail: u64, paused_until: u64, now: u64, tx: u64) -> u64 {
-    for _ in 0..CAS_TRIES {
-        let (seen, ok) = cas(tail_ptr, tail, new_tail);
-        if ok {
-            return new_tail;
-        }
-        tail = seen;
-        new_tail = enqueue_tail(tail, paused_until, now, tx);
-    }
-    fetch_add(tail_ptr, tx);
+fn judge_and_enqueue(
+    tail_ptr: *mut u64,
+    paused_until: u64,
+    now: u64,
+    tx: u64,
+    judge: impl Fn(u64) -> Verdict,
+) -> (Verdict, u64) {
     // SAFETY: the caller passes a valid, aligned `tail_ptr` (a field of a looked-up map value);
     // an untorn load of a value other CPUs change only atomically.
-    unsafe { read_volatile(tail_ptr) }
+    let mut tail = unsafe { read_volatile(tail_ptr) };
+    for _ in 0..CAS_TRIES {
+        let new_tail = enqueue_tail(tail, paused_until, now, tx);
+        let verdict = judge(new_tail);
+        if !matches!(verdict, Verdict::Forward { .. }) {
+            return (verdict, tail);
+        }
+        let (seen, ok) = cas(tail_ptr, tail, new_tail);
+        if ok {
+            return (verdict, new_tail);
+        }
+        tail = seen;
+    }
+    let new_tail = enqueue_tail(tail, paused_until, now, tx);
+    let verdict = judge(new_tail);
+    if matches!(verdict, Verdict::Forward { .. }) {
+        fetch_add(tail_ptr, new_tail - tail);
+    }
+    (verdict, new_tail)
 }
 
 /// Sets CE in the IP header (the TOS byte and checksum for IPv4).
@@ -285,9 +299,9 @@ pub fn receive_pause(pkt: &XdpPacket, port: u32) -> bool {
 mod tests {
     use core::sync::atomic::{AtomicU64, Ordering};
 
-    use fabric_common::queue::enqueue_tail;
+    use fabric_common::qos::Verdict;
 
-    use super::{cas, enqueue, fetch_add};
+    use super::{CAS_TRIES, cas, fetch_add, judge_and_enqueue};
 
     #[test]
     fn cas_swaps_only_from_the_expected_value() {
@@ -309,27 +323,44 @@ mod tests {
         assert_eq!(v.load(Ordering::SeqCst), 0);
     }
 
+    const FORWARD: Verdict = Verdict::Forward { mark: false, over_headroom: false };
+
+    fn always_forward(_: u64) -> Verdict {
+        FORWARD
+    }
+
     #[test]
-    fn enqueue_from_a_stale_read_queues_behind_the_real_tail() {
-        // Another CPU moved the tail to 1_000 after this one read 100.
+    fn enqueue_queues_behind_the_real_tail() {
+        // Another CPU moved the tail to 1_000: this one queues behind it.
         let tail = AtomicU64::new(1_000);
-        let (read, now, tx) = (100, 50, 30);
-        let got = enqueue(tail.as_ptr(), read, enqueue_tail(read, 0, now, tx), 0, now, tx);
-        assert_eq!(got, 1_030);
+        assert_eq!(judge_and_enqueue(tail.as_ptr(), 0, 50, 30, always_forward), (FORWARD, 1_030));
         assert_eq!(tail.load(Ordering::SeqCst), 1_030);
     }
 
     #[test]
     fn enqueue_on_an_idle_queue_starts_now_or_after_the_pause() {
         let tail = AtomicU64::new(40);
-        assert_eq!(enqueue(tail.as_ptr(), 40, enqueue_tail(40, 0, 500, 10), 0, 500, 10), 510);
+        assert_eq!(judge_and_enqueue(tail.as_ptr(), 0, 500, 10, always_forward).1, 510);
         let tail = AtomicU64::new(40);
-        assert_eq!(enqueue(tail.as_ptr(), 40, enqueue_tail(40, 900, 500, 10), 900, 500, 10), 910);
+        assert_eq!(judge_and_enqueue(tail.as_ptr(), 900, 500, 10, always_forward).1, 910);
         assert_eq!(tail.load(Ordering::SeqCst), 910);
     }
 
-    /// CPUs racing on one busy queue: every packet's transmit time is counted exactly once,
-    /// whether it got in by compare-and-swap or by the fallback add.
+    /// The verdict is taken on the tail the packet joins, and a dropped packet leaves the queue
+    /// as it was.
+    #[test]
+    fn the_verdict_is_the_queue_it_joins_and_a_drop_queues_nothing() {
+        let limit_tail = 1_000;
+        let judge = |new_tail: u64| if new_tail > limit_tail { Verdict::Overflow } else { FORWARD };
+        let tail = AtomicU64::new(980);
+        assert_eq!(judge_and_enqueue(tail.as_ptr(), 0, 0, 30, judge), (Verdict::Overflow, 980));
+        assert_eq!(tail.load(Ordering::SeqCst), 980, "a dropped packet is not queued");
+        let tail = AtomicU64::new(900);
+        assert_eq!(judge_and_enqueue(tail.as_ptr(), 0, 0, 30, judge), (FORWARD, 930));
+    }
+
+    /// CPUs racing on one queue: every packet's transmit time is counted exactly once, whether
+    /// it got in by compare-and-swap or by the fallback add, and never earlier than its arrival.
     #[test]
     fn concurrent_enqueues_lose_no_packet() {
         const THREADS: u64 = 4;
@@ -340,14 +371,34 @@ mod tests {
             for _ in 0..THREADS {
                 s.spawn(|| {
                     for _ in 0..PACKETS {
-                        // As `offer` does: read the tail, compute the new one, enqueue.
-                        let read = tail.load(Ordering::Relaxed);
-                        let got = enqueue(tail.as_ptr(), read, enqueue_tail(read, 0, 0, tx), 0, 0, tx);
-                        assert!(got >= read + tx);
+                        let (_, got) = judge_and_enqueue(tail.as_ptr(), 0, 0, tx, always_forward);
+                        assert!(got >= tx);
                     }
                 });
             }
         });
         assert_eq!(tail.load(Ordering::SeqCst), THREADS * PACKETS * tx);
+    }
+
+    /// The fallback add on an idle queue: a packet arriving at `now` after the tail ends at
+    /// `now + tx`, not at `old tail + tx` in the past. Forced here by a tail that moves on every
+    /// attempt (another CPU always wins the swap) and then stops.
+    #[test]
+    fn the_fallback_add_does_not_start_a_packet_in_the_past() {
+        let tail = AtomicU64::new(0);
+        let now = 10_000;
+        let tries = std::cell::Cell::new(0);
+        // The judge runs before each swap: moving the tail there makes every swap fail.
+        let judge = |_: u64| {
+            let n = tries.get();
+            if n < CAS_TRIES {
+                tail.fetch_add(1, Ordering::SeqCst);
+            }
+            tries.set(n + 1);
+            FORWARD
+        };
+        let (_, got) = judge_and_enqueue(tail.as_ptr(), 0, now, 7, judge);
+        assert_eq!(got, now + 7);
+        assert_eq!(tail.load(Ordering::SeqCst), now + 7, "the idle gap was added with the packet");
     }
 }

@@ -10,10 +10,13 @@
 //! queue ([`fabric_common::queue`]).
 use std::collections::VecDeque;
 
-use fabric_common::queue::{enqueue_tail, transmit_ns};
+use fabric_common::{
+    queue::{enqueue_tail, frame_transmit_ns},
+    wire::{ethernet, ipv4, udp},
+};
 
-/// Ethernet + IPv4 + UDP headers around a RoCE datagram: the bytes the link carries.
-pub const FRAME_OVERHEAD: u64 = 14 + 20 + 8;
+/// Ethernet + IPv4 + UDP headers around a RoCE datagram: the frame XDP sees.
+pub const FRAME_OVERHEAD: u64 = (ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + udp::HEADER_LEN) as u64;
 
 /// A received datagram waiting for its modelled arrival.
 #[derive(Debug)]
@@ -39,8 +42,8 @@ impl<T> Downlink<T> {
 
     /// A datagram of `udp_payload` bytes arrived (at veth speed) at `now_ns`.
     pub fn arrive(&mut self, now_ns: u64, udp_payload: usize, item: T) {
-        let wire = udp_payload as u64 + FRAME_OVERHEAD;
-        self.tail_ns = enqueue_tail(self.tail_ns, 0, now_ns, transmit_ns(wire, self.rate_bps));
+        let frame = udp_payload as u64 + FRAME_OVERHEAD;
+        self.tail_ns = enqueue_tail(self.tail_ns, 0, now_ns, frame_transmit_ns(frame, self.rate_bps));
         self.queue.push_back(Pending { due_ns: self.tail_ns, item });
     }
 
@@ -72,20 +75,21 @@ mod tests {
 
     #[test]
     fn releases_at_the_link_rate_in_order() {
-        // 100 Mbit/s: a 1000-byte datagram is 1042 bytes on the wire, 83 360 ns.
+        // 100 Mbit/s: a 1000-byte datagram is a 1042-byte frame, 1066 bytes of wire time with
+        // preamble, FCS and inter-frame gap: 85 280 ns.
         let mut d = Downlink::new(100_000_000);
         for i in 0..3 {
             d.arrive(0, 1000, i);
         }
-        assert_eq!(d.next_due(), Some(83_360));
-        assert_eq!(d.deliver(83_359), None);
-        assert_eq!(d.deliver(83_360), Some(0));
-        assert_eq!(d.deliver(100_000), None, "the second is due at 166 720");
-        assert_eq!(d.deliver(250_080), Some(1));
-        assert_eq!(d.deliver(250_080), Some(2));
+        assert_eq!(d.next_due(), Some(85_280));
+        assert_eq!(d.deliver(85_279), None);
+        assert_eq!(d.deliver(85_280), Some(0));
+        assert_eq!(d.deliver(170_559), None, "the second is due at 170 560");
+        assert_eq!(d.deliver(255_840), Some(1));
+        assert_eq!(d.deliver(255_840), Some(2));
         assert!(d.is_empty());
         // An idle link starts again from now.
         d.arrive(1_000_000, 1000, 9);
-        assert_eq!(d.next_due(), Some(1_083_360));
+        assert_eq!(d.next_due(), Some(1_085_280));
     }
 }

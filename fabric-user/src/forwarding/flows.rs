@@ -3,6 +3,8 @@
 //! so the two cannot drift), and the packets and frame bytes each direction puts on the wire.
 use std::net::Ipv4Addr;
 
+use fabric_common::wire::{bth, ethernet, ipv4, udp};
+
 use crate::{
     endpoint::EndpointOptions,
     endpoint::engine::plan_qps,
@@ -10,12 +12,13 @@ use crate::{
     model::workload::HostTransfer,
 };
 
-/// Ethernet + IPv4 + UDP + BTH + ICRC: every RoCEv2 frame has them.
-pub const FRAME_OVERHEAD: u64 = 14 + 20 + 8 + 12 + 4;
+/// Ethernet + IPv4 + UDP + BTH + ICRC: every RoCEv2 frame has them (the bytes XDP counts).
+pub const FRAME_OVERHEAD: u64 =
+    (ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + udp::HEADER_LEN + bth::HEADER_LEN + bth::ICRC_LEN) as u64;
 /// The RETH on the first (or only) packet of a WRITE.
-pub const RETH_LEN: u64 = 16;
+pub const RETH_LEN: u64 = fabric_roce::wire::RETH_LEN as u64;
 /// An ACK: the common headers plus the AETH.
-pub const ACK_FRAME: u64 = FRAME_OVERHEAD + 4;
+pub const ACK_FRAME: u64 = FRAME_OVERHEAD + fabric_roce::wire::AETH_LEN as u64;
 /// The engine posts one WRITE per QP, split into messages of at most this many bytes.
 pub const MAX_MESSAGE: u64 = 1 << 30;
 
