@@ -102,19 +102,24 @@ impl PassReason {
     }
 }
 
-/// Counters of one switch port (one CPU's share; userspace sums them).
+/// Counters of one switch port (one CPU's share; userspace sums them). Every frame the program
+/// sees on a port is counted in `rx_*` and ends in exactly one of: redirected (`tx_*` of the
+/// egress port), a drop reason, a pass reason, or a consumed PFC frame. So on every switch,
+/// summed over its ports, `rx_packets = tx_packets + drops + passes + rx_pfc_frames`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct PortCounters {
+    /// Frames the switch program received on this port, and their bytes.
     pub rx_packets: u64,
     pub rx_bytes: u64,
-    /// Forwarded out of this port.
+    /// Frames the program redirected out of this port (the DEVMAP took them; a frame the veth
+    /// then fails to deliver is dropped after XDP by the kernel, which counts it, not here).
     pub tx_packets: u64,
     pub tx_bytes: u64,
-    /// Received RoCEv2 packets (UDP 4791 with a complete BTH).
+    /// Received RoCEv2 packets (UDP 4791 with a complete BTH), and redirected ones.
     pub rx_roce_packets: u64,
     pub tx_roce_packets: u64,
-    /// PFC frames received (and consumed) on this port.
+    /// PFC frames received (and consumed) on this port; counted in `rx_packets` too.
     pub rx_pfc_frames: u64,
     pub drops: [u64; DropReason::COUNT],
     pub passes: [u64; PassReason::COUNT],

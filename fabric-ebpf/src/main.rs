@@ -76,6 +76,13 @@ fn switch_packet(pkt: &mut XdpPacket, port: &PortInfo, rx: &mut PortCounters, le
         Decision::Drop(reason) => return drop(rx, reason),
     };
 
+    // The egress first: a packet the DEVMAP cannot take must not be charged to the queue model,
+    // the ingress account or the class counters. bpf_redirect_map only records the target; a
+    // later XDP_DROP discards it.
+    let action = match EGRESS.redirect(member.port, 0) {
+        Ok(action) => action,
+        Err(_) => return drop(rx, DropReason::RedirectFailed),
+    };
     // The modelled egress queue: may drop (a full lossy class) or mark CE; before the TTL
     // rewrite, which reads the checksum that marking updates.
     if let Err(reason) = congestion::offer(pkt, &parsed, port.index, member.port, len) {
@@ -106,10 +113,6 @@ fn switch_packet(pkt: &mut XdpPacket, port: &PortInfo, rx: &mut PortCounters, le
         }
     }
 
-    let action = match EGRESS.redirect(member.port, 0) {
-        Ok(action) => action,
-        Err(_) => return drop(rx, DropReason::RedirectFailed),
-    };
     // A route may send a packet back out of the port it came in on: its counters are then `rx`
     // itself, and a second `&mut` to them (from `port_counters`) would alias it.
     let tx = if member.port == port.index { Some(rx) } else { port_counters(member.port) };
