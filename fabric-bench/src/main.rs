@@ -56,16 +56,7 @@ enum BenchCommand {
 }
 
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            std::process::ExitCode::FAILURE
-        }
-    }
+    fabric_user::exit_code(run())
 }
 
 fn run() -> Result<()> {

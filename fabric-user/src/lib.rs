@@ -35,3 +35,17 @@ pub mod sys;
 pub mod te;
 pub mod telemetry;
 pub mod testbed;
+
+/// How the binaries end: success, or the error and its causes on stderr, one per line.
+pub fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
