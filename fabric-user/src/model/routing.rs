@@ -100,6 +100,47 @@ pub fn compute(plan: &Plan, down: &BTreeSet<LinkId>) -> Vec<Option<SwitchTables>
     tables
 }
 
+/// Where each of a switch's groups lives in its `GROUPS` map (slot per group, in the order of
+/// [`SwitchTables::groups`]). An update must never rewrite a slot that the routes in force
+/// point at: a packet forwarded meanwhile would see a torn group, or a group renumbered under
+/// its route. So a group whose members did not change keeps its slot, and every other one gets
+/// a slot that the installed tables do not use; the routes are switched after the groups are
+/// written, one atomic map update each, and the slots they no longer name are free for the next
+/// update. The first installation (`installed = None`) puts group `i` in slot `i`.
+pub fn assign_slots(
+    installed: Option<(&SwitchTables, &[u32])>,
+    new: &SwitchTables,
+    capacity: u32,
+) -> Result<Vec<u32>, String> {
+    let Some((old, old_slots)) = installed else {
+        if new.groups.len() > capacity as usize {
+            return Err(format!("{} ECMP groups do not fit the switch's {capacity}", new.groups.len()));
+        }
+        return Ok((0..new.groups.len() as u32).collect());
+    };
+    let live: HashMap<&[usize], u32> = old.groups.iter().map(Vec::as_slice).zip(old_slots.iter().copied()).collect();
+    let mut used: BTreeSet<u32> = old_slots.iter().copied().collect();
+    let mut slots = Vec::with_capacity(new.groups.len());
+    for g in &new.groups {
+        let slot = match live.get(g.as_slice()) {
+            Some(&s) => s,
+            None => {
+                let free = (0..capacity).find(|s| !used.contains(s)).ok_or_else(|| {
+                    format!(
+                        "no free ECMP group slot: {} groups in force and {} new ones exceed the switch's {capacity}",
+                        old.groups.len(),
+                        new.groups.len()
+                    )
+                })?;
+                used.insert(free);
+                free
+            }
+        };
+        slots.push(slot);
+    }
+    Ok(slots)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +148,35 @@ mod tests {
 
     fn default_plan() -> Plan {
         Plan::new(&Topology::default_topology())
+    }
+
+    fn tables(groups: &[&[usize]]) -> SwitchTables {
+        SwitchTables { groups: groups.iter().map(|g| g.to_vec()).collect(), ..Default::default() }
+    }
+
+    #[test]
+    fn an_update_never_writes_a_slot_in_force() {
+        let old = tables(&[&[1, 2, 3, 4], &[0], &[2, 3, 4]]);
+        let old_slots = assign_slots(None, &old, 8).unwrap();
+        assert_eq!(old_slots, [0, 1, 2]);
+        // A link down: one group shrinks, one is new, one is unchanged and one gone.
+        let new = tables(&[&[0], &[1, 3, 4], &[3, 4], &[2, 3, 4]]);
+        let slots = assign_slots(Some((&old, &old_slots)), &new, 8).unwrap();
+        assert_eq!(slots[0], 1, "an unchanged group keeps its slot");
+        assert_eq!(slots[3], 2);
+        for s in [slots[1], slots[2]] {
+            assert!(!old_slots.contains(&s), "slot {s} is in force");
+        }
+        assert_ne!(slots[1], slots[2]);
+        // The next update may reuse what the routes no longer name (slot 0), never slots[..].
+        let newer = tables(&[&[1, 2, 3, 4], &[0]]);
+        let again = assign_slots(Some((&new, &slots)), &newer, 8).unwrap();
+        assert_eq!(again[1], 1);
+        assert!(!slots.contains(&again[0]));
+        // Too many groups for the map: an error naming the limit, not a wrapped slot.
+        let e = assign_slots(Some((&old, &old_slots)), &tables(&[&[9], &[8], &[7]]), 4).unwrap_err();
+        assert!(e.contains("exceed the switch's 4"), "{e}");
+        assert!(assign_slots(None, &tables(&[&[1], &[2]]), 1).is_err());
     }
 
     #[test]

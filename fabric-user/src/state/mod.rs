@@ -1,7 +1,10 @@
 //! A testbed's saved state and where it lives: the plan `up` derived (so that every later
 //! command sees the same nodes, ports and addresses), the links taken down since, and the
 //! bpffs and run-time folders its switches and agent use.
-use std::{collections::BTreeSet, path::PathBuf};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::PathBuf,
+};
 
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
@@ -41,6 +44,17 @@ pub struct State {
     pub plan: Plan,
     /// Links taken down with `fabric link down`.
     pub down_links: BTreeSet<LinkId>,
+    /// Per switch, the `GROUPS` slot of each group of its tables in force (see
+    /// `routing::assign_slots`); a switch not listed has group `i` in slot `i`.
+    #[serde(default)]
+    pub group_slots: BTreeMap<NodeId, Vec<u32>>,
+}
+
+impl State {
+    /// The slot where switch `sw`'s group `group` (a position in its tables) is installed.
+    pub fn group_slot(&self, sw: NodeId, group: u32) -> u32 {
+        self.group_slots.get(&sw).and_then(|s| s.get(group as usize)).copied().unwrap_or(group)
+    }
 }
 
 impl State {

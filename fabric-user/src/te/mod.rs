@@ -142,8 +142,17 @@ fn flows_path(prefix: &str) -> std::path::PathBuf {
 pub fn install(state: &State, flows: &[TeFlow]) -> Result<TePlacement> {
     let placement = assign(&state.plan, &state.down_links, flows)?;
     for sw in state.plan.switches() {
+        // The placement names groups by their position in the tables; the switch, by the slot
+        // each is installed in (they differ after a link changed).
+        let entries: Vec<(TeKey, TeEntry)> = placement
+            .entries
+            .get(&sw)
+            .into_iter()
+            .flatten()
+            .map(|&(k, e)| (k, TeEntry { group: state.group_slot(sw, e.group), ..e }))
+            .collect();
         let mut dp = state.dataplane(sw)?;
-        dp.set_te_flows(placement.entries.get(&sw).map_or(&[][..], Vec::as_slice))?;
+        dp.set_te_flows(&entries)?;
     }
     std::fs::write(flows_path(&state.plan.topology.prefix), serde_json::to_vec(flows)?)?;
     Ok(placement)

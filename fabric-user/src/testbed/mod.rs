@@ -12,7 +12,10 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use fabric_common::config::{PortInfo, SwitchConfig};
+use fabric_common::{
+    config::{PortInfo, SwitchConfig},
+    route::{ROUTE_LOCAL, RouteTarget},
+};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -154,7 +157,7 @@ fn build(plan: &Plan, quiet: bool) -> Result<()> {
     let hosts: Vec<NodeId> = plan.hosts().collect();
     let bar = progress(nodes.len() * 3 + switches.len() + hosts.len(), quiet);
     // Saved first, so that `status` and `down` know about a half-built testbed.
-    State { plan: plan.clone(), down_links: BTreeSet::new() }.save()?;
+    State { plan: plan.clone(), down_links: BTreeSet::new(), group_slots: Default::default() }.save()?;
 
     bar.set_message("namespaces");
     parallel(&nodes, &bar, |&n| {
@@ -296,40 +299,53 @@ pub fn switch_qos(plan: &Plan, n: NodeId) -> &crate::model::topology::SwitchQos 
     }
 }
 
-/// Writes `new` into a switch's maps, removing what `old` had and `new` has not. Groups are
-/// written before the routes that name them.
+/// The tables a switch has in force, and the `GROUPS` slot of each of its groups.
+#[derive(Clone, Copy)]
+pub struct Installed<'a> {
+    pub tables: &'a SwitchTables,
+    pub slots: &'a [u32],
+}
+
+/// Writes `new` into a switch's maps so that packets forwarded meanwhile see either the old
+/// tables or the new ones, never a mix: the groups go into slots the routes in force do not
+/// name ([`routing::assign_slots`]), then each route is switched (one atomic LPM update), then
+/// routes `new` does not have are removed. Returns the slots of `new`'s groups.
 pub fn program_tables(
     dp: &mut SwitchDataplane,
     plan: &Plan,
     n: NodeId,
-    old: Option<&SwitchTables>,
+    installed: Option<Installed<'_>>,
     new: &SwitchTables,
-) -> Result<()> {
-    for id in 0..new.groups.len() {
-        dp.set_group(id as u32, &new.ecmp_group(plan, n, id))?;
+) -> Result<Vec<u32>> {
+    let slots = routing::assign_slots(installed.map(|i| (i.tables, i.slots)), new, fabric_common::route::MAX_GROUPS)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", plan.nodes[n].name))?;
+    let in_force: BTreeSet<u32> = installed.map(|i| i.slots.iter().copied().collect()).unwrap_or_default();
+    for (id, &slot) in slots.iter().enumerate() {
+        // A reused slot holds this very group already (same members, so the same bytes).
+        if !in_force.contains(&slot) {
+            dp.set_group(slot, &new.ecmp_group(plan, n, id))?;
+        }
     }
-    for &(addr, len, target) in &new.routes_v4 {
-        dp.set_route_v4(addr, len, target)?;
+    let target = |t: RouteTarget| if t == ROUTE_LOCAL { t } else { slots[t as usize] };
+    for &(addr, len, t) in &new.routes_v4 {
+        dp.set_route_v4(addr, len, target(t))?;
     }
-    for &(addr, len, target) in &new.routes_v6 {
-        dp.set_route_v6(addr, len, target)?;
+    for &(addr, len, t) in &new.routes_v6 {
+        dp.set_route_v6(addr, len, target(t))?;
     }
-    if let Some(old) = old {
-        for &(addr, len, _) in &old.routes_v4 {
+    if let Some(old) = installed {
+        for &(addr, len, _) in &old.tables.routes_v4 {
             if !new.routes_v4.iter().any(|r| (r.0, r.1) == (addr, len)) {
                 dp.remove_route_v4(addr, len)?;
             }
         }
-        for &(addr, len, _) in &old.routes_v6 {
+        for &(addr, len, _) in &old.tables.routes_v6 {
             if !new.routes_v6.iter().any(|r| (r.0, r.1) == (addr, len)) {
                 dp.remove_route_v6(addr, len)?;
             }
         }
-        for id in new.groups.len()..old.groups.len() {
-            dp.set_group(id as u32, &Default::default())?;
-        }
     }
-    Ok(())
+    Ok(slots)
 }
 
 /// Tears a testbed down when dropped, whatever happened: for tests and benchmarks that build
@@ -475,15 +491,29 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     netns::require_capabilities()?;
     let mut state = State::load(prefix)?;
     let l = find_link(&state.plan, spec)?;
-    let plan = &state.plan;
-    let old = routing::compute(plan, &state.down_links);
     let mut down_links = state.down_links.clone();
     if up {
         down_links.remove(&l);
     } else {
         down_links.insert(l);
     }
-    let new = routing::compute(plan, &down_links);
+    // Order matters for packets in flight. Down: reroute around the link first, then take it
+    // down, so nothing is redirected into a dead veth. Up: bring it up first, then route onto
+    // it.
+    if up {
+        set_link_carrier(&state.plan, l, true)?;
+        reroute(&mut state, down_links)?;
+    } else {
+        reroute(&mut state, down_links)?;
+        set_link_carrier(&state.plan, l, false)?;
+    }
+    // Traffic engineering recomputes its placement over the links that are left.
+    crate::te::reinstall(&state)?;
+    Ok(link_label(&state.plan, l))
+}
+
+/// Sets both ends of link `l` up or down.
+fn set_link_carrier(plan: &Plan, l: LinkId, up: bool) -> Result<()> {
     let link = &plan.links[l];
     for (node, port) in [(link.a, link.a_port), (link.b, link.b_port)] {
         let ifname = plan.nodes[node].ports[port].ifname.clone();
@@ -492,19 +522,28 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
             netlink::set_up(&h, idx, up).await
         })?;
     }
+    Ok(())
+}
+
+/// Reprograms every switch whose tables differ with `down_links` out of service, and saves the
+/// new tables' group slots with the state.
+fn reroute(state: &mut State, down_links: BTreeSet<LinkId>) -> Result<()> {
+    let plan = &state.plan;
+    let old = routing::compute(plan, &state.down_links);
+    let new = routing::compute(plan, &down_links);
     for sw in plan.switches() {
         let (o, n) = (old[sw].as_ref().expect("switch"), new[sw].as_ref().expect("switch"));
-        if o != n {
-            let mut dp = state.dataplane(sw)?;
-            program_tables(&mut dp, plan, sw, Some(o), n)?;
+        if o == n {
+            continue;
         }
+        let identity: Vec<u32> = (0..o.groups.len() as u32).collect();
+        let old_slots = state.group_slots.get(&sw).cloned().unwrap_or(identity);
+        let mut dp = state.dataplane(sw)?;
+        let slots = program_tables(&mut dp, plan, sw, Some(Installed { tables: o, slots: &old_slots }), n)?;
+        state.group_slots.insert(sw, slots);
     }
-    let label = link_label(plan, l);
     state.down_links = down_links;
-    state.save()?;
-    // Traffic engineering recomputes its placement over the links that are left.
-    crate::te::reinstall(&state)?;
-    Ok(label)
+    state.save()
 }
 
 /// Sets the ECMP hash mode of every switch at run time, and optionally re-seeds them (each
