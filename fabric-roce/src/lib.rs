@@ -12,9 +12,11 @@
 //! - [`segment`]: one message into packets at the path MTU.
 //! - [`pacer`]: the token bucket that sets the sending rate (the hook for DCQCN).
 //! - [`qp`]: the [`qp::Requester`] and [`qp::Responder`] state machines.
+//! - [`buf`]: packet buffers reused across packets (no allocation per packet).
 //! - [`dcqcn`]: DCQCN's reaction and notification points; [`cc`] wires them to the QPs.
 //! - [`traffic_class`]: DSCP and ECN of each kind of packet; [`pause`]: PFC obedience;
 //!   [`cts`]: receiver-driven admission (clear to send).
+pub mod buf;
 pub mod cc;
 pub mod cts;
 pub mod dcqcn;
