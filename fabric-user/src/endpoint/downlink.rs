@@ -10,10 +10,13 @@
 //! queue ([`fabric_common::queue`]).
 use std::collections::VecDeque;
 
-use fabric_common::queue::{enqueue_tail, transmit_ns};
+use fabric_common::{
+    queue::{enqueue_tail, transmit_ns},
+    wire::{ethernet, ipv4, udp},
+};
 
 /// Ethernet + IPv4 + UDP headers around a RoCE datagram: the bytes the link carries.
-pub const FRAME_OVERHEAD: u64 = 14 + 20 + 8;
+pub const FRAME_OVERHEAD: u64 = (ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + udp::HEADER_LEN) as u64;
 
 /// A received datagram waiting for its modelled arrival.
 #[derive(Debug)]
