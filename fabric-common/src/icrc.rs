@@ -22,26 +22,43 @@ fn masked_ip_byte(version: u8, i: usize, b: u8) -> u8 {
 /// Computes the ICRC of a RoCEv2 packet given from its IP header up to (not including) the
 /// 4-byte ICRC trailer. Returns `None` if the bytes are not IPv4/IPv6 + UDP + BTH.
 pub fn icrc(l3: &[u8]) -> Option<u32> {
-    let version = *l3.first()? >> 4;
-    let ip_len = match version {
-        4 => ((l3[0] & 0x0F) as usize) * 4,
-        6 => ipv6::HEADER_LEN,
-        _ => return None,
-    };
+    let ip_len = ip_header_len(l3)?;
     if l3.len() < ip_len + udp::HEADER_LEN + bth::HEADER_LEN {
         return None;
     }
+    let (headers, udp_payload) = l3.split_at(ip_len + udp::HEADER_LEN);
+    icrc_parts(headers, udp_payload)
+}
+
+/// The length of the IP header `l3` starts with (IPv4: its IHL), `None` if neither version.
+fn ip_header_len(l3: &[u8]) -> Option<usize> {
+    match *l3.first()? >> 4 {
+        4 => Some(((l3[0] & 0x0F) as usize) * 4),
+        6 => Some(ipv6::HEADER_LEN),
+        _ => None,
+    }
+}
+
+/// [`icrc`] of a packet given in two parts: the IP and UDP headers, and the UDP payload from the
+/// BTH up to the trailer. A sender that builds the headers apart from the payload needs no copy.
+/// `None` if `ip_udp` is not exactly an IPv4/IPv6 header and a UDP header, or `udp_payload` is
+/// shorter than a BTH.
+pub fn icrc_parts(ip_udp: &[u8], udp_payload: &[u8]) -> Option<u32> {
+    let version = *ip_udp.first()? >> 4;
+    let ip_len = ip_header_len(ip_udp)?;
+    if ip_udp.len() != ip_len + udp::HEADER_LEN || udp_payload.len() < bth::HEADER_LEN {
+        return None;
+    }
     let mut crc = crc32_update(!0, &[0xFF; 8]);
-    for (i, &b) in l3[..ip_len].iter().enumerate() {
+    for (i, &b) in ip_udp[..ip_len].iter().enumerate() {
         crc = crc32_update(crc, &[masked_ip_byte(version, i, b)]);
     }
-    let udp_hdr = &l3[ip_len..ip_len + udp::HEADER_LEN];
+    let udp_hdr = &ip_udp[ip_len..];
     crc = crc32_update(crc, &udp_hdr[..udp::CHECKSUM.start]);
     crc = crc32_update(crc, &[0xFF, 0xFF]);
-    let bth_start = ip_len + udp::HEADER_LEN;
-    crc = crc32_update(crc, &l3[bth_start..bth_start + bth::FECN_BECN]);
+    crc = crc32_update(crc, &udp_payload[..bth::FECN_BECN]);
     crc = crc32_update(crc, &[0xFF]);
-    crc = crc32_update(crc, &l3[bth_start + bth::FECN_BECN + 1..]);
+    crc = crc32_update(crc, &udp_payload[bth::FECN_BECN + 1..]);
     Some(!crc)
 }
 

@@ -203,3 +203,28 @@ fn malformed_inputs_are_rejected() {
     let l3 = roce_v4()[14..14 + 20 + 8 + 12].to_vec();
     assert_eq!(icrc(&l3), Some(icrc_reference(&l3)));
 }
+
+/// The two-part ICRC (headers apart from the UDP payload) is the one-slice ICRC, split where the
+/// UDP payload starts, for every captured frame, IPv6 and IPv4 with options; any other split
+/// is refused rather than computed over the wrong bytes.
+#[test]
+fn icrc_in_two_parts_is_the_same_crc() {
+    use fabric_common::icrc::icrc_parts;
+    let mut packets: Vec<(Vec<u8>, usize)> =
+        capture_frames().iter().map(|f| (f[14..f.len() - 4].to_vec(), 20 + 8)).collect();
+    let v6 = roce_v6();
+    packets.push((v6[14..v6.len() - 4].to_vec(), 40 + 8));
+    let opts = udp_v4_with_options(&[1, 1, 1, 0], 0xC000, ROCE_PORT, &roce_payload(&sample_bth(), 16));
+    packets.push((opts[14..opts.len() - 4].to_vec(), 24 + 8));
+    for (l3, at) in &packets {
+        let (headers, payload) = l3.split_at(*at);
+        assert_eq!(icrc_parts(headers, payload), icrc(l3));
+        assert_eq!(icrc_parts(headers, payload), Some(icrc_reference(l3)));
+        let (short, long) = l3.split_at(at - 1);
+        assert_eq!(icrc_parts(short, long), None, "headers one byte short");
+        let (long, short) = l3.split_at(at + 1);
+        assert_eq!(icrc_parts(long, short), None, "headers one byte long");
+        assert_eq!(icrc_parts(headers, &payload[..11]), None, "payload shorter than a BTH");
+    }
+    assert_eq!(icrc_parts(&[], &[0; 12]), None);
+}

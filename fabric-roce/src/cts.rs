@@ -27,7 +27,11 @@
 //! On a grant it posts WRITEs for the newly granted bytes, each at most one chunk.
 use std::collections::VecDeque;
 
+use bytes::Bytes;
+use fabric_common::wire::Field;
+
 use super::{
+    buf::PacketBuf,
     icrc,
     psn::Psn,
     qp::Connection,
@@ -186,15 +190,25 @@ impl CtsSender {
     /// A grant of cumulative total `granted_total` arrived: the WRITE lengths to post now (each
     /// at most `chunk_bytes`), nothing for a stale or repeated grant.
     pub fn on_grant(&mut self, granted_total: u64, chunk_bytes: u64) -> Vec<u32> {
+        self.grant(granted_total);
+        std::iter::from_fn(|| self.next_post(chunk_bytes)).collect()
+    }
+
+    /// A grant of cumulative total `granted_total` arrived (stale and repeated ones change
+    /// nothing); [`Self::next_post`] hands out what it allows.
+    pub fn grant(&mut self, granted_total: u64) {
         self.granted = self.granted.max(granted_total);
-        let mut lens = Vec::new();
-        let chunk = chunk_bytes.clamp(1, 1 << 30);
-        while self.posted < self.granted {
-            let len = (self.granted - self.posted).min(chunk);
-            lens.push(len as u32);
-            self.posted += len;
+    }
+
+    /// The next WRITE to post (at most `chunk_bytes`, at most 1 GiB), counted as posted; `None`
+    /// once everything granted is posted.
+    pub fn next_post(&mut self, chunk_bytes: u64) -> Option<u32> {
+        if self.posted >= self.granted {
+            return None;
         }
-        lens
+        let len = (self.granted - self.posted).min(chunk_bytes.clamp(1, 1 << 30));
+        self.posted += len;
+        Some(len as u32)
     }
 
     pub fn posted_bytes(&self) -> u64 {
@@ -202,13 +216,27 @@ impl CtsSender {
     }
 }
 
+/// The SEND payload of a CTS: the cumulative grant, big-endian, right after the BTH.
+const GRANTED_TOTAL: Field = BTH_LEN..BTH_LEN + 8;
+
 /// Bytes of a CTS UDP payload: BTH, 8 bytes of payload, ICRC.
-pub const CTS_LEN: usize = BTH_LEN + 8 + ICRC_LEN;
+pub const CTS_LEN: usize = GRANTED_TOTAL.end + ICRC_LEN;
 
 /// A CTS from `connection` (the receiver's end of the QP) to its peer: SEND ONLY, cumulative
 /// `granted_total`, with PSN `seq` and the ICRC filled in.
 pub fn emit(connection: &Connection, seq: u32, granted_total: u64) -> Vec<u8> {
     let mut bytes = vec![0; CTS_LEN];
+    write(connection, seq, granted_total, &mut bytes);
+    bytes
+}
+
+/// [`emit`] written into `buf`.
+pub fn emit_into(connection: &Connection, seq: u32, granted_total: u64, buf: &mut PacketBuf) -> Bytes {
+    buf.packet(CTS_LEN, |bytes| write(connection, seq, granted_total, bytes))
+}
+
+/// Writes a CTS into `bytes` (zeroed, [`CTS_LEN`] long).
+fn write(connection: &Connection, seq: u32, granted_total: u64, bytes: &mut [u8]) {
     BthRepr {
         opcode: opcode::RC_SEND_ONLY,
         solicited: false,
@@ -221,10 +249,9 @@ pub fn emit(connection: &Connection, seq: u32, granted_total: u64) -> Vec<u8> {
         ack_req: false,
         psn: Psn::new(seq & Psn::MASK),
     }
-    .emit(&mut BthPacket::new_unchecked(&mut bytes[..]));
-    bytes[BTH_LEN..BTH_LEN + 8].copy_from_slice(&granted_total.to_be_bytes());
-    icrc::write_icrc(connection.ip, connection.udp_src_port, &mut bytes);
-    bytes
+    .emit(&mut BthPacket::new_unchecked(&mut *bytes));
+    bytes[GRANTED_TOTAL].copy_from_slice(&granted_total.to_be_bytes());
+    icrc::write_icrc(connection.ip, connection.udp_src_port, bytes);
 }
 
 /// A CTS's destination QP and cumulative grant; `None` if the payload is not a CTS.
@@ -236,7 +263,7 @@ pub fn parse(udp_payload: &[u8]) -> Option<(u32, u64)> {
     if bth.opcode != opcode::RC_SEND_ONLY || bth.pad_count != 0 {
         return None;
     }
-    let total = u64::from_be_bytes(udp_payload[BTH_LEN..BTH_LEN + 8].try_into().ok()?);
+    let total = u64::from_be_bytes(udp_payload[GRANTED_TOTAL].try_into().ok()?);
     Some((bth.dest_qp, total))
 }
 

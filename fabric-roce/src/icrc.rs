@@ -32,10 +32,10 @@
 //! real fields, as the capture test does. IPv6 has no identification: nothing to predict.
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use fabric_common::wire::{Field, bth, ipv4, ipv6, udp};
+use fabric_common::wire::{bth, ipv4, ipv6, udp};
 
-/// The IPv4 identification (fabric_common's layout has no use for it, so it is named here).
-const IPV4_IDENTIFICATION: Field = 4..6;
+/// Don't Fragment, in the IPv4 flags/fragment word.
+pub use fabric_common::wire::ipv4::FLAG_DONT_FRAGMENT as IPV4_FLAG_DONT_FRAGMENT;
 
 /// Source and destination addresses of a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,9 +61,6 @@ pub struct Ipv4Ident {
     pub flags_fragment: u16,
 }
 
-/// Don't Fragment, in the flags/fragment word.
-pub const IPV4_FLAG_DONT_FRAGMENT: u16 = 0x4000;
-
 impl Ipv4Ident {
     /// What Linux writes for a DF datagram sent with `sendto` on an unconnected socket.
     pub const SENT_BY_US: Ipv4Ident = Ipv4Ident { identification: 0, flags_fragment: IPV4_FLAG_DONT_FRAGMENT };
@@ -80,38 +77,40 @@ pub fn icrc_for(ip: IpPair, udp_src: u16, udp_payload_without_icrc: &[u8]) -> u3
 pub fn icrc_with_ipv4_ident(ip: IpPair, ident: Ipv4Ident, udp_src: u16, udp_payload_without_icrc: &[u8]) -> u32 {
     // The lengths count the ICRC trailer, which is part of the datagram.
     let udp_len = udp::HEADER_LEN + udp_payload_without_icrc.len() + bth::ICRC_LEN;
-    let mut l3 = match ip {
+    // The headers as the kernel writes them, on the stack: the payload is not copied.
+    let mut headers = [0u8; ipv6::HEADER_LEN + udp::HEADER_LEN];
+    let ip_len = match ip {
         IpPair::V4 { src, dst } => {
             let total = u16::try_from(ipv4::MIN_HEADER_LEN + udp_len).unwrap_or(u16::MAX);
-            let mut h = vec![0u8; ipv4::MIN_HEADER_LEN];
-            h[ipv4::VER_IHL] = 0x45;
+            let h = &mut headers[..ipv4::MIN_HEADER_LEN];
+            h[ipv4::VER_IHL] = ipv4::VER_IHL_NO_OPTIONS;
             h[ipv4::TOTAL_LEN].copy_from_slice(&total.to_be_bytes());
-            h[IPV4_IDENTIFICATION].copy_from_slice(&ident.identification.to_be_bytes());
+            h[ipv4::IDENTIFICATION].copy_from_slice(&ident.identification.to_be_bytes());
             h[ipv4::FLAGS_FRAG].copy_from_slice(&ident.flags_fragment.to_be_bytes());
             h[ipv4::PROTOCOL] = ipv4::PROTO_UDP;
             // TOS, TTL and checksum stay zero: the ICRC masks them.
             h[ipv4::SRC].copy_from_slice(&src.octets());
             h[ipv4::DST].copy_from_slice(&dst.octets());
-            h
+            ipv4::MIN_HEADER_LEN
         }
         IpPair::V6 { src, dst } => {
             let payload_len = u16::try_from(udp_len).unwrap_or(u16::MAX);
-            let mut h = vec![0u8; ipv6::HEADER_LEN];
-            h[0] = 0x60;
+            let h = &mut headers[..ipv6::HEADER_LEN];
+            h[ipv6::VER_TC_FLOW.start] = ipv6::VER_TC_ZERO;
             h[ipv6::PAYLOAD_LEN].copy_from_slice(&payload_len.to_be_bytes());
             h[ipv6::NEXT_HEADER] = ipv4::PROTO_UDP;
             h[ipv6::SRC].copy_from_slice(&src.octets());
             h[ipv6::DST].copy_from_slice(&dst.octets());
-            h
+            ipv6::HEADER_LEN
         }
     };
-    l3.reserve(udp::HEADER_LEN + udp_payload_without_icrc.len());
-    l3.extend_from_slice(&udp_src.to_be_bytes());
-    l3.extend_from_slice(&udp::ROCEV2_PORT.to_be_bytes());
-    l3.extend_from_slice(&u16::try_from(udp_len).unwrap_or(u16::MAX).to_be_bytes());
-    l3.extend_from_slice(&[0, 0]); // checksum: masked
-    l3.extend_from_slice(udp_payload_without_icrc);
-    fabric_common::icrc::icrc(&l3).expect("an IP + UDP header built above")
+    let u = &mut headers[ip_len..ip_len + udp::HEADER_LEN];
+    u[udp::SRC_PORT].copy_from_slice(&udp_src.to_be_bytes());
+    u[udp::DST_PORT].copy_from_slice(&udp::ROCEV2_PORT.to_be_bytes());
+    u[udp::LENGTH].copy_from_slice(&u16::try_from(udp_len).unwrap_or(u16::MAX).to_be_bytes());
+    // The checksum stays zero: masked.
+    fabric_common::icrc::icrc_parts(&headers[..ip_len + udp::HEADER_LEN], udp_payload_without_icrc)
+        .expect("an IP + UDP header built above, and a payload of at least a BTH")
 }
 
 /// Fills the last 4 bytes of `udp_payload` (as [`super::wire::RocePacketRepr::emit`] leaves

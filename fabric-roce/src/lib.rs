@@ -12,9 +12,13 @@
 //! - [`segment`]: one message into packets at the path MTU.
 //! - [`pacer`]: the token bucket that sets the sending rate (the hook for DCQCN).
 //! - [`qp`]: the [`qp::Requester`] and [`qp::Responder`] state machines.
-//! - [`dcqcn`]: DCQCN's reaction and notification points; [`cc`] wires them to the QPs.
-//! - [`traffic_class`]: DSCP and ECN of each kind of packet; [`pause`]: PFC obedience;
-//!   [`cts`]: receiver-driven admission (clear to send).
+//! - [`buf`]: packet buffers reused across packets (no allocation per packet).
+//! - [`cc`]: congestion control behind one trait, [`cc::CongestionControl`], with three schemes
+//!   (none, DCQCN, CTS), and the QPs driven through it ([`cc::SenderQp`], [`cc::ReceiverQp`]).
+//! - [`dcqcn`]: DCQCN's reaction and notification points; [`cts`]: receiver-driven admission
+//!   (clear to send): the algorithms the schemes in [`cc`] run.
+//! - [`traffic_class`]: DSCP and ECN of each kind of packet; [`pause`]: PFC obedience.
+pub mod buf;
 pub mod cc;
 pub mod cts;
 pub mod dcqcn;

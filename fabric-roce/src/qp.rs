@@ -14,7 +14,11 @@
 //! ([`Connection::verify_incoming`]) because only it knows the packet's UDP source port.
 use std::collections::VecDeque;
 
+use bytes::Bytes;
+use fabric_common::wire::{ethernet, ipv4, ipv6, udp};
+
 use super::{
+    buf::PacketBuf,
     icrc::{self, IpPair},
     pacer::{Pacer, PacerConfig},
     psn::Psn,
@@ -57,6 +61,14 @@ impl Connection {
         icrc::write_icrc(self.ip, self.udp_src_port, &mut bytes);
         bytes
     }
+
+    /// [`Self::finish`] into `buf`: the same bytes, no allocation of their own.
+    fn finish_into(&self, repr: &RocePacketRepr<'_>, buf: &mut PacketBuf) -> Bytes {
+        buf.packet(repr.buffer_len(), |bytes| {
+            repr.emit(bytes);
+            icrc::write_icrc(self.ip, self.udp_src_port, bytes);
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -85,8 +97,8 @@ impl RequesterConfig {
     /// Defaults: 1024-byte MTU, PSN 0, 128 packets in flight, unpaced, 1 ms timeout, 7 retries.
     pub fn new(connection: Connection) -> Self {
         let ip_header = match connection.ip {
-            IpPair::V4 { .. } => 20,
-            IpPair::V6 { .. } => 40,
+            IpPair::V4 { .. } => ipv4::MIN_HEADER_LEN,
+            IpPair::V6 { .. } => ipv6::HEADER_LEN,
         };
         RequesterConfig {
             connection,
@@ -94,7 +106,7 @@ impl RequesterConfig {
             first_psn: Psn::new(0),
             window_packets: 128,
             pacer: None,
-            wire_overhead_bytes: 14 + ip_header + 8,
+            wire_overhead_bytes: (ethernet::HEADER_LEN + ip_header + udp::HEADER_LEN) as u32,
             retransmit_timeout_ns: 1_000_000,
             retry_limit: 7,
             remote_addr: 0,
@@ -281,6 +293,25 @@ impl Requester {
     /// The next packet to send at `now_ns` (new data or a retransmission), or `None` if the
     /// window, the pacer or an empty queue holds it back. Also runs the retransmission timer.
     pub fn poll_transmit(&mut self, now_ns: u64) -> Option<Vec<u8>> {
+        let repr = self.next_packet(now_ns)?;
+        Some(self.config.connection.finish(&repr))
+    }
+
+    /// [`Self::poll_transmit`] written into `buf`: the same bytes, without an allocation per
+    /// packet (see [`super::buf`]).
+    pub fn poll_transmit_into(&mut self, now_ns: u64, buf: &mut PacketBuf) -> Option<Bytes> {
+        let repr = self.next_packet(now_ns)?;
+        Some(self.config.connection.finish_into(&repr, buf))
+    }
+
+    /// Up to `budget` packets for `now_ns` (for batched sends such as `sendmmsg`).
+    pub fn poll_transmit_many(&mut self, now_ns: u64, budget: usize) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| self.poll_transmit(now_ns)).take(budget).collect()
+    }
+
+    /// The packet [`Self::poll_transmit`] sends, its state changes made (pacer, PSNs, counters,
+    /// timer): every way of sending goes through here.
+    fn next_packet(&mut self, now_ns: u64) -> Option<RocePacketRepr<'static>> {
         self.run_timer(now_ns);
         if self.failure.is_some() || !self.window_open() {
             return None;
@@ -304,13 +335,10 @@ impl Requester {
             Position::Last => Body::WriteLast { payload },
             Position::Only => Body::WriteOnly { reth, payload },
         };
-        let bytes = self
-            .config
-            .connection
-            .finish(&RocePacketRepr { bth: self.config.connection.bth(psn, seg.ack_req || fills_window), body });
+        let repr = RocePacketRepr { bth: self.config.connection.bth(psn, seg.ack_req || fills_window), body };
 
         if let Some(pacer) = &mut self.pacer {
-            pacer.consume(now_ns, (bytes.len() + self.config.wire_overhead_bytes as usize) as u64);
+            pacer.consume(now_ns, (repr.buffer_len() + self.config.wire_overhead_bytes as usize) as u64);
         }
         if psn.is_before(self.sent_end) {
             self.counters.packets_retransmitted += 1;
@@ -323,12 +351,7 @@ impl Requester {
         if self.retransmit_deadline_ns.is_none() {
             self.retransmit_deadline_ns = Some(now_ns + self.config.retransmit_timeout_ns);
         }
-        Some(bytes)
-    }
-
-    /// Up to `budget` packets for `now_ns` (for batched sends such as `sendmmsg`).
-    pub fn poll_transmit_many(&mut self, now_ns: u64, budget: usize) -> Vec<Vec<u8>> {
-        std::iter::from_fn(|| self.poll_transmit(now_ns)).take(budget).collect()
+        Some(repr)
     }
 
     /// When to call [`Self::poll_transmit`] next without new input: `now_ns` if a packet can go
@@ -584,21 +607,41 @@ impl Responder {
         c.finish(&RocePacketRepr::cnp(c.remote_qp, c.pkey))
     }
 
-    fn response(&mut self, psn: Psn, syndrome: Syndrome) -> Vec<u8> {
+    /// [`Self::congestion_notification`] written into `buf`.
+    pub fn congestion_notification_into(&mut self, buf: &mut PacketBuf) -> Bytes {
+        self.counters.cnps_sent += 1;
+        let c = &self.config.connection;
+        c.finish_into(&RocePacketRepr::cnp(c.remote_qp, c.pkey), buf)
+    }
+
+    /// The ACK or NAK for `psn`, counted.
+    fn response(&mut self, psn: Psn, syndrome: Syndrome) -> RocePacketRepr<'static> {
         match syndrome {
             Syndrome::Ack { .. } => self.counters.acks_sent += 1,
             _ => self.counters.naks_sent += 1,
         }
         let c = &self.config.connection;
-        c.finish(&RocePacketRepr { bth: c.bth(psn, false), body: Body::Ack(AethRepr { syndrome, msn: self.msn }) })
+        RocePacketRepr { bth: c.bth(psn, false), body: Body::Ack(AethRepr { syndrome, msn: self.msn }) }
     }
 
     /// Handles a UDP payload from the requester (ICRC already checked); returns the ACKs and
     /// NAKs to send back.
     pub fn on_packet(&mut self, udp_payload: &[u8], now_ns: u64) -> Vec<Vec<u8>> {
+        let response = self.receive(udp_payload, now_ns);
+        response.map(|r| self.config.connection.finish(&r)).into_iter().collect()
+    }
+
+    /// [`Self::on_packet`] with its response (there is at most one) written into `buf`.
+    pub fn on_packet_into(&mut self, udp_payload: &[u8], now_ns: u64, buf: &mut PacketBuf) -> Option<Bytes> {
+        let response = self.receive(udp_payload, now_ns)?;
+        Some(self.config.connection.finish_into(&response, buf))
+    }
+
+    /// What [`Self::on_packet`] does, up to the bytes of its response.
+    fn receive(&mut self, udp_payload: &[u8], now_ns: u64) -> Option<RocePacketRepr<'static>> {
         let Ok(packet) = RocePacketRepr::parse(udp_payload) else {
             self.counters.malformed += 1;
-            return Vec::new();
+            return None;
         };
         let (position, payload, reth) = match packet.body {
             Body::WriteFirst { reth, payload } => (Position::First, payload, Some(reth)),
@@ -607,12 +650,12 @@ impl Responder {
             Body::WriteOnly { reth, payload } => (Position::Only, payload, Some(reth)),
             Body::Ack(_) | Body::Cnp => {
                 self.counters.ignored_packets += 1;
-                return Vec::new();
+                return None;
             }
         };
         if packet.bth.dest_qp != self.config.connection.local_qp {
             self.counters.ignored_packets += 1;
-            return Vec::new();
+            return None;
         }
         self.counters.packets_received += 1;
         let psn = packet.bth.psn;
@@ -620,19 +663,19 @@ impl Responder {
         if ahead < 0 {
             // Our ACK was lost or the requester went back too far: say again where we are.
             self.counters.duplicates += 1;
-            return vec![self.response(self.expected_psn - 1, Syndrome::Ack { credit: CREDIT_UNLIMITED })];
+            return Some(self.response(self.expected_psn - 1, Syndrome::Ack { credit: CREDIT_UNLIMITED }));
         }
         if ahead > 0 {
             self.counters.out_of_order += 1;
             if self.gap_nakked {
-                return Vec::new();
+                return None;
             }
             self.gap_nakked = true;
-            return vec![self.response(self.expected_psn, Syndrome::Nak(NakCode::PsnSequenceError))];
+            return Some(self.response(self.expected_psn, Syndrome::Nak(NakCode::PsnSequenceError)));
         }
         if position.starts_message() != self.inbound.is_none() {
             self.counters.invalid_requests += 1;
-            return vec![self.response(self.expected_psn, Syndrome::Nak(NakCode::InvalidRequest))];
+            return Some(self.response(self.expected_psn, Syndrome::Nak(NakCode::InvalidRequest)));
         }
 
         self.expected_psn = psn + 1;
@@ -661,9 +704,9 @@ impl Responder {
         }
         if packet.bth.ack_req || position.ends_message() || self.packets_since_ack >= self.config.ack_every {
             self.packets_since_ack = 0;
-            return vec![self.response(psn, Syndrome::Ack { credit: CREDIT_UNLIMITED })];
+            return Some(self.response(psn, Syndrome::Ack { credit: CREDIT_UNLIMITED }));
         }
-        Vec::new()
+        None
     }
 }
 
@@ -1122,6 +1165,40 @@ mod tests {
         assert_eq!(req.counters().cnps_received, 1);
         req.set_rate(0, 5_000_000_000);
         assert_eq!(req.rate_bps(), Some(5_000_000_000));
+    }
+
+    /// The reused-buffer path writes exactly the bytes of the allocating one: data, ACKs, NAKs
+    /// and CNPs, ICRC included (the allocating path is the one checked against rxe and tshark).
+    #[test]
+    fn buffered_packets_are_byte_for_byte_the_allocated_ones() {
+        let mut cfg = RequesterConfig::new(requester_side());
+        cfg.remote_addr = 0x7f00_0000_1000;
+        cfg.rkey = 0x1234;
+        cfg.first_psn = Psn::new(Psn::MASK - 1);
+        let (mut a, mut b) = (Requester::new(cfg), Requester::new(cfg));
+        let mut cfg = ResponderConfig::new(responder_side());
+        cfg.first_psn = Psn::new(Psn::MASK - 1);
+        cfg.ack_every = 2;
+        let (mut ra, mut rb) = (Responder::new(cfg), Responder::new(cfg));
+        let mut buf = PacketBuf::new();
+        for (id, len) in [(1, 3001), (2, 0), (3, 5), (4, 1024)] {
+            a.post_write(id, len).unwrap();
+            b.post_write(id, len).unwrap();
+        }
+        let mut n = 0;
+        while let Some(p) = a.poll_transmit(0) {
+            let q = b.poll_transmit_into(0, &mut buf).expect("the same packets");
+            assert_eq!(&q[..], &p[..], "data packet {n}");
+            // Skip one packet: the responders answer the gap with the same NAK.
+            if n != 2 {
+                assert_eq!(rb.on_packet_into(&q, 0, &mut buf).map(|r| r.to_vec()), ra.on_packet(&p, 0).pop());
+            }
+            n += 1;
+        }
+        assert!(b.poll_transmit_into(0, &mut buf).is_none());
+        assert_eq!((n, ra.counters().naks_sent, rb.counters().acks_sent), (6, 1, ra.counters().acks_sent));
+        assert_eq!(&rb.congestion_notification_into(&mut buf)[..], &ra.congestion_notification()[..]);
+        assert_eq!(rb.counters(), ra.counters());
     }
 
     #[test]

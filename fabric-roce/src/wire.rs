@@ -7,36 +7,20 @@
 //! and UDP headers and is filled in by [`super::icrc`].
 use std::fmt;
 
-pub use fabric_common::wire::bth::{ICRC_LEN, opcode};
+use fabric_common::wire::bth as layout;
+/// The BTH's layout, flags and opcodes are the switch parser's own ([`fabric_common::wire::bth`]),
+/// so both agree by construction.
+pub use fabric_common::wire::bth::{HEADER_LEN as BTH_LEN, ICRC_LEN, TRANSPORT_VERSION, opcode};
 
 use super::psn::Psn;
 
-pub const BTH_LEN: usize = fabric_common::wire::bth::HEADER_LEN;
 pub const RETH_LEN: usize = 16;
 pub const AETH_LEN: usize = 4;
 /// A CNP carries 16 reserved bytes after its BTH (annex A17.9.3).
 pub const CNP_RESERVED_LEN: usize = 16;
 
-/// The only transport header version defined.
-pub const TRANSPORT_VERSION: u8 = 0;
-
-/// Byte offsets inside each header. The BTH's are the switch parser's own, so both agree.
+/// Byte offsets inside the extension headers (the BTH's are [`layout`]'s).
 mod field {
-    pub mod bth {
-        use fabric_common::wire::{Field, bth as shared};
-
-        pub const OPCODE: usize = shared::OPCODE;
-        /// SE (bit 7), MigReq (6), pad count (5..4), transport version (3..0).
-        pub const FLAGS: usize = shared::FLAGS;
-        pub const PKEY: Field = shared::PKEY;
-        /// FECN (bit 7), BECN (6), reserved.
-        pub const FECN_BECN: usize = shared::FECN_BECN;
-        pub const DEST_QP: Field = shared::DEST_QP;
-        /// AckReq (bit 7), reserved.
-        pub const ACK_REQ: usize = shared::ACK_REQ;
-        pub const PSN: Field = shared::PSN;
-    }
-
     pub mod reth {
         use fabric_common::wire::Field;
 
@@ -52,15 +36,6 @@ mod field {
         pub const MSN: Field = 1..4;
     }
 }
-
-const SOLICITED: u8 = 0x80;
-const MIGREQ: u8 = 0x40;
-const PAD_SHIFT: u8 = 4;
-const PAD_MASK: u8 = 0x30;
-const TVER_MASK: u8 = 0x0F;
-const FECN: u8 = 0x80;
-const BECN: u8 = 0x40;
-const ACK_REQ: u8 = 0x80;
 
 /// The header a length problem was found in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,48 +134,48 @@ impl<T: AsRef<[u8]>> BthPacket<T> {
     }
 
     pub fn opcode(&self) -> u8 {
-        self.b()[field::bth::OPCODE]
+        self.b()[layout::OPCODE]
     }
 
     pub fn solicited(&self) -> bool {
-        self.b()[field::bth::FLAGS] & SOLICITED != 0
+        self.b()[layout::FLAGS] & layout::FLAG_SOLICITED != 0
     }
 
     pub fn migreq(&self) -> bool {
-        self.b()[field::bth::FLAGS] & MIGREQ != 0
+        self.b()[layout::FLAGS] & layout::FLAG_MIGREQ != 0
     }
 
     pub fn pad_count(&self) -> u8 {
-        (self.b()[field::bth::FLAGS] & PAD_MASK) >> PAD_SHIFT
+        (self.b()[layout::FLAGS] & layout::PAD_COUNT_MASK) >> layout::PAD_COUNT_SHIFT
     }
 
     pub fn transport_version(&self) -> u8 {
-        self.b()[field::bth::FLAGS] & TVER_MASK
+        self.b()[layout::FLAGS] & layout::TRANSPORT_VERSION_MASK
     }
 
     pub fn pkey(&self) -> u16 {
-        let f = &self.b()[field::bth::PKEY];
+        let f = &self.b()[layout::PKEY];
         u16::from_be_bytes([f[0], f[1]])
     }
 
     pub fn fecn(&self) -> bool {
-        self.b()[field::bth::FECN_BECN] & FECN != 0
+        self.b()[layout::FECN_BECN] & layout::FLAG_FECN != 0
     }
 
     pub fn becn(&self) -> bool {
-        self.b()[field::bth::FECN_BECN] & BECN != 0
+        self.b()[layout::FECN_BECN] & layout::FLAG_BECN != 0
     }
 
     pub fn dest_qp(&self) -> u32 {
-        read_u24(&self.b()[field::bth::DEST_QP])
+        read_u24(&self.b()[layout::DEST_QP])
     }
 
     pub fn ack_req(&self) -> bool {
-        self.b()[field::bth::ACK_REQ] & ACK_REQ != 0
+        self.b()[layout::ACK_REQ] & layout::FLAG_ACK_REQ != 0
     }
 
     pub fn psn(&self) -> Psn {
-        Psn::new(read_u24(&self.b()[field::bth::PSN]))
+        Psn::new(read_u24(&self.b()[layout::PSN]))
     }
 
     /// Everything after the BTH.
@@ -215,51 +190,51 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> BthPacket<T> {
     }
 
     pub fn set_opcode(&mut self, value: u8) {
-        self.b_mut()[field::bth::OPCODE] = value;
+        self.b_mut()[layout::OPCODE] = value;
     }
 
     pub fn set_solicited(&mut self, on: bool) {
-        set_bit(&mut self.b_mut()[field::bth::FLAGS], SOLICITED, on);
+        set_bit(&mut self.b_mut()[layout::FLAGS], layout::FLAG_SOLICITED, on);
     }
 
     pub fn set_migreq(&mut self, on: bool) {
-        set_bit(&mut self.b_mut()[field::bth::FLAGS], MIGREQ, on);
+        set_bit(&mut self.b_mut()[layout::FLAGS], layout::FLAG_MIGREQ, on);
     }
 
     /// `value` is taken mod 4.
     pub fn set_pad_count(&mut self, value: u8) {
-        let flags = &mut self.b_mut()[field::bth::FLAGS];
-        *flags = (*flags & !PAD_MASK) | ((value << PAD_SHIFT) & PAD_MASK);
+        let flags = &mut self.b_mut()[layout::FLAGS];
+        *flags = (*flags & !layout::PAD_COUNT_MASK) | ((value << layout::PAD_COUNT_SHIFT) & layout::PAD_COUNT_MASK);
     }
 
     pub fn set_transport_version(&mut self, value: u8) {
-        let flags = &mut self.b_mut()[field::bth::FLAGS];
-        *flags = (*flags & !TVER_MASK) | (value & TVER_MASK);
+        let flags = &mut self.b_mut()[layout::FLAGS];
+        *flags = (*flags & !layout::TRANSPORT_VERSION_MASK) | (value & layout::TRANSPORT_VERSION_MASK);
     }
 
     pub fn set_pkey(&mut self, value: u16) {
-        self.b_mut()[field::bth::PKEY].copy_from_slice(&value.to_be_bytes());
+        self.b_mut()[layout::PKEY].copy_from_slice(&value.to_be_bytes());
     }
 
     pub fn set_fecn(&mut self, on: bool) {
-        set_bit(&mut self.b_mut()[field::bth::FECN_BECN], FECN, on);
+        set_bit(&mut self.b_mut()[layout::FECN_BECN], layout::FLAG_FECN, on);
     }
 
     pub fn set_becn(&mut self, on: bool) {
-        set_bit(&mut self.b_mut()[field::bth::FECN_BECN], BECN, on);
+        set_bit(&mut self.b_mut()[layout::FECN_BECN], layout::FLAG_BECN, on);
     }
 
     /// `value` is taken mod 2^24.
     pub fn set_dest_qp(&mut self, value: u32) {
-        write_u24(&mut self.b_mut()[field::bth::DEST_QP], value & 0xFF_FFFF);
+        write_u24(&mut self.b_mut()[layout::DEST_QP], value & layout::U24_MASK);
     }
 
     pub fn set_ack_req(&mut self, on: bool) {
-        set_bit(&mut self.b_mut()[field::bth::ACK_REQ], ACK_REQ, on);
+        set_bit(&mut self.b_mut()[layout::ACK_REQ], layout::FLAG_ACK_REQ, on);
     }
 
     pub fn set_psn(&mut self, value: Psn) {
-        write_u24(&mut self.b_mut()[field::bth::PSN], value.value());
+        write_u24(&mut self.b_mut()[layout::PSN], value.value());
     }
 
     pub fn payload_mut(&mut self) -> &mut [u8] {
@@ -458,7 +433,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> AethPacket<T> {
     }
 
     pub fn set_msn(&mut self, value: u32) {
-        write_u24(&mut self.buffer.as_mut()[field::aeth::MSN], value & 0xFF_FFFF);
+        write_u24(&mut self.buffer.as_mut()[field::aeth::MSN], value & layout::U24_MASK);
     }
 }
 

@@ -14,8 +14,25 @@ pub const DEST_QP: Field = 5..8;
 pub const ACK_REQ: usize = 8;
 pub const PSN: Field = 9..12;
 
+/// In [`FLAGS`]: solicited event.
 pub const FLAG_SOLICITED: u8 = 0x80;
+/// In [`FLAGS`]: migration request.
+pub const FLAG_MIGREQ: u8 = 0x40;
+/// In [`FLAGS`]: the pad count (bytes that bring the payload to a multiple of 4), bits 5..4.
+pub const PAD_COUNT_MASK: u8 = 0x30;
+pub const PAD_COUNT_SHIFT: u8 = 4;
+/// In [`FLAGS`]: the transport header version, bits 3..0.
+pub const TRANSPORT_VERSION_MASK: u8 = 0x0F;
+/// The only transport header version defined.
+pub const TRANSPORT_VERSION: u8 = 0;
+/// In [`FECN_BECN`]: forward explicit congestion notification.
+pub const FLAG_FECN: u8 = 0x80;
+/// In [`FECN_BECN`]: backward explicit congestion notification (set on every CNP).
+pub const FLAG_BECN: u8 = 0x40;
+/// In [`ACK_REQ`]: the requester asks for an acknowledgement.
 pub const FLAG_ACK_REQ: u8 = 0x80;
+/// Destination QP numbers and PSNs are 24-bit fields.
+pub const U24_MASK: u32 = 0xFF_FFFF;
 
 /// The ICRC trailer that ends every RoCEv2 packet.
 pub const ICRC_LEN: usize = 4;

@@ -15,18 +15,19 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
+use bytes::Bytes;
 use fabric_common::pfc::{CLASSES, PauseFrame, quanta_to_ns};
 use serde::Serialize;
 
-use super::{CcMode, EndpointOptions, SportPolicy, fixed_udp_sport, rxe_udp_sport, socket};
+use super::{EndpointOptions, SportPolicy, downlink::Downlink, fixed_udp_sport, rxe_udp_sport, socket};
 use crate::model::workload::HostTransfer;
 use crate::{
     model::plan::{NodeId, Plan},
     sys::netns,
 };
 use fabric_roce::{
-    cc::{RateTrajectory, ReceiverQp, SenderQp},
-    cts::{self, CtsConfig, CtsReceiver, CtsSender},
+    buf::PacketBuf,
+    cc::{CongestionControl, Feedback, RateTrajectory, ReceiverQp, SenderError, SenderInput, SenderQp},
     icrc::IpPair,
     pacer::PacerConfig,
     pause::PauseState,
@@ -34,7 +35,7 @@ use fabric_roce::{
     qp::{Connection, DEFAULT_PKEY, Requester, RequesterConfig, Responder, ResponderConfig},
     segment::PathMtu,
     traffic_class::{CONTROL_TOS, data_tos, is_ce, priority_class},
-    wire::opcode,
+    wire::{BTH_LEN, BthPacket},
 };
 
 /// How often the DCQCN rate of every QP is sampled (wall time), and the most samples kept.
@@ -210,19 +211,7 @@ pub fn run_step_in(
     opts: &EndpointOptions,
     run: &RunClock,
 ) -> Result<StepResult> {
-    let mtu =
-        PathMtu::from_bytes(opts.path_mtu).with_context(|| format!("path MTU {} is not an IB MTU", opts.path_mtu))?;
-    anyhow::ensure!(opts.time_scale >= 1, "time_scale must be at least 1");
-    anyhow::ensure!(opts.dscp < 64, "DSCP {} is not 6 bits", opts.dscp);
-    if opts.cc == CcMode::Dcqcn {
-        opts.dcqcn.validate()?;
-    }
-    if opts.cc == CcMode::Cts {
-        anyhow::ensure!(
-            opts.cts_channels > 0 && opts.cts_buffer_bytes > 0,
-            "CTS needs channels and a buffer size above 0"
-        );
-    }
+    let mtu = check_options(opts)?;
     let slow = match &opts.slow_receiver {
         Some(s) => Some((
             plan.node_by_name(&s.host).with_context(|| format!("slow receiver: no host {:?}", s.host))?,
@@ -249,27 +238,52 @@ pub fn run_step_in(
     // Nobody sends before every host has its sockets: a datagram to a port not yet open is lost
     // and costs a go-back-N round.
     let ready = std::sync::Barrier::new(hosts.len());
+    run_hosts(plan, &hosts, &failed, |host| HostContext {
+        plan,
+        host,
+        transfers,
+        qps: &qps,
+        opts,
+        mtu,
+        per_qp_rate,
+        start,
+        slow_until_ns: slow.and_then(|(h, end)| (h == host).then_some(end)),
+        remaining: &remaining,
+        failed: &failed,
+        outcomes: &outcomes,
+        host_results: &host_results,
+        ready: &ready,
+    })?;
+    let duration_ns = start.elapsed().as_nanos() as u64;
+    let outcomes = outcomes.into_inner().expect("not poisoned");
+    let flows = transfers.iter().enumerate().map(|(f, t)| flow_result(plan, f, t, &qps, &outcomes, rate_bps)).collect();
+    let mut hosts = host_results.into_inner().expect("not poisoned");
+    hosts.sort_by(|a, b| a.host.cmp(&b.host));
+    Ok(StepResult { duration_ns, flows, hosts })
+}
 
+/// The endpoint options a step cannot run without, and the path MTU they name.
+fn check_options(opts: &EndpointOptions) -> Result<PathMtu> {
+    let mtu =
+        PathMtu::from_bytes(opts.path_mtu).with_context(|| format!("path MTU {} is not an IB MTU", opts.path_mtu))?;
+    anyhow::ensure!(opts.time_scale >= 1, "time_scale must be at least 1");
+    anyhow::ensure!(opts.dscp < 64, "DSCP {} is not 6 bits", opts.dscp);
+    // The congestion control's own settings: built once here, so that no host thread fails on them.
+    opts.cc.congestion_control(opts, 1, 1)?;
+    Ok(mtu)
+}
+
+/// Runs `host_loop` on a thread per host, each in its namespace, and waits for all of them.
+fn run_hosts<'a>(
+    plan: &'a Plan,
+    hosts: &[NodeId],
+    failed: &'a AtomicUsize,
+    context: impl Fn(NodeId) -> HostContext<'a>,
+) -> Result<()> {
     std::thread::scope(|s| -> Result<()> {
         let mut handles = Vec::new();
-        for &host in &hosts {
-            let ctx = HostContext {
-                plan,
-                host,
-                transfers,
-                qps: &qps,
-                opts,
-                mtu,
-                per_qp_rate,
-                start,
-                slow_until_ns: slow.and_then(|(h, end)| (h == host).then_some(end)),
-                remaining: &remaining,
-                failed: &failed,
-                outcomes: &outcomes,
-                host_results: &host_results,
-                ready: &ready,
-            };
-            let failed = &failed;
+        for &host in hosts {
+            let ctx = context(host);
             handles.push(s.spawn(move || -> Result<()> {
                 let r = netns::in_named(&plan.netns(host), || host_loop(&ctx));
                 if r.is_err() {
@@ -282,46 +296,45 @@ pub fn run_step_in(
             h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
         }
         Ok(())
-    })?;
-    let duration_ns = start.elapsed().as_nanos() as u64;
-    let outcomes = outcomes.into_inner().expect("not poisoned");
-    let flows = transfers
-        .iter()
-        .enumerate()
-        .map(|(f, t)| {
-            let mine: Vec<(usize, &QpPlan)> = qps.iter().enumerate().filter(|(_, q)| q.flow == f).collect();
-            let none = QpOutcome::default();
-            let get = |i: usize| outcomes.get(&i).unwrap_or(&none);
-            let completion_ns = mine.iter().map(|(i, _)| get(*i).completed_ns).max().unwrap_or(0);
-            let sum = |g: fn(&QpOutcome) -> u64| mine.iter().map(|(i, _)| g(get(*i))).sum::<u64>();
-            let trajectories: Vec<&RateTrajectory> =
-                mine.iter().filter_map(|(i, _)| get(*i).trajectory.as_ref()).collect();
-            FlowResult {
-                src: plan.nodes[t.src].name.clone(),
-                dst: plan.nodes[t.dst].name.clone(),
-                bytes: t.bytes,
-                qps: mine.len() as u32,
-                udp_sports: mine.iter().map(|(_, q)| q.sport).collect(),
-                completion_ns,
-                goodput_bps: if completion_ns > 0 { t.bytes as f64 * 8e9 / completion_ns as f64 } else { 0.0 },
-                intended_bps: rate_bps,
-                packets_sent: sum(|o| o.packets_sent),
-                retransmitted: sum(|o| o.retransmitted),
-                timeouts: sum(|o| o.timeouts),
-                naks: sum(|o| o.naks),
-                icrc_errors: sum(|o| o.icrc_errors),
-                wire_errors: sum(|o| o.wire_errors),
-                bytes_received: sum(|o| o.bytes_received),
-                ce_packets: sum(|o| o.ce_packets),
-                cnps_sent: sum(|o| o.cnps_sent),
-                cnps_received: sum(|o| o.cnps_received),
-                rate_trajectory: if trajectories.is_empty() { Vec::new() } else { RateTrajectory::sum(&trajectories) },
-            }
-        })
-        .collect();
-    let mut hosts = host_results.into_inner().expect("not poisoned");
-    hosts.sort_by(|a, b| a.host.cmp(&b.host));
-    Ok(StepResult { duration_ns, flows, hosts })
+    })
+}
+
+/// Transfer `f` (`t`) as its QPs' outcomes tell it.
+fn flow_result(
+    plan: &Plan,
+    f: usize,
+    t: &HostTransfer,
+    qps: &[QpPlan],
+    outcomes: &HashMap<usize, QpOutcome>,
+    rate_bps: u64,
+) -> FlowResult {
+    let mine: Vec<(usize, &QpPlan)> = qps.iter().enumerate().filter(|(_, q)| q.flow == f).collect();
+    let none = QpOutcome::default();
+    let get = |i: usize| outcomes.get(&i).unwrap_or(&none);
+    let completion_ns = mine.iter().map(|(i, _)| get(*i).completed_ns).max().unwrap_or(0);
+    let sum = |g: fn(&QpOutcome) -> u64| mine.iter().map(|(i, _)| g(get(*i))).sum::<u64>();
+    let trajectories: Vec<&RateTrajectory> = mine.iter().filter_map(|(i, _)| get(*i).trajectory.as_ref()).collect();
+    FlowResult {
+        src: plan.nodes[t.src].name.clone(),
+        dst: plan.nodes[t.dst].name.clone(),
+        bytes: t.bytes,
+        qps: mine.len() as u32,
+        udp_sports: mine.iter().map(|(_, q)| q.sport).collect(),
+        completion_ns,
+        goodput_bps: if completion_ns > 0 { t.bytes as f64 * 8e9 / completion_ns as f64 } else { 0.0 },
+        intended_bps: rate_bps,
+        packets_sent: sum(|o| o.packets_sent),
+        retransmitted: sum(|o| o.retransmitted),
+        timeouts: sum(|o| o.timeouts),
+        naks: sum(|o| o.naks),
+        icrc_errors: sum(|o| o.icrc_errors),
+        wire_errors: sum(|o| o.wire_errors),
+        bytes_received: sum(|o| o.bytes_received),
+        ce_packets: sum(|o| o.ce_packets),
+        cnps_sent: sum(|o| o.cnps_sent),
+        cnps_received: sum(|o| o.cnps_received),
+        rate_trajectory: if trajectories.is_empty() { Vec::new() } else { RateTrajectory::sum(&trajectories) },
+    }
 }
 
 /// Sockets of one host: the receive socket on 4791, one send socket per source port, and the
@@ -365,41 +378,101 @@ struct HostContext<'a> {
     ready: &'a std::sync::Barrier,
 }
 
+impl HostContext<'_> {
+    /// The step's clock.
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn me(&self) -> Ipv4Addr {
+        ipv4(self.plan, self.host)
+    }
+
+    /// TOS of data, ACKs and NAKs.
+    fn data_tos(&self) -> u8 {
+        data_tos(self.opts.dscp, self.opts.ecn)
+    }
+
+    fn link_rate(&self) -> u64 {
+        host_link_rate_bps(self.plan, self.opts.time_scale.max(1))
+    }
+
+    /// The requester's timeout, scaled: also the CTS resend time.
+    fn retransmit_timeout_ns(&self) -> u64 {
+        let scale = self.opts.time_scale.max(1);
+        self.opts.retransmit_timeout_ns.saturating_mul(scale).min(RETRANSMIT_TIMEOUT_WALL_MAX_NS)
+    }
+
+    /// One end of QP `q`: both share its UDP source port (as rxe does).
+    fn end(&self, q: &QpPlan, local_qp: u32, remote_qp: u32, peer: Ipv4Addr) -> Connection {
+        Connection {
+            local_qp,
+            remote_qp,
+            pkey: DEFAULT_PKEY,
+            ip: IpPair::V4 { src: self.me(), dst: peer },
+            udp_src_port: q.sport,
+        }
+    }
+}
+
+/// Both ends of a QP start at the same PSN.
+fn first_psn(q: &QpPlan) -> Psn {
+    Psn::new(q.req_qpn.wrapping_mul(0x9E37) & 0xFF_FFFF)
+}
+
 /// A QP that starts here.
 struct SenderEntry {
     idx: usize,
     qp: SenderQp,
     dst: SocketAddrV4,
-    bytes: u64,
     outcome: QpOutcome,
     done: bool,
-    /// Under CTS: what the receiver granted; WRITEs are posted on grants only.
-    cts: Option<CtsSender>,
-    next_msg_id: u64,
     trajectory: Option<RateTrajectory>,
 }
 
 impl SenderEntry {
+    /// QP `q` (index `idx`) from this host, posting what `cc` admits at `t0`.
+    fn new(cx: &HostContext<'_>, idx: usize, q: &QpPlan, cc: &mut dyn CongestionControl, t0: u64) -> Result<Self> {
+        let peer = ipv4(cx.plan, cx.transfers[q.flow].dst);
+        let mut cfg = RequesterConfig::new(cx.end(q, q.req_qpn, q.resp_qpn, peer));
+        cfg.mtu = cx.mtu;
+        cfg.window_packets = cx.opts.window;
+        cfg.retransmit_timeout_ns = cx.retransmit_timeout_ns();
+        cfg.first_psn = first_psn(q);
+        // A burst of two packets: enough to absorb scheduling jitter, small enough that the
+        // rate holds over short messages.
+        let burst_bytes = 2 * u64::from(cx.opts.path_mtu + 100);
+        cfg.pacer = Some(PacerConfig { rate_bps: cx.per_qp_rate, burst_bytes });
+        let qp = SenderQp::new(Requester::new(cfg), q.bytes, cc, t0)
+            .map_err(|e| anyhow::anyhow!("posting a write: {e:?}"))?;
+        Ok(SenderEntry {
+            idx,
+            qp,
+            dst: SocketAddrV4::new(peer, fabric_common::wire::udp::ROCEV2_PORT),
+            outcome: QpOutcome::default(),
+            done: false,
+            trajectory: cc.sets_rate().then(|| RateTrajectory::new(RATE_SAMPLE_NS, RATE_SAMPLES_MAX)),
+        })
+    }
+
     fn sport(&self) -> u16 {
         self.qp.requester.config().connection.udp_src_port
     }
 
-    fn all_posted(&self) -> bool {
-        self.cts.is_none_or(|c| c.posted_bytes() >= self.bytes)
-    }
-
-    fn post(&mut self, mut bytes: u64) -> Result<()> {
-        // Messages are at most 2 GiB in RoCE; split larger shares.
-        while bytes > 0 {
-            let len = bytes.min(1 << 30) as u32;
-            self.qp
-                .requester
-                .post_write(self.next_msg_id, len)
-                .map_err(|e| anyhow::anyhow!("posting a write: {e:?}"))?;
-            bytes -= u64::from(len);
-            self.next_msg_id += 1;
-        }
-        Ok(())
+    /// Everything acknowledged at `t`: the requester's counters become the outcome.
+    fn complete(&mut self, t: u64) {
+        self.done = true;
+        let c = self.qp.requester.counters();
+        self.outcome = QpOutcome {
+            completed_ns: t,
+            packets_sent: c.packets_sent,
+            retransmitted: c.packets_retransmitted,
+            timeouts: c.timeouts,
+            naks: c.naks_received,
+            icrc_errors: self.outcome.icrc_errors,
+            wire_errors: self.outcome.wire_errors,
+            ..Default::default()
+        };
     }
 }
 
@@ -409,346 +482,402 @@ struct ReceiverEntry {
     qp: ReceiverQp,
     dst: SocketAddrV4,
     sport: u16,
-    /// PSN of the next CTS sent on this QP.
-    cts_seq: u32,
+}
+
+impl ReceiverEntry {
+    /// QP `q` (index `idx`) into this host, registered with `cc`.
+    fn new(cx: &HostContext<'_>, idx: usize, q: &QpPlan, cc: &mut dyn CongestionControl) -> Self {
+        let peer = ipv4(cx.plan, cx.transfers[q.flow].src);
+        let mut cfg = ResponderConfig::new(cx.end(q, q.resp_qpn, q.req_qpn, peer));
+        cfg.first_psn = first_psn(q);
+        cfg.ack_every = cx.opts.ack_every;
+        let dst = SocketAddrV4::new(peer, fabric_common::wire::udp::ROCEV2_PORT);
+        ReceiverEntry { idx, qp: ReceiverQp::new(Responder::new(cfg), q.bytes, cc), dst, sport: q.sport }
+    }
+}
+
+/// The QPs that start or end at one host, and the congestion control they run.
+struct HostQps {
+    cc: Box<dyn CongestionControl>,
+    senders: HashMap<u32, SenderEntry>,
+    receivers: HashMap<u32, ReceiverEntry>,
+    /// Source ports the senders and receivers send from.
+    sports: Vec<u16>,
+}
+
+impl HostQps {
+    /// Every QP of the step that starts or ends at `cx.host`, senders posting from `t0`.
+    fn new(cx: &HostContext<'_>, t0: u64) -> Result<Self> {
+        let mut cc = cx.opts.cc.congestion_control(cx.opts, cx.per_qp_rate, cx.retransmit_timeout_ns())?;
+        let (mut senders, mut receivers, mut sports) = (HashMap::new(), HashMap::new(), Vec::new());
+        for (i, q) in cx.qps.iter().enumerate() {
+            let t = &cx.transfers[q.flow];
+            if t.src == cx.host && q.bytes > 0 {
+                senders.insert(q.req_qpn, SenderEntry::new(cx, i, q, &mut *cc, t0)?);
+                sports.push(q.sport);
+            }
+            if t.dst == cx.host && q.bytes > 0 {
+                receivers.insert(q.resp_qpn, ReceiverEntry::new(cx, i, q, &mut *cc));
+                sports.push(q.sport);
+            }
+        }
+        Ok(HostQps { cc, senders, receivers, sports })
+    }
 }
 
 /// Packets waiting to leave, per (UDP source port, TOS), in order.
-type OutQueues = HashMap<(u16, u8), Vec<(Vec<u8>, SocketAddrV4)>>;
+type OutQueues = HashMap<(u16, u8), Vec<(Bytes, SocketAddrV4)>>;
 
-/// `slow` as a loop condition: it holds for the whole round (clippy cannot see that the loops
-/// end by `break`).
-#[inline]
-fn slow_now(slow: bool) -> bool {
-    slow
+/// A received datagram held until the modelled downlink delivers it: its UDP payload, its
+/// source, and the TOS it arrived with.
+type Arrival = (Bytes, SocketAddrV4, Option<u8>);
+
+/// PFC at one host: the pauses it obeys, and the XOFF it sends while a slow receiver.
+struct Pfc {
+    pause: PauseState,
+    mac: [u8; 6],
+    data_class: usize,
+    frames_sent: u64,
+    /// A slow receiver refreshes its XOFF every half pause time, as a NIC with a full buffer does.
+    xoff_refresh_ns: u64,
+    next_xoff_ns: u64,
+    sent_xoff: bool,
+}
+
+impl Pfc {
+    fn new(link_rate: u64, mac: [u8; 6], data_class: usize) -> Self {
+        let xoff_refresh_ns = (quanta_to_ns(0xFFFF, link_rate) / 2).max(1);
+        Pfc {
+            pause: PauseState::new(link_rate),
+            mac,
+            data_class,
+            frames_sent: 0,
+            xoff_refresh_ns,
+            next_xoff_ns: 0,
+            sent_xoff: false,
+        }
+    }
+
+    /// Sends a PFC frame pausing the data class for `quanta` (0: resume).
+    fn send_pause(&mut self, fd: &OwnedFd, quanta: u16) -> Result<()> {
+        let mut q = [0u16; CLASSES];
+        q[self.data_class] = quanta;
+        socket::send_frame(fd, &PauseFrame { src: self.mac, class_enable: 1 << self.data_class, quanta: q }.emit())?;
+        self.frames_sent += 1;
+        Ok(())
+    }
+}
+
+/// The buffers `recvmmsg` fills.
+struct RxBatch {
+    bufs: Box<[[u8; 4096]; socket::BATCH]>,
+    got: Vec<socket::Received>,
+}
+
+/// One host thread while its step runs.
+struct HostRun<'a> {
+    cx: &'a HostContext<'a>,
+    socks: HostSockets,
+    tos: u8,
+    qps: HostQps,
+    pfc: Pfc,
+    out: OutQueues,
+    /// What arrived, held until the modelled link towards this host has delivered it.
+    downlink: Downlink<Arrival>,
+    rx: RxBatch,
+    frame_buf: [u8; 256],
+    /// Packets this host sends, and copies of those it receives.
+    tx_buf: PacketBuf,
+    rx_buf: PacketBuf,
+    feedback: Vec<Feedback>,
 }
 
 fn host_loop(cx: &HostContext<'_>) -> Result<()> {
-    let (plan, host, opts) = (cx.plan, cx.host, cx.opts);
-    let me = ipv4(plan, host);
-    let start = cx.start;
-    let now = || start.elapsed().as_nanos() as u64;
-    let scale = opts.time_scale.max(1);
-    let tos = data_tos(opts.dscp, opts.ecn);
-    let data_class = priority_class(tos);
-    let link_rate = host_link_rate_bps(plan, scale);
-    let retransmit_timeout_ns = opts.retransmit_timeout_ns.saturating_mul(scale).min(RETRANSMIT_TIMEOUT_WALL_MAX_NS);
-    let dcqcn = (opts.cc == CcMode::Dcqcn).then(|| opts.dcqcn.scaled(scale));
-    let use_cts = opts.cc == CcMode::Cts;
-    let t0 = now();
-    let mut senders: HashMap<u32, SenderEntry> = HashMap::new();
-    let mut receivers: HashMap<u32, ReceiverEntry> = HashMap::new();
-    let mut cts_rx = use_cts.then(|| {
-        CtsReceiver::new(CtsConfig {
-            channels: opts.cts_channels,
-            buffer_bytes: opts.cts_buffer_bytes,
-            resend_after_ns: retransmit_timeout_ns,
-        })
-    });
-    let mut sports = Vec::new();
-    for (i, q) in cx.qps.iter().enumerate() {
-        let t = &cx.transfers[q.flow];
-        // Both ends of a QP share its UDP source port (as rxe does) and its first PSN.
-        let end = |local_qp, remote_qp, peer| Connection {
-            local_qp,
-            remote_qp,
-            pkey: DEFAULT_PKEY,
-            ip: IpPair::V4 { src: me, dst: peer },
-            udp_src_port: q.sport,
-        };
-        let first_psn = Psn::new(q.req_qpn.wrapping_mul(0x9E37) & 0xFF_FFFF);
-        if t.src == host && q.bytes > 0 {
-            let peer = ipv4(plan, t.dst);
-            let mut cfg = RequesterConfig::new(end(q.req_qpn, q.resp_qpn, peer));
-            cfg.mtu = cx.mtu;
-            cfg.window_packets = opts.window;
-            cfg.retransmit_timeout_ns = retransmit_timeout_ns;
-            cfg.first_psn = first_psn;
-            // A burst of two packets: enough to absorb scheduling jitter, small enough that the
-            // rate holds over short messages.
-            let burst_bytes = 2 * u64::from(opts.path_mtu + 100);
-            cfg.pacer = Some(PacerConfig { rate_bps: cx.per_qp_rate, burst_bytes });
-            let mut entry = SenderEntry {
-                idx: i,
-                qp: SenderQp::new(Requester::new(cfg), dcqcn, cx.per_qp_rate, t0),
-                dst: SocketAddrV4::new(peer, fabric_common::wire::udp::ROCEV2_PORT),
-                bytes: q.bytes,
-                outcome: QpOutcome::default(),
-                done: false,
-                cts: use_cts.then(CtsSender::default),
-                next_msg_id: 0,
-                trajectory: dcqcn.map(|_| RateTrajectory::new(RATE_SAMPLE_NS, RATE_SAMPLES_MAX)),
-            };
-            if !use_cts {
-                entry.post(q.bytes)?;
-            }
-            senders.insert(q.req_qpn, entry);
-            sports.push(q.sport);
-        }
-        if t.dst == host && q.bytes > 0 {
-            let peer = ipv4(plan, t.src);
-            let mut cfg = ResponderConfig::new(end(q.resp_qpn, q.req_qpn, peer));
-            cfg.first_psn = first_psn;
-            cfg.ack_every = opts.ack_every;
-            let dst = SocketAddrV4::new(peer, fabric_common::wire::udp::ROCEV2_PORT);
-            let qp = ReceiverQp::new(Responder::new(cfg), dcqcn.as_ref());
-            receivers.insert(q.resp_qpn, ReceiverEntry { idx: i, qp, dst, sport: q.sport, cts_seq: 0 });
-            if let Some(c) = &mut cts_rx {
-                c.add_flow(q.resp_qpn, q.bytes);
-            }
-            sports.push(q.sport);
-        }
-    }
-    let ifname = &plan.nodes[host].ports[0].ifname;
-    let mac = plan.nodes[host].ports[0].mac;
-    let socks = HostSockets::new(me, tos, ifname, sports);
+    let qps = HostQps::new(cx, cx.now())?;
+    let port = &cx.plan.nodes[cx.host].ports[0];
+    let socks = HostSockets::new(cx.me(), cx.data_tos(), &port.ifname, qps.sports.iter().copied());
     let rcvbuf_errors_before = udp_rcvbuf_errors()?;
     cx.ready.wait();
-    let socks = socks?;
-    let mut bufs = Box::new([[0u8; 4096]; socket::BATCH]);
-    let mut got = Vec::with_capacity(socket::BATCH);
-    // What arrived, held until the modelled link towards this host has delivered it.
-    let mut downlink = super::downlink::Downlink::new(link_rate);
-    let mut frame_buf = [0u8; 256];
-    let mut out: OutQueues = HashMap::new();
-    let mut pause = PauseState::new(link_rate);
-    let mut pause_frames_sent = 0u64;
-    // A slow receiver refreshes its XOFF every half pause time, as a NIC with a full buffer does.
-    let xoff_refresh_ns = (quanta_to_ns(0xFFFF, link_rate) / 2).max(1);
-    let mut next_xoff_ns = 0u64;
-    let mut sent_xoff = false;
-    let send_pause = |quanta: u16, count: &mut u64| -> Result<()> {
-        let mut q = [0u16; CLASSES];
-        q[data_class] = quanta;
-        socket::send_frame(&socks.pfc, &PauseFrame { src: mac, class_enable: 1 << data_class, quanta: q }.emit())?;
-        *count += 1;
-        Ok(())
-    };
-
-    let result = (|| -> Result<()> {
-        while cx.remaining.load(Ordering::Relaxed) > 0 && cx.failed.load(Ordering::Relaxed) == 0 {
-            let t = now();
-            if t > opts.step_timeout_ns {
-                bail!("step did not finish within {} s", opts.step_timeout_ns / 1_000_000_000);
-            }
-            // PFC from the rack switch.
-            while let Some(frame) = socket::recv_frame(&socks.pfc, &mut frame_buf)? {
-                if let Ok(f) = PauseFrame::parse(frame) {
-                    pause.on_frame(&f, t);
-                }
-            }
-            // A slow receiver keeps its switch paused and reads nothing.
-            let slow = cx.slow_until_ns.is_some_and(|end| t < end);
-            if slow && t >= next_xoff_ns {
-                send_pause(0xFFFF, &mut pause_frames_sent)?;
-                sent_xoff = true;
-                next_xoff_ns = t + xoff_refresh_ns;
-            } else if !slow && sent_xoff {
-                send_pause(0, &mut pause_frames_sent)?;
-                sent_xoff = false;
-            }
-            // Owed CNPs, and CTS grants.
-            for r in receivers.values_mut() {
-                if let Some(cnp) = r.qp.poll(t) {
-                    out.entry((r.sport, CONTROL_TOS)).or_default().push((cnp, r.dst));
-                }
-            }
-            if let Some(c) = &mut cts_rx
-                && !slow
-            {
-                let mut grants = Vec::new();
-                while let Some(g) = c.poll_grant(t) {
-                    grants.push(g);
-                }
-                grants.extend(c.poll_resend(t));
-                for g in grants {
-                    let r = receivers.get_mut(&g.flow).expect("CTS flows are this host's responders");
-                    let pkt = cts::emit(&r.qp.responder.config().connection, r.cts_seq, g.granted_total);
-                    r.cts_seq = r.cts_seq.wrapping_add(1);
-                    out.entry((r.sport, CONTROL_TOS)).or_default().push((pkt, r.dst));
-                }
-            }
-            // Transmit what the pacers, windows and PFC allow.
-            if pause.may_send(data_class, t) {
-                for e in senders.values_mut() {
-                    let key = (e.sport(), tos);
-                    let backlog = out.get(&key).map_or(0, Vec::len);
-                    if e.done || backlog > 4 * socket::BATCH {
-                        continue;
-                    }
-                    let pkts = e.qp.poll_transmit_many(t, 32);
-                    if !pkts.is_empty() {
-                        out.entry(key).or_default().extend(pkts.into_iter().map(|p| (p, e.dst)));
-                    }
-                }
-            }
-            for (&(sport, pkt_tos), pkts) in out.iter_mut() {
-                if pkts.is_empty() || !pause.may_send(priority_class(pkt_tos), t) {
-                    continue;
-                }
-                // A full socket buffer sends a prefix; the rest waits for the next round, in order.
-                let n = socket::send_batch_with_tos(&socks.tx[&sport], pkts, (pkt_tos != tos).then_some(pkt_tos))?;
-                pkts.drain(..n);
-            }
-            for e in senders.values_mut() {
-                if let (Some(tr), Some(rate)) = (&mut e.trajectory, e.qp.rate_bps()) {
-                    tr.sample(t, rate);
-                }
-            }
-            // Receive into the modelled downlink; dispatch, by destination QP, what it delivered.
-            let mut received = 0;
-            // A slow receiver reads nothing.
-            while !slow_now(slow) {
-                let n = socket::recv_batch(&socks.rx, &mut bufs, &mut got)?;
-                if n == 0 {
-                    break;
-                }
-                received += n;
-                let t = now();
-                for (i, rcv) in got.iter().enumerate() {
-                    if rcv.len >= 12 {
-                        downlink.arrive(t, rcv.len, (bufs[i][..rcv.len].to_vec(), rcv.from, rcv.tos));
-                    }
-                }
-            }
-            // A slow receiver reads nothing.
-            while !slow_now(slow) {
-                let t = now();
-                let Some((payload, from, rcv_tos)) = downlink.deliver(t) else { break };
-                {
-                    let payload = &payload[..];
-                    let rcv = socket::Received { len: payload.len(), from, tos: rcv_tos };
-                    let qpn = u32::from_be_bytes([0, payload[5], payload[6], payload[7]]);
-                    if let Some(r) = receivers.get_mut(&qpn) {
-                        if !r.qp.responder.config().connection.verify_incoming(rcv.from.port(), payload) {
-                            continue;
-                        }
-                        let reply = r.qp.on_packet(payload, rcv.tos.is_some_and(is_ce), t);
-                        if !reply.responses.is_empty() {
-                            out.entry((r.sport, tos))
-                                .or_default()
-                                .extend(reply.responses.into_iter().map(|p| (p, r.dst)));
-                        }
-                        if let Some(cnp) = reply.cnp {
-                            out.entry((r.sport, CONTROL_TOS)).or_default().push((cnp, r.dst));
-                        }
-                        // Each completed WRITE is a chunk under CTS: its buffer is free again.
-                        while r.qp.responder.poll_completion().is_some() {
-                            if let Some(c) = &mut cts_rx {
-                                c.on_chunk_received(qpn, t);
-                            }
-                        }
-                    } else if let Some(e) = senders.get_mut(&qpn) {
-                        if !e.qp.requester.config().connection.verify_incoming(rcv.from.port(), payload) {
-                            e.outcome.icrc_errors += 1;
-                            continue;
-                        }
-                        if payload[0] == opcode::RC_SEND_ONLY {
-                            if let (Some(c), Some((_, total))) = (&mut e.cts, cts::parse(payload)) {
-                                let lens = c.on_grant(total, opts.cts_buffer_bytes);
-                                for len in lens {
-                                    e.post(u64::from(len))?;
-                                }
-                            }
-                            continue;
-                        }
-                        if e.qp.on_packet(payload, t).is_err() {
-                            e.outcome.wire_errors += 1;
-                        }
-                        if let Some(f) = e.qp.requester.failure() {
-                            bail!("QP {qpn:#x} failed: {f:?}");
-                        }
-                        if !e.done && e.all_posted() && e.qp.requester.outstanding_messages() == 0 {
-                            e.done = true;
-                            let c = e.qp.requester.counters();
-                            e.outcome = QpOutcome {
-                                completed_ns: t,
-                                packets_sent: c.packets_sent,
-                                retransmitted: c.packets_retransmitted,
-                                timeouts: c.timeouts,
-                                naks: c.naks_received,
-                                icrc_errors: e.outcome.icrc_errors,
-                                wire_errors: e.outcome.wire_errors,
-                                ..Default::default()
-                            };
-                            cx.remaining.fetch_sub(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            }
-            if received == 0 {
-                // Idle: sleep until a packet or PFC frame arrives or the next deadline (pacing,
-                // timers, a pause's end, a CNP owed, a CTS resend, the slow period's XOFF).
-                let t = now();
-                let data_resume = pause.resume_at(data_class);
-                let mut wake = senders
-                    .values()
-                    .filter(|e| !e.done)
-                    .filter_map(|e| if data_resume > t { Some(data_resume) } else { e.qp.poll_timeout(t) })
-                    .chain(receivers.values().filter_map(|r| r.qp.poll_timeout()))
-                    .chain(cts_rx.as_ref().and_then(CtsReceiver::poll_timeout))
-                    .chain(
-                        out.iter()
-                            .filter(|(_, p)| !p.is_empty())
-                            .map(|((_, q), _)| pause.resume_at(priority_class(*q)).max(t)),
-                    )
-                    .chain(cx.slow_until_ns.filter(|_| slow).map(|end| end.min(next_xoff_ns)))
-                    .chain(downlink.next_due())
-                    .min()
-                    .map_or(1_000_000, |w| w.saturating_sub(t).min(1_000_000));
-                if sent_xoff && !slow {
-                    wake = 0;
-                }
-                let mut pfds = [
-                    libc::pollfd { fd: socks.pfc.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-                    libc::pollfd { fd: socks.rx.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-                ];
-                // A slow receiver does not wake for data.
-                let nfds = if slow { 1 } else { 2 };
-                let ts = libc::timespec { tv_sec: 0, tv_nsec: wake.max(1_000) as i64 };
-                // SAFETY: valid pollfds, a valid timespec, no signal mask.
-                unsafe { libc::ppoll(pfds.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
-            }
-        }
-        Ok(())
-    })();
-    if sent_xoff {
+    let mut run = HostRun::new(cx, socks?, qps, port.mac);
+    let result = run.run_rounds();
+    if run.pfc.sent_xoff {
         // Leave the switch unpaused: the next step's thread pauses it again if still slow.
-        let _ = send_pause(0, &mut pause_frames_sent);
+        let _ = run.pfc.send_pause(&run.socks.pfc, 0);
     }
     result?;
     if cx.failed.load(Ordering::Relaxed) > 0 {
         bail!("another endpoint failed");
     }
-    let end = now();
-    {
-        let mut all = cx.outcomes.lock().expect("not poisoned");
-        for e in senders.values_mut() {
-            let o = all.entry(e.idx).or_default();
-            let mine = std::mem::take(&mut e.outcome);
-            *o = QpOutcome {
-                bytes_received: o.bytes_received,
-                ce_packets: o.ce_packets,
-                cnps_sent: o.cnps_sent,
-                cnps_received: e.qp.cnps_received(),
-                trajectory: e.trajectory.take(),
-                ..mine
-            };
-        }
-        for r in receivers.values() {
-            let o = all.entry(r.idx).or_default();
-            o.bytes_received = r.qp.responder.counters().bytes_received;
-            o.ce_packets = r.qp.ce_packets();
-            o.cnps_sent = r.qp.cnps_sent();
+    run.collect_outcome(rcvbuf_errors_before)
+}
+
+impl<'a> HostRun<'a> {
+    fn new(cx: &'a HostContext<'a>, socks: HostSockets, qps: HostQps, mac: [u8; 6]) -> Self {
+        let tos = cx.data_tos();
+        let link_rate = cx.link_rate();
+        HostRun {
+            cx,
+            socks,
+            tos,
+            qps,
+            pfc: Pfc::new(link_rate, mac, priority_class(tos)),
+            out: HashMap::new(),
+            downlink: Downlink::new(link_rate),
+            rx: RxBatch { bufs: Box::new([[0u8; 4096]; socket::BATCH]), got: Vec::with_capacity(socket::BATCH) },
+            frame_buf: [0u8; 256],
+            tx_buf: PacketBuf::new(),
+            rx_buf: PacketBuf::new(),
+            feedback: Vec::new(),
         }
     }
-    cx.host_results.lock().expect("not poisoned").push(HostResult {
-        host: plan.nodes[host].name.clone(),
-        pause_frames_received: pause.frames(),
-        paused_ns: pause.paused_ns(data_class, end),
-        pause_frames_sent,
-        cts_max_in_flight_bytes: cts_rx.as_ref().map_or(0, CtsReceiver::max_in_flight_bytes),
-        udp_receive_drops: udp_rcvbuf_errors()?.saturating_sub(rcvbuf_errors_before),
-    });
-    Ok(())
+
+    /// Rounds until every QP of the step has completed, or an endpoint failed.
+    fn run_rounds(&mut self) -> Result<()> {
+        while self.cx.remaining.load(Ordering::Relaxed) > 0 && self.cx.failed.load(Ordering::Relaxed) == 0 {
+            self.round()?;
+        }
+        Ok(())
+    }
+
+    /// One round: PFC in, the slow receiver's XOFF, feedback, transmit, receive and dispatch,
+    /// then sleep if nothing arrived.
+    fn round(&mut self) -> Result<()> {
+        let t = self.cx.now();
+        if t > self.cx.opts.step_timeout_ns {
+            bail!("step did not finish within {} s", self.cx.opts.step_timeout_ns / 1_000_000_000);
+        }
+        self.read_pfc(t)?;
+        // A slow receiver keeps its switch paused and reads nothing.
+        let slow = self.slow_receiver(t)?;
+        self.queue_feedback(t, slow);
+        self.transmit(t)?;
+        self.sample_rates(t);
+        let received = if slow { 0 } else { self.receive()? };
+        if !slow {
+            self.dispatch()?;
+        }
+        if received == 0 {
+            self.idle_wait(slow);
+        }
+        Ok(())
+    }
+
+    /// PFC frames from the rack switch.
+    fn read_pfc(&mut self, t: u64) -> Result<()> {
+        while let Some(frame) = socket::recv_frame(&self.socks.pfc, &mut self.frame_buf)? {
+            if let Ok(f) = PauseFrame::parse(frame) {
+                self.pfc.pause.on_frame(&f, t);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this host is a slow receiver at `t`; it keeps the switch paused while it is, and
+    /// releases it after.
+    fn slow_receiver(&mut self, t: u64) -> Result<bool> {
+        let slow = self.cx.slow_until_ns.is_some_and(|end| t < end);
+        let pfc = &mut self.pfc;
+        if slow && t >= pfc.next_xoff_ns {
+            pfc.send_pause(&self.socks.pfc, 0xFFFF)?;
+            pfc.sent_xoff = true;
+            pfc.next_xoff_ns = t + pfc.xoff_refresh_ns;
+        } else if !slow && pfc.sent_xoff {
+            pfc.send_pause(&self.socks.pfc, 0)?;
+            pfc.sent_xoff = false;
+        }
+        Ok(slow)
+    }
+
+    /// What the receivers' congestion control sends back now (CNPs, CTS grants), queued in the
+    /// control class. A slow receiver admits nothing.
+    fn queue_feedback(&mut self, t: u64, slow: bool) {
+        self.qps.cc.poll_feedback(t, !slow, &mut self.tx_buf, &mut self.feedback);
+        for f in self.feedback.drain(..) {
+            let r = self.qps.receivers.get_mut(&f.qp()).expect("feedback goes out on this host's receivers");
+            let packet = r.qp.feedback_packet(f, &mut self.tx_buf);
+            self.out.entry((r.sport, CONTROL_TOS)).or_default().push((packet, r.dst));
+        }
+    }
+
+    /// Queues what the pacers, windows and PFC allow, then sends what the queues hold.
+    fn transmit(&mut self, t: u64) -> Result<()> {
+        if self.pfc.pause.may_send(self.pfc.data_class, t) {
+            let cc = &mut *self.qps.cc;
+            for e in self.qps.senders.values_mut() {
+                let queue = self.out.entry((e.sport(), self.tos)).or_default();
+                if e.done || queue.len() > 4 * socket::BATCH {
+                    continue;
+                }
+                let dst = e.dst;
+                e.qp.poll_transmit(cc, t, 32, &mut self.tx_buf, |p| queue.push((p, dst)));
+            }
+        }
+        self.flush(t)
+    }
+
+    /// Sends every queue whose class is not paused; a full socket buffer sends a prefix and the
+    /// rest waits for the next round, in order.
+    fn flush(&mut self, t: u64) -> Result<()> {
+        for (&(sport, pkt_tos), pkts) in self.out.iter_mut() {
+            if pkts.is_empty() || !self.pfc.pause.may_send(priority_class(pkt_tos), t) {
+                continue;
+            }
+            let tos = (pkt_tos != self.tos).then_some(pkt_tos);
+            let n = socket::send_batch_with_tos(&self.socks.tx[&sport], pkts, tos)?;
+            pkts.drain(..n);
+        }
+        Ok(())
+    }
+
+    /// The pacing rate of every sender whose scheme sets it.
+    fn sample_rates(&mut self, t: u64) {
+        for e in self.qps.senders.values_mut() {
+            if let (Some(tr), Some(rate)) = (&mut e.trajectory, e.qp.rate_bps()) {
+                tr.sample(t, rate);
+            }
+        }
+    }
+
+    /// Everything the socket holds, into the modelled downlink; returns how many datagrams.
+    fn receive(&mut self) -> Result<usize> {
+        let mut received = 0;
+        loop {
+            let n = socket::recv_batch(&self.socks.rx, &mut self.rx.bufs, &mut self.rx.got)?;
+            if n == 0 {
+                return Ok(received);
+            }
+            received += n;
+            let t = self.cx.now();
+            for (buf, rcv) in self.rx.bufs.iter().zip(&self.rx.got) {
+                if rcv.len >= BTH_LEN {
+                    let payload = self.rx_buf.copy(&buf[..rcv.len]);
+                    self.downlink.arrive(t, rcv.len, (payload, rcv.from, rcv.tos));
+                }
+            }
+        }
+    }
+
+    /// Hands what the downlink has delivered to its QP, by destination QP number.
+    fn dispatch(&mut self) -> Result<()> {
+        loop {
+            let t = self.cx.now();
+            let Some((payload, from, tos)) = self.downlink.deliver(t) else { return Ok(()) };
+            let qpn = BthPacket::new_unchecked(&payload[..]).dest_qp();
+            if self.qps.receivers.contains_key(&qpn) {
+                self.deliver_to_receiver(qpn, &payload, from, tos, t);
+            } else if self.qps.senders.contains_key(&qpn) {
+                self.deliver_to_sender(qpn, &payload, from, t)?;
+            }
+        }
+    }
+
+    /// A packet for a QP that ends here: its ACK or NAK is queued in the data class.
+    fn deliver_to_receiver(&mut self, qpn: u32, payload: &[u8], from: SocketAddrV4, tos: Option<u8>, t: u64) {
+        let r = self.qps.receivers.get_mut(&qpn).expect("checked by dispatch");
+        if !r.qp.responder.config().connection.verify_incoming(from.port(), payload) {
+            return;
+        }
+        let ce = tos.is_some_and(is_ce);
+        if let Some(response) = r.qp.on_packet(&mut *self.qps.cc, payload, ce, t, &mut self.tx_buf) {
+            self.out.entry((r.sport, self.tos)).or_default().push((response, r.dst));
+        }
+    }
+
+    /// A packet for a QP that starts here: an ACK, NAK or CNP, or a control message.
+    fn deliver_to_sender(&mut self, qpn: u32, payload: &[u8], from: SocketAddrV4, t: u64) -> Result<()> {
+        let e = self.qps.senders.get_mut(&qpn).expect("checked by dispatch");
+        if !e.qp.requester.config().connection.verify_incoming(from.port(), payload) {
+            e.outcome.icrc_errors += 1;
+            return Ok(());
+        }
+        match e.qp.on_packet(&mut *self.qps.cc, payload, t) {
+            Ok(SenderInput::Control) => return Ok(()),
+            Ok(SenderInput::Transport(_)) => {}
+            Err(SenderError::Wire(_)) => e.outcome.wire_errors += 1,
+            Err(post @ SenderError::Post(_)) => bail!("{post}"),
+        }
+        if let Some(f) = e.qp.requester.failure() {
+            bail!("QP {qpn:#x} failed: {f:?}");
+        }
+        if !e.done && e.qp.is_complete() {
+            e.complete(t);
+            self.cx.remaining.fetch_sub(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Idle: sleeps until a packet or PFC frame arrives or the next deadline (pacing, timers, a
+    /// pause's end, feedback owed, the slow period's XOFF, the downlink's next delivery).
+    fn idle_wait(&self, slow: bool) {
+        let t = self.cx.now();
+        let mut wake = self.next_deadline(t, slow).map_or(1_000_000, |w| w.saturating_sub(t).min(1_000_000));
+        if self.pfc.sent_xoff && !slow {
+            wake = 0;
+        }
+        let mut pfds = [
+            libc::pollfd { fd: self.socks.pfc.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: self.socks.rx.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // A slow receiver does not wake for data.
+        let nfds = if slow { 1 } else { 2 };
+        let ts = libc::timespec { tv_sec: 0, tv_nsec: wake.max(1_000) as i64 };
+        // SAFETY: valid pollfds, a valid timespec, no signal mask.
+        unsafe { libc::ppoll(pfds.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
+    }
+
+    /// The earliest time something is due after `t` without new input.
+    fn next_deadline(&self, t: u64, slow: bool) -> Option<u64> {
+        let (cc, pause) = (&*self.qps.cc, &self.pfc.pause);
+        let data_resume = pause.resume_at(self.pfc.data_class);
+        self.qps
+            .senders
+            .values()
+            .filter(|e| !e.done)
+            .filter_map(|e| if data_resume > t { Some(data_resume) } else { e.qp.poll_timeout(cc, t) })
+            .chain(cc.receiver_timeout())
+            .chain(
+                self.out
+                    .iter()
+                    .filter(|(_, p)| !p.is_empty())
+                    .map(|((_, q), _)| pause.resume_at(priority_class(*q)).max(t)),
+            )
+            .chain(self.cx.slow_until_ns.filter(|_| slow).map(|end| end.min(self.pfc.next_xoff_ns)))
+            .chain(self.downlink.next_due())
+            .min()
+    }
+
+    /// Hands this host's share of the step's outcome to the step.
+    fn collect_outcome(&mut self, rcvbuf_errors_before: u64) -> Result<()> {
+        let end = self.cx.now();
+        {
+            let mut all = self.cx.outcomes.lock().expect("not poisoned");
+            for e in self.qps.senders.values_mut() {
+                let o = all.entry(e.idx).or_default();
+                let mine = std::mem::take(&mut e.outcome);
+                *o = QpOutcome {
+                    bytes_received: o.bytes_received,
+                    ce_packets: o.ce_packets,
+                    cnps_sent: o.cnps_sent,
+                    cnps_received: e.qp.cnps_received(),
+                    trajectory: e.trajectory.take(),
+                    ..mine
+                };
+            }
+            for r in self.qps.receivers.values() {
+                let o = all.entry(r.idx).or_default();
+                o.bytes_received = r.qp.responder.counters().bytes_received;
+                o.ce_packets = r.qp.ce_packets();
+                o.cnps_sent = r.qp.cnps_sent();
+            }
+        }
+        self.cx.host_results.lock().expect("not poisoned").push(HostResult {
+            host: self.cx.plan.nodes[self.cx.host].name.clone(),
+            pause_frames_received: self.pfc.pause.frames(),
+            paused_ns: self.pfc.pause.paused_ns(self.pfc.data_class, end),
+            pause_frames_sent: self.pfc.frames_sent,
+            cts_max_in_flight_bytes: self.qps.cc.max_in_flight_bytes(),
+            udp_receive_drops: udp_rcvbuf_errors()?.saturating_sub(rcvbuf_errors_before),
+        });
+        Ok(())
+    }
 }

@@ -7,13 +7,18 @@
 //!
 //! Congestion handling, as a RoCE NIC and collective library do it (the sans-IO parts are in
 //! [`fabric_roce`]): packets carry a DSCP (the switches' priority class is `DSCP >> 3`) and ECT(0);
-//! each host obeys the PFC frames its rack switch sends ([`fabric_roce::pause`]); `cc` adds
-//! DCQCN ([`fabric_roce::cc`]) or receiver-driven admission ([`fabric_roce::cts`]) on top.
+//! each host obeys the PFC frames its rack switch sends ([`fabric_roce::pause`]); `cc` picks the
+//! congestion control on top ([`CcMode`]: none, DCQCN or receiver-driven admission), a
+//! [`fabric_roce::cc::CongestionControl`] the engine drives without knowing which.
 //! Time is slowed by `time_scale` S as the fabric models it: rates divided by S, timers times S.
 pub mod downlink;
 pub mod engine;
 pub mod socket;
 
+use fabric_roce::{
+    cc::{CongestionControl, cts::Cts, dcqcn::Dcqcn, none::PfcOnly},
+    cts::CtsConfig,
+};
 use serde::{Deserialize, Serialize};
 
 /// How a QP's UDP source port is chosen: it decides the entropy plain ECMP sees.
@@ -72,6 +77,32 @@ impl CcMode {
             CcMode::Dcqcn => "dcqcn",
             CcMode::Cts => "cts",
         }
+    }
+
+    /// The scheme one host runs, from `opts` (checked here: the step calls this once before its
+    /// threads start). `line_rate_bps` is a sender's rate in slowed time, `resend_after_ns` the
+    /// (scaled) time after which a lost control message is sent again.
+    pub fn congestion_control(
+        self,
+        opts: &EndpointOptions,
+        line_rate_bps: u64,
+        resend_after_ns: u64,
+    ) -> anyhow::Result<Box<dyn CongestionControl>> {
+        Ok(match self {
+            CcMode::None => Box::new(PfcOnly),
+            CcMode::Dcqcn => {
+                opts.dcqcn.validate()?;
+                Box::new(Dcqcn::new(opts.dcqcn.scaled(opts.time_scale.max(1)), line_rate_bps))
+            }
+            CcMode::Cts => {
+                anyhow::ensure!(
+                    opts.cts_channels > 0 && opts.cts_buffer_bytes > 0,
+                    "CTS needs channels and a buffer size above 0"
+                );
+                let channels = opts.cts_channels;
+                Box::new(Cts::new(CtsConfig { channels, buffer_bytes: opts.cts_buffer_bytes, resend_after_ns }))
+            }
+        })
     }
 }
 

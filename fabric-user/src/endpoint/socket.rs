@@ -16,7 +16,8 @@ pub const BATCH: usize = 64;
 
 /// A UDP socket bound to `addr` for RoCEv2: non-blocking, with DF always set (`IP_PMTUDISC_DO`):
 /// the kernel then never fragments, and gives DF datagrams of an unconnected socket IPv4
-/// identification 0, so the sender knows the whole IP header the ICRC covers.
+/// identification 0, so the sender knows the whole IP header the ICRC covers
+/// ([`fabric_roce::icrc::Ipv4Ident::SENT_BY_US`], where that assumption is kept).
 /// Packets leave with the default RoCE TOS (DSCP 26, ECT(0)).
 pub fn roce_socket(addr: SocketAddrV4) -> Result<UdpSocket> {
     use fabric_roce::traffic_class::{DSCP_ROCE, data_tos};
@@ -125,20 +126,27 @@ fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
 
 /// Sends `packets` (payload, destination) with as few `sendmmsg` calls as possible. Returns how
 /// many were sent; a full socket buffer stops early (the caller keeps the rest).
-pub fn send_batch(sock: &UdpSocket, packets: &[(Vec<u8>, SocketAddrV4)]) -> Result<usize> {
+pub fn send_batch<P: AsRef<[u8]>>(sock: &UdpSocket, packets: &[(P, SocketAddrV4)]) -> Result<usize> {
     send_batch_with_tos(sock, packets, None)
 }
 
 /// [`send_batch`] with the socket's TOS or, if given, `tos`.
-pub fn send_batch_with_tos(sock: &UdpSocket, packets: &[(Vec<u8>, SocketAddrV4)], tos: Option<u8>) -> Result<usize> {
+pub fn send_batch_with_tos<P: AsRef<[u8]>>(
+    sock: &UdpSocket,
+    packets: &[(P, SocketAddrV4)],
+    tos: Option<u8>,
+) -> Result<usize> {
     let mut sent = 0;
     let words = CMSG_INT_SPACE.div_ceil(8);
     while sent < packets.len() {
         let chunk = &packets[sent..(sent + BATCH).min(packets.len())];
         let mut control = vec![0u64; words * chunk.len()];
         let mut addrs: Vec<libc::sockaddr_in> = chunk.iter().map(|(_, a)| sockaddr(*a)).collect();
-        let mut iovs: Vec<libc::iovec> =
-            chunk.iter().map(|(p, _)| libc::iovec { iov_base: p.as_ptr() as *mut _, iov_len: p.len() }).collect();
+        let mut iovs: Vec<libc::iovec> = chunk
+            .iter()
+            .map(|(p, _)| p.as_ref())
+            .map(|p| libc::iovec { iov_base: p.as_ptr() as *mut _, iov_len: p.len() })
+            .collect();
         // SAFETY: mmsghdr is plain data; every pointer set below outlives the call.
         let mut msgs: Vec<libc::mmsghdr> = (0..chunk.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
         for (i, m) in msgs.iter_mut().enumerate() {
