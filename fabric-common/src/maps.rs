@@ -20,12 +20,16 @@ pub const POOL_USED: &str = "POOL_USED";
 pub const CLASS_COUNTERS: &str = "CLASS_COUNTERS";
 pub const PFC_EVENTS: &str = "PFC_EVENTS";
 pub const TE_FLOWS: &str = "TE_FLOWS";
+/// The slow-path log records of the switch program: a ring buffer that `aya-log-ebpf` defines
+/// (not a static of `fabric-ebpf/src/maps.rs`) and `aya-log` reads; pinned with the others so the
+/// switch agent can reopen it and forward the records into its log.
+pub const AYA_LOGS: &str = "AYA_LOGS";
 /// The traffic generator's one-entry config (a [`crate::config::GeneratorConfig`]); not a
 /// switch map, so not pinned.
 pub const GENERATOR: &str = "GENERATOR";
 
 /// Every map a switch has, in the order the controller pins them.
-pub const SWITCH: [&str; 17] = [
+pub const SWITCH: [&str; 18] = [
     CONFIG,
     PORTS,
     EGRESS,
@@ -43,4 +47,5 @@ pub const SWITCH: [&str; 17] = [
     CLASS_COUNTERS,
     PFC_EVENTS,
     TE_FLOWS,
+    AYA_LOGS,
 ];

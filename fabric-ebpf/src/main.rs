@@ -6,6 +6,14 @@
 //! The crate also compiles for the host (stable, with std), like any other workspace member, so
 //! that `cargo clippy`/`cargo test` cover it: the bpf-only pieces (`no_std`, `no_main`, the
 //! nightly intrinsics, the panic handler) are behind `target_arch = "bpf"`.
+//!
+//! Slow paths only log (aya-log: a record in the `AYA_LOGS` ring buffer, which the switch agent
+//! writes into its log with the switch's name): a frame on an ifindex the controller did not
+//! register, a port index beyond the counter arrays, a missing `CONFIG` entry, a redirect to a
+//! port whose `EGRESS` slot is empty, and an XOFF request lost to a full `PFC_EVENTS` ring (see
+//! `congestion`). Each is a controller bug or an overload the model cannot absorb, never a
+//! per-packet event of a working switch; every log call is extra verifier work, so the fast path
+//! has none.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 // Atomic compare-and-swap on the modelled queues: the BPF target has no `AtomicU64::compare_exchange`
@@ -19,6 +27,7 @@ mod maps;
 mod packet;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use aya_log_ebpf::{error, warn};
 use fabric_common::{
     checksum,
     config::PortInfo,
@@ -38,10 +47,12 @@ pub fn fabric_switch(ctx: XdpContext) -> u32 {
     // A port the controller did not register is not ours to switch.
     let ifindex = ctx.ingress_ifindex() as u32;
     let Some(port) = PORTS.get(ifindex).filter(|p| p.is_present()) else {
+        warn!(&ctx, "frame on ifindex {}, which is no registered port: passed to the kernel", ifindex);
         return xdp_action::XDP_PASS;
     };
     let len = pkt.len() as u64;
     let Some(rx) = port_counters(port.index) else {
+        error!(&ctx, "port {} (ifindex {}) is beyond the counter arrays: passed to the kernel", port.index, ifindex);
         return xdp_action::XDP_PASS;
     };
     rx.rx_packets += 1;
@@ -54,11 +65,11 @@ pub fn fabric_switch(ctx: XdpContext) -> u32 {
         rx.rx_pfc_frames += 1;
         return xdp_action::XDP_DROP;
     }
-    switch_packet(&mut pkt, port, rx, len)
+    switch_packet(&ctx, &mut pkt, port, rx, len)
 }
 
 #[inline(always)]
-fn switch_packet(pkt: &mut XdpPacket, port: &PortInfo, rx: &mut PortCounters, len: u64) -> u32 {
+fn switch_packet(ctx: &XdpContext, pkt: &mut XdpPacket, port: &PortInfo, rx: &mut PortCounters, len: u64) -> u32 {
     let parsed = match parse_packet(&*pkt) {
         Ok(p) => p,
         Err(ParseError::NotIp { .. }) => return pass(rx, PassReason::NotIp),
@@ -68,6 +79,7 @@ fn switch_packet(pkt: &mut XdpPacket, port: &PortInfo, rx: &mut PortCounters, le
         rx.rx_roce_packets += 1;
     }
     let Some(cfg) = CONFIG.get(0) else {
+        error!(ctx, "the CONFIG entry is missing: passed to the kernel");
         return xdp_action::XDP_PASS;
     };
     let (group, member_index, member) = match decide(&Tables, cfg, port, &parsed) {
@@ -81,11 +93,14 @@ fn switch_packet(pkt: &mut XdpPacket, port: &PortInfo, rx: &mut PortCounters, le
     // later XDP_DROP discards it.
     let action = match EGRESS.redirect(member.port, 0) {
         Ok(action) => action,
-        Err(_) => return drop(rx, DropReason::RedirectFailed),
+        Err(_) => {
+            error!(ctx, "redirect to port {} failed (no EGRESS slot): dropped", member.port);
+            return drop(rx, DropReason::RedirectFailed);
+        }
     };
     // The modelled egress queue: may drop (a full lossy class) or mark CE; before the TTL
     // rewrite, which reads the checksum that marking updates.
-    if let Err(reason) = congestion::offer(pkt, &parsed, port.index, member.port, len) {
+    if let Err(reason) = congestion::offer(ctx, pkt, &parsed, port.index, member.port, len) {
         return drop(rx, reason);
     }
 

@@ -1,5 +1,6 @@
 //! Every map of the switch program, and the [`ForwardingTables`] view the decision code uses.
-//! Names are the contract with the controller (`fabric_user::dataplane`).
+//! Names are the contract with the controller (`fabric_user::dataplane`). One more map of the
+//! object, `AYA_LOGS` (the slow-path log), is defined by `aya-log-ebpf`.
 use aya_ebpf::{
     macros::map,
     maps::{

@@ -168,11 +168,20 @@ fn run() -> Result<()> {
     // Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
     // SAFETY: restoring the default disposition of SIGPIPE before any other thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let cli = Cli::parse();
+    // RUST_LOG when set; else errors only, except in the switch agent, whose log (its stderr,
+    // a file) is where the XDP programs' slow-path records go, at info and above. No colour
+    // codes in a file.
+    let default_filter = if matches!(cli.command, Command::Agent { .. }) { "info" } else { "error" };
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    match cli.command {
         Command::Up { topology, prefix, quiet, endpoints } => up(topology, prefix, quiet, endpoints)?,
         Command::Down { which } => down(&which.prefix()?)?,
         Command::Agent { prefix } => fabric_user::agent::run(&prefix)?,

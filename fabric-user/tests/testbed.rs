@@ -4,7 +4,16 @@
 mod common;
 
 use common::{assert_all_reachable as all_reachable, assert_nothing_left, root_links, topology, unique_prefix};
-use fabric_user::{state::State, sys::netns, testbed, testbed::DownOnDrop as Teardown};
+use std::time::{Duration, Instant};
+
+use aya::maps::{Array, Map, MapData};
+use fabric_common::{config::PortInfo, maps};
+use fabric_user::{
+    state::{State, bpf_dir},
+    sys::netns,
+    testbed,
+    testbed::{DownOnDrop as Teardown, probe},
+};
 
 /// Bytes sent on both ends of a link, from the switches' XDP counters.
 fn link_tx(state: &State, link: usize) -> u64 {
@@ -167,6 +176,50 @@ fn the_switch_agent_follows_its_testbed() {
     testbed::up(&topo, true).expect("up");
     let s = testbed::status(&prefix).unwrap();
     assert!(!s.agent_expected && !s.agent_running && s.healthy, "{s:?}");
+    testbed::down(&prefix).unwrap();
+    assert_nothing_left(&prefix);
+}
+
+/// The XDP program's slow-path records reach the agent's log, naming the switch: a switch port
+/// whose registration is taken back (PORTS written through the pins, as any `fabric` command
+/// reopens them) sees its host's next frames as coming from no port, and says so.
+#[test]
+fn the_agent_log_names_the_switch_that_saw_a_frame_on_an_unregistered_port() {
+    let prefix = unique_prefix('l', 0);
+    let (_guard, state) = common::up(Some("rxe-smoke.toml"), &prefix);
+    all_reachable(&state);
+    assert!(!agent_log(&prefix).contains(" xdp: "), "a working testbed logs nothing:\n{}", agent_log(&prefix));
+
+    let plan = &state.plan;
+    let host = plan.hosts().next().expect("a host");
+    let link = &plan.nodes[host].ports[0];
+    let (rtsw, name) = (link.peer_node, &plan.nodes[link.peer_node].name);
+    let ifname = &plan.nodes[rtsw].ports[link.peer_port].ifname;
+    let ifindex = netns::in_named(&plan.netns(rtsw), || netns::ifindex(ifname)).unwrap();
+    let pin = bpf_dir(&prefix).join(name).join(maps::PORTS);
+    let mut ports: Array<MapData, PortInfo> = Map::Array(MapData::from_pin(&pin).unwrap()).try_into().unwrap();
+    ports.set(ifindex, PortInfo::default(), 0).unwrap();
+    // The host's pings now arrive at its switch on no registered port (and get no answer).
+    let r = probe::all_pairs(&state).unwrap();
+    assert!(r.reachable < r.pairs, "{r:?}");
+
+    let expected = format!("frame on ifindex {ifindex}, which is no registered port: passed to the kernel");
+    let switch = format!("switch={name}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = agent_log(&prefix);
+        let found = log
+            .lines()
+            .any(|l| l.contains(" WARN xdp: ") && l.contains(&expected) && l.split_whitespace().any(|w| w == switch));
+        if found {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no XDP record from {name} about ifindex {ifindex} in the agent log:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     testbed::down(&prefix).unwrap();
     assert_nothing_left(&prefix);
 }

@@ -3,20 +3,24 @@
 //! maps written by the controller's own code (`fabric_user::dataplane`). Needs root.
 mod common;
 
-use aya::programs::TestRunResult;
+use aya::programs::{TestRun as _, TestRunOptions, TestRunResult};
+use common::LogCapture;
 use etherparse::{NetHeaders, PacketHeaders};
 use fabric_common::{
     config::HashMode,
     counters::{DropReason, PassReason, PortCounters},
     hash::select_member,
     parse::parse_packet,
+    route::{EcmpGroup, GroupMember},
     wire::ethernet,
 };
 use fabric_testkit::{
     capture,
-    fixture::{FixtureSwitch, FrameSpec, GROUP_UPLINKS, UPLINKS, frame, in_private_netns, neighbour_mac, port_mac},
+    fixture::{
+        FixtureSwitch, FrameSpec, GROUP_UPLINKS, UPLINKS, frame, in_private_netns, neighbour_mac, port_mac, xdp_md,
+    },
 };
-use fabric_user::dataplane::PROGRAM_SWITCH;
+use fabric_user::{dataplane::PROGRAM_SWITCH, sys::netns};
 
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
@@ -342,6 +346,51 @@ fn rxe_capture_frames_forward_by_the_qp_tshark_decodes() {
             assert!(fabric_common::icrc::verify(&out[ethernet::HEADER_LEN..]), "ICRC of forwarded frame {}", n + 1);
             assert_forwarded(&f, &out, expected);
         }
+        Ok(())
+    });
+}
+
+/// The slow paths write an aya-log record into the switch's AYA_LOGS ring buffer, read here as
+/// the agent reads it (`take_logger`, found through the map's id); the fast path writes none.
+#[test]
+fn slow_paths_log_a_record_and_the_fast_path_logs_none() {
+    with_switch(HashMode::FiveTuple, 5, |sw| {
+        let capture = LogCapture::default();
+        let mut logs = sw.dp.take_logger(capture.clone())?;
+        // Forwarded, passed and dropped frames of a working switch: silence.
+        let f = frame(&FrameSpec::default());
+        assert_eq!(run(sw, &f).0.return_value, XDP_REDIRECT);
+        assert_eq!(run(sw, &frame(&FrameSpec { ttl: 1, ..Default::default() })).0.return_value, XDP_PASS);
+        assert_eq!(run(sw, &f[..30]).0.return_value, XDP_DROP);
+        logs.flush();
+        assert_eq!(capture.take(), vec![], "the fast path logs nothing");
+
+        // A frame on an interface the controller never registered as a port (the peer end of
+        // port 1's veth): passed to the kernel, uncounted, and logged.
+        let stranger = netns::ifindex("n1")?;
+        let before = counters(sw);
+        let ctx = xdp_md(f.len(), stranger);
+        let res = sw.dp.program(PROGRAM_SWITCH)?.test_run(TestRunOptions {
+            data_in: Some(&f),
+            ctx_in: Some(&ctx),
+            ..Default::default()
+        })?;
+        assert_eq!(res.return_value, XDP_PASS);
+        assert_eq!(counters(sw), before, "no port counts a frame from an unregistered interface");
+        logs.flush();
+        let expected = format!("frame on ifindex {stranger}, which is no registered port: passed to the kernel");
+        assert_eq!(capture.take(), vec![(log::Level::Warn, expected)]);
+
+        // A route whose only member is a port without an EGRESS slot: dropped, and logged.
+        let member = GroupMember { port: 9, dst_mac: neighbour_mac(9), src_mac: port_mac(9) };
+        sw.dp.set_group(GROUP_UPLINKS, &EcmpGroup::from_members(&[member]).expect("fits"))?;
+        assert_eq!(run(sw, &f).0.return_value, XDP_DROP);
+        assert_eq!(counters(sw)[0].drops[DropReason::RedirectFailed as usize], 1);
+        logs.flush();
+        assert_eq!(
+            capture.take(),
+            vec![(log::Level::Error, "redirect to port 9 failed (no EGRESS slot): dropped".into())]
+        );
         Ok(())
     });
 }

@@ -6,9 +6,11 @@
 //! bound to that port (so it leaves on the wire towards the upstream neighbour), refreshes it
 //! every half pause while the ingress holds more than Xon, and sends quanta 0 once it holds
 //! less. It also samples the shared buffer's use for the dynamic threshold, runs the PFC
-//! watchdog and samples queue depths. One process per testbed (`fabric agent`, spawned by
-//! `fabric up`, stopped by `fabric down`), one thread per switch; each thread writes its
-//! telemetry to `/run/fabric/PREFIX/agent/NODE.json`, which `fabric stats` reads.
+//! watchdog, samples queue depths, and writes the XDP program's slow-path log records (aya-log's
+//! `AYA_LOGS` ring buffer) into its own log, naming the switch. One process per testbed
+//! (`fabric agent`, spawned by `fabric up`, stopped by `fabric down`), one thread per switch;
+//! each thread writes its telemetry to `/run/fabric/PREFIX/agent/NODE.json`, which `fabric stats`
+//! reads.
 use std::{
     collections::BTreeMap,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
@@ -290,6 +292,8 @@ struct SwitchAgent<'p> {
     node: NodeId,
     dp: SwitchDataplane,
     events: aya::maps::RingBuf<aya::maps::MapData>,
+    /// The XDP program's log (its own ring buffer), polled with `events`.
+    xdp_log: aya_log::EbpfLogger<XdpLog>,
     /// One raw socket per port, bound to it.
     sockets: Vec<OwnedFd>,
     rates: Vec<u64>,
@@ -313,6 +317,7 @@ impl<'p> SwitchAgent<'p> {
         let dir = crate::state::bpf_dir(&plan.topology.prefix).join(name);
         let mut dp = SwitchDataplane::from_pins(&dir)?;
         let events = dp.take_pfc_events()?;
+        let xdp_log = dp.take_logger(XdpLog { switch: name.clone() })?;
         let ports = &plan.nodes[node].ports;
         let sockets = netns::in_named(&plan.netns(node), || {
             ports.iter().map(|p| raw_socket(&p.ifname)).collect::<Result<Vec<_>>>()
@@ -325,6 +330,7 @@ impl<'p> SwitchAgent<'p> {
             node,
             dp,
             events,
+            xdp_log,
             sockets,
             rates,
             qos,
@@ -345,9 +351,13 @@ impl<'p> SwitchAgent<'p> {
         let (mut next_sample, mut next_report) = (0, 0);
         loop {
             let tick = if self.active.is_empty() { IDLE_TICK } else { BUSY_TICK };
-            let mut pfd = libc::pollfd { fd: self.events.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut pfd, 1, tick.as_millis().max(1) as i32) };
+            let mut pfds = [self.events.as_raw_fd(), self.xdp_log.as_raw_fd()].map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            // SAFETY: an array of valid pollfds, its length passed with it.
+            unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, tick.as_millis().max(1) as i32) };
             let mut events = Vec::new();
             while let Some(item) = self.events.next() {
                 if item.len() >= size_of::<PfcEvent>() {
@@ -358,6 +368,7 @@ impl<'p> SwitchAgent<'p> {
             for ev in events {
                 self.on_xoff(ev)?;
             }
+            self.forward_xdp_log();
             let now = monotonic_ns();
             self.tend_pauses(now)?;
             if now >= next_sample {
@@ -371,6 +382,16 @@ impl<'p> SwitchAgent<'p> {
                 self.write_report(now)?;
                 next_report = now + REPORT_EVERY_NS;
             }
+        }
+    }
+
+    /// Writes every record the XDP program logged since the last call into the agent's log.
+    /// aya-log panics on a record it cannot decode (the record is consumed all the same): that
+    /// is reported, and the switch's PFC frames and telemetry go on.
+    fn forward_xdp_log(&mut self) {
+        let log = &mut self.xdp_log;
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.flush())).is_err() {
+            eprintln!("agent {}: an undecodable XDP log record was skipped", self.telemetry.node);
         }
     }
 
@@ -515,6 +536,32 @@ impl<'p> SwitchAgent<'p> {
         std::fs::rename(&tmp, &path)?;
         Ok(())
     }
+}
+
+/// The `log` sink aya-log decodes a switch's XDP log records into: each becomes a tracing event
+/// (target `xdp`, at the record's level, with the switch's name), which the agent's subscriber
+/// writes to its stderr, the agent log.
+struct XdpLog {
+    switch: String,
+}
+
+impl log::Log for XdpLog {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        let (switch, msg) = (&self.switch, record.args());
+        match record.level() {
+            log::Level::Error => tracing::error!(target: "xdp", switch = %switch, "{msg}"),
+            log::Level::Warn => tracing::warn!(target: "xdp", switch = %switch, "{msg}"),
+            log::Level::Info => tracing::info!(target: "xdp", switch = %switch, "{msg}"),
+            log::Level::Debug => tracing::debug!(target: "xdp", switch = %switch, "{msg}"),
+            log::Level::Trace => tracing::trace!(target: "xdp", switch = %switch, "{msg}"),
+        }
+    }
+
+    fn flush(&self) {}
 }
 
 /// A raw packet socket bound to `ifname` in the caller's namespace, for sending only

@@ -298,4 +298,26 @@ impl SwitchDataplane {
         let map = self.maps.remove(maps::PFC_EVENTS).context("map PFC_EVENTS missing (taken already?)")?;
         Ok(aya::maps::RingBuf::try_from(map)?)
     }
+
+    /// A reader of the program's slow-path log (aya-log's `AYA_LOGS` ring buffer) that hands
+    /// each record to `logger` on [`aya_log::EbpfLogger::flush`]; poll its fd for readability.
+    /// Takes the map out of this dataplane.
+    ///
+    /// aya-log opens the ring buffer of a loaded program by the program's id (or out of an
+    /// [`Ebpf`], which has given its maps to this dataplane), and this dataplane may have been
+    /// reopened from pins, with no program: the program is the one loaded in the kernel that
+    /// uses this very map (the pinned map's id), which makes it this switch's `fabric_switch`
+    /// (the only program of the object that logs).
+    pub fn take_logger<T: log::Log>(&mut self, logger: T) -> Result<aya_log::EbpfLogger<T>> {
+        let map = self.maps.remove(maps::AYA_LOGS).context("map AYA_LOGS missing (taken already?)")?;
+        let aya::maps::Map::RingBuf(data) = &map else { bail!("map AYA_LOGS is not a ring buffer") };
+        let map_id = data.info().context("AYA_LOGS: map info")?.id();
+        let program_id = aya::programs::loaded_programs()
+            .filter_map(Result::ok)
+            .find(|p| p.map_ids().ok().flatten().is_some_and(|ids| ids.contains(&map_id)))
+            .with_context(|| format!("no loaded program uses this switch's AYA_LOGS map (id {map_id})"))?
+            .id();
+        aya_log::EbpfLogger::init_from_id_with_logger(program_id, logger)
+            .with_context(|| format!("opening the log of program {program_id}"))
+    }
 }

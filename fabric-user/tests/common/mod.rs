@@ -72,3 +72,26 @@ pub fn root_links() -> std::collections::BTreeSet<String> {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect()
 }
+
+/// A `log` sink for aya-log: keeps the level and text of every XDP log record handed to it.
+#[derive(Clone, Default)]
+pub struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<(log::Level, String)>>>);
+
+impl LogCapture {
+    /// The records kept since the last call.
+    pub fn take(&self) -> Vec<(log::Level, String)> {
+        std::mem::take(&mut *self.0.lock().expect("not poisoned"))
+    }
+}
+
+impl log::Log for LogCapture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        self.0.lock().expect("not poisoned").push((record.level(), record.args().to_string()));
+    }
+
+    fn flush(&self) {}
+}
