@@ -6,7 +6,10 @@ use anyhow::{Context as _, Result};
 use fabric_common::config::HashMode;
 
 use super::harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, Verdict, base_options, completion_ms};
-use crate::{endpoint::SportPolicy, model::placement::Placement, model::workload::Collective, run::RunResult, testbed};
+use crate::{
+    endpoint::SportPolicy, model::placement::Placement, model::workload::Collective, run::RunOptions, run::RunResult,
+    state::State, testbed,
+};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "link-failure",
@@ -21,116 +24,198 @@ pub const SCENARIO: Scenario = Scenario {
 
 const RTSW: &str = "z0r0";
 
+/// A routing mode compared: case key, label, hash mode, QPs per connection.
+type Mode = (&'static str, &'static str, HashMode, u32);
+
+/// The modes compared. TE recomputes its placement over the surviving links as the link fails
+/// (testbed::set_link).
+const MODES: [Mode; 3] = [
+    ("pin", "pin", HashMode::Pin, 1),
+    ("eecmp", "E-ECMP 8 QPs", HashMode::Eecmp, 8),
+    ("te", "TE (controller) 8 QPs", HashMode::Te, 8),
+];
+
+/// The AllReduce every case runs.
+struct Sizes {
+    ranks: usize,
+    message: u64,
+    iterations: u32,
+}
+
+/// A healthy run and the same run with the link `RTSW:victim` failing part-way.
+struct FailurePair {
+    victim: String,
+    link: String,
+    healthy: RunResult,
+    failed: RunResult,
+}
+
+/// What the runs leave besides the cases' metrics.
+#[derive(Default)]
+struct Runs {
+    /// Rows of the redistribution table.
+    redistribution: Vec<Vec<String>>,
+    /// The failed links (`RTSW:port`), in run order.
+    failed_links: Vec<String>,
+    /// Bytes the runs with a failure delivered, of the bytes they needed.
+    delivered: u64,
+    needed: u64,
+}
+
 fn run(ctx: &Ctx) -> Result<Outcome> {
     let cal = ctx.time_scale()?;
     let topo = super::path_pinning::topology(1, 400.0, cal.time_scale);
     let mut t4 = topo.clone();
     // Four uplinks per RTSW: a failure leaves three, and pinning re-maps every slice.
     t4.zones[0].spines = 4;
-    let ranks = 8;
-    let message: u64 = ctx.pick(2 << 20, 4 << 20);
-    let iterations = ctx.pick(2, 4);
-    // TE recomputes its placement over the surviving links as the link fails (testbed::set_link).
-    let modes = [
-        ("pin", "pin", HashMode::Pin, 1u32),
-        ("eecmp", "E-ECMP 8 QPs", HashMode::Eecmp, 8),
-        ("te", "TE (controller) 8 QPs", HashMode::Te, 8),
-    ];
+    let sizes = Sizes { ranks: 8, message: ctx.pick(2 << 20, 4 << 20), iterations: ctx.pick(2, 4) };
+    // Two cases per mode, healthy then with the failure: mode `mi`'s are `2 * mi` and `2 * mi + 1`.
     let mut cases = Vec::new();
-    for m in &modes {
+    for m in &MODES {
         cases.push(Case::new(&format!("{}-healthy", m.0), &format!("{}, healthy", m.1)));
         cases.push(Case::new(&format!("{}-failure", m.0), &format!("{}, link fails mid-run", m.1)));
     }
-    let mut redistribution = Vec::new();
-    let mut failed_links = Vec::new();
-    let (mut delivered, mut needed) = (0u64, 0u64);
+    let mut runs = Runs::default();
     ctx.with_testbed(t4, |state| {
-        let prefix = state.plan.topology.prefix.clone();
         for &seed in &ctx.seeds {
-            for (mi, &(key, _, hash, qps)) in modes.iter().enumerate() {
-                let mut o = base_options(Collective::Allreduce, ranks, message);
-                o.iterations = iterations;
-                o.placement = Placement::Fragmented;
-                o.hash = Some(hash);
-                o.hash_seed = Some(seed as u32);
-                o.endpoint.qps = qps;
-                o.endpoint.sport = SportPolicy::Fixed;
-                let healthy = ctx.run(state, &format!("{key} healthy seed {seed}"), &o)?;
-                // Fail the busiest uplink of z0r0 a third of the way into the run.
-                let victim = busiest_uplink(&healthy).context("z0r0 carried nothing")?;
-                let spec = format!("{RTSW}:{victim}");
-                let delay = Duration::from_secs_f64(completion_ms(&healthy) * iterations as f64 / 1e3 / 3.0);
-                let failed = std::thread::scope(|s| -> Result<RunResult> {
-                    let prefix = prefix.clone();
-                    let spec2 = spec.clone();
-                    let killer = s.spawn(move || {
-                        std::thread::sleep(delay);
-                        testbed::set_link(&prefix, &spec2, false)
-                    });
-                    let r = ctx.run(state, &format!("{key} failure seed {seed}"), &o);
-                    killer.join().expect("no panic")?;
-                    r
-                });
-                testbed::set_link(&prefix, &spec, true)?;
-                let failed = failed?;
-                delivered += failed.bytes_delivered;
-                needed += failed.bytes_needed;
-                failed_links.push(spec.clone());
-                for (ci, r) in [(2 * mi, &healthy), (2 * mi + 1, &failed)] {
-                    let c = &mut cases[ci];
-                    c.push("victim_share_pct", uplink_share(r, &victim) * 100.0);
-                    c.push("completion_ms", completion_ms(r));
-                    c.push("last_iteration_ms", r.iterations.last().map_or(f64::NAN, |i| i.completion_ns as f64 / 1e6));
-                    c.push("max_over_mean", r.balance.mean_max_over_mean);
-                    c.push("retransmitted", r.flows.iter().map(|f| f.retransmitted).sum::<u64>() as f64);
-                    c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
-                }
-                let share = |r: &RunResult| -> String {
-                    let u = r.uplinks.iter().find(|u| u.rtsw == RTSW);
-                    let Some(u) = u else { return "-".into() };
-                    let total: u64 = u.tx_bytes.iter().map(|t| t.1).sum::<u64>().max(1);
-                    u.tx_bytes
-                        .iter()
-                        .map(|(p, b)| format!("{p} {:.0}%", *b as f64 * 100.0 / total as f64))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
-                redistribution.push(vec![
-                    seed.to_string(),
-                    key.to_string(),
-                    spec.clone(),
-                    share(&healthy),
-                    share(&failed),
-                    format!("{:.2} -> {:.2}", healthy.balance.mean_max_over_mean, failed.balance.mean_max_over_mean),
-                ]);
+            for (mi, mode) in MODES.iter().enumerate() {
+                let pair = healthy_and_failed(ctx, state, &sizes, mode, seed)?;
+                push_metrics(&mut cases[2 * mi], &pair.healthy, &pair.victim);
+                push_metrics(&mut cases[2 * mi + 1], &pair.failed, &pair.victim);
+                runs.add(seed, mode.0, &pair);
             }
         }
         Ok(())
     })?;
-    let slowdown = |k: &str| {
-        cases.iter().find(|c| c.key == format!("{k}-failure")).unwrap().mean("completion_ms")
-            / cases.iter().find(|c| c.key == format!("{k}-healthy")).unwrap().mean("completion_ms")
-    };
-    let (sp, se) = (slowdown("pin"), slowdown("eecmp"));
-    let moved = |k: &str| {
-        let c = |s: &str| cases.iter().find(|c| c.key == format!("{k}-{s}")).unwrap();
-        (c("healthy").values["victim_share_pct"].clone(), c("failure").values["victim_share_pct"].clone())
-    };
-    let (pin_moved, eecmp_moved, te_moved) = (moved("pin"), moved("eecmp"), moved("te"));
+    let verdicts = verdicts(&cases, runs.delivered, runs.needed);
+    Ok(outcome(&cal.describe(), &sizes, cases, verdicts, runs))
+}
+
+/// The case's AllReduce: fragmented placement, fixed source port, `hash` with `qps` QPs.
+fn options(sizes: &Sizes, hash: HashMode, qps: u32, seed: u64) -> RunOptions {
+    let mut o = base_options(Collective::Allreduce, sizes.ranks, sizes.message);
+    o.iterations = sizes.iterations;
+    o.placement = Placement::Fragmented;
+    o.hash = Some(hash);
+    o.hash_seed = Some(seed as u32);
+    o.endpoint.qps = qps;
+    o.endpoint.sport = SportPolicy::Fixed;
+    o
+}
+
+/// One mode and seed: a healthy run, then the same run with the healthy run's busiest uplink of
+/// z0r0 failing a third of the way in. The link is brought back up before anything is reported.
+fn healthy_and_failed(ctx: &Ctx, state: &State, sizes: &Sizes, mode: &Mode, seed: u64) -> Result<FailurePair> {
+    let &(key, _, hash, qps) = mode;
+    let o = options(sizes, hash, qps, seed);
+    let healthy = ctx.run(state, &format!("{key} healthy seed {seed}"), &o)?;
+    let victim = busiest_uplink(&healthy).context("z0r0 carried nothing")?;
+    let link = format!("{RTSW}:{victim}");
+    let delay = Duration::from_secs_f64(completion_ms(&healthy) * sizes.iterations as f64 / 1e3 / 3.0);
+    let failed = run_with_link_down(ctx, state, &link, delay, &format!("{key} failure seed {seed}"), &o);
+    testbed::set_link(&state.plan.topology.prefix, &link, true)?;
+    Ok(FailurePair { victim, link, healthy, failed: failed? })
+}
+
+/// Runs `o` while a thread takes `link` down after `delay`.
+fn run_with_link_down(
+    ctx: &Ctx,
+    state: &State,
+    link: &str,
+    delay: Duration,
+    label: &str,
+    o: &RunOptions,
+) -> Result<RunResult> {
+    let prefix = state.plan.topology.prefix.as_str();
+    std::thread::scope(|s| -> Result<RunResult> {
+        let killer = s.spawn(move || {
+            std::thread::sleep(delay);
+            testbed::set_link(prefix, link, false)
+        });
+        let r = ctx.run(state, label, o);
+        killer.join().expect("no panic")?;
+        r
+    })
+}
+
+/// The case metrics of one run (`victim`: the uplink that fails).
+fn push_metrics(c: &mut Case, r: &RunResult, victim: &str) {
+    c.push("victim_share_pct", uplink_share(r, victim) * 100.0);
+    c.push("completion_ms", completion_ms(r));
+    c.push("last_iteration_ms", r.iterations.last().map_or(f64::NAN, |i| i.completion_ns as f64 / 1e6));
+    c.push("max_over_mean", r.balance.mean_max_over_mean);
+    c.push("retransmitted", r.flows.iter().map(|f| f.retransmitted).sum::<u64>() as f64);
+    c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
+}
+
+impl Runs {
+    fn add(&mut self, seed: u64, key: &str, p: &FailurePair) {
+        self.delivered += p.failed.bytes_delivered;
+        self.needed += p.failed.bytes_needed;
+        self.failed_links.push(p.link.clone());
+        self.redistribution.push(vec![
+            seed.to_string(),
+            key.to_string(),
+            p.link.clone(),
+            uplink_shares(&p.healthy),
+            uplink_shares(&p.failed),
+            format!("{:.2} -> {:.2}", p.healthy.balance.mean_max_over_mean, p.failed.balance.mean_max_over_mean),
+        ]);
+    }
+}
+
+/// Each uplink's share of z0r0's uplink bytes, e.g. `ctsw0 30%, ctsw1 20%, ...` (`-`: no z0r0).
+fn uplink_shares(r: &RunResult) -> String {
+    let u = r.uplinks.iter().find(|u| u.rtsw == RTSW);
+    let Some(u) = u else { return "-".into() };
+    let total: u64 = u.tx_bytes.iter().map(|t| t.1).sum::<u64>().max(1);
+    u.tx_bytes
+        .iter()
+        .map(|(p, b)| format!("{p} {:.0}%", *b as f64 * 100.0 / total as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The case `key` (every mode has its two).
+fn case<'a>(cases: &'a [Case], key: &str) -> &'a Case {
+    cases.iter().find(|c| c.key == key).unwrap()
+}
+
+/// Mode `k`'s mean completion with the failure over without.
+fn slowdown(cases: &[Case], k: &str) -> f64 {
+    case(cases, &format!("{k}-failure")).mean("completion_ms")
+        / case(cases, &format!("{k}-healthy")).mean("completion_ms")
+}
+
+/// Mode `k`'s failed-uplink share per seed (%): healthy, with the failure.
+fn victim_shares(cases: &[Case], k: &str) -> (Vec<f64>, Vec<f64>) {
+    let c = |s: &str| case(cases, &format!("{k}-{s}"));
+    (c("healthy").values["victim_share_pct"].clone(), c("failure").values["victim_share_pct"].clone())
+}
+
+/// Percentages to print: whole numbers.
+fn rounded(v: &[f64]) -> Vec<f64> {
+    v.iter().map(|v| v.round()).collect()
+}
+
+fn verdicts(cases: &[Case], delivered: u64, needed: u64) -> Vec<Verdict> {
+    let (sp, se, st) = (slowdown(cases, "pin"), slowdown(cases, "eecmp"), slowdown(cases, "te"));
+    let (pin_moved, eecmp_moved, te_moved) =
+        (victim_shares(cases, "pin"), victim_shares(cases, "eecmp"), victim_shares(cases, "te"));
+    // Moved: with the failure, the failed uplink carried less than in the healthy run, every seed.
     let all_moved = [&pin_moved, &eecmp_moved, &te_moved].iter().all(|(h, f)| h.iter().zip(f).all(|(h, f)| f < h));
-    let st = slowdown("te");
-    let verdicts = vec![
+    vec![
         Verdict {
             claim: "The failed link's traffic is redistributed over the surviving uplinks (groups repaired)".into(),
             measured: format!(
                 "failed uplink's share of {RTSW}'s bytes, healthy -> with failure, per seed: pin {:?} -> {:?} %, \
                  E-ECMP {:?} -> {:?} %, TE {:?} -> {:?} %",
-                pin_moved.0.iter().map(|v| v.round()).collect::<Vec<_>>(),
-                pin_moved.1.iter().map(|v| v.round()).collect::<Vec<_>>(),
-                eecmp_moved.0.iter().map(|v| v.round()).collect::<Vec<_>>(),
-                eecmp_moved.1.iter().map(|v| v.round()).collect::<Vec<_>>(),
-                te_moved.0.iter().map(|v| v.round()).collect::<Vec<_>>(),
-                te_moved.1.iter().map(|v| v.round()).collect::<Vec<_>>()
+                rounded(&pin_moved.0),
+                rounded(&pin_moved.1),
+                rounded(&eecmp_moved.0),
+                rounded(&eecmp_moved.1),
+                rounded(&te_moved.0),
+                rounded(&te_moved.1)
             ),
             matches: all_moved,
             headline: true,
@@ -147,11 +232,18 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
             matches: delivered == needed && needed > 0,
             headline: false,
         },
-    ];
-    Ok(Outcome {
+    ]
+}
+
+/// The scenario's report: setup, metrics, cases, verdicts, notes and the redistribution table.
+fn outcome(calibration: &str, sizes: &Sizes, cases: Vec<Case>, verdicts: Vec<Verdict>, runs: Runs) -> Outcome {
+    let Runs { redistribution, mut failed_links, .. } = runs;
+    let Sizes { ranks, message, iterations } = *sizes;
+    failed_links.dedup();
+    Outcome {
         setup: vec![
             "Testbed: 1 zone, 4 racks x 2 hosts, 4 CTSWs (four uplinks per RTSW), 400 Gbit/s.".into(),
-            cal.describe(),
+            calibration.to_string(),
             format!(
                 "Ring AllReduce over {ranks} ranks, fragmented placement, {} MiB per rank, {iterations} iterations, \
                  fixed source port; pin with 1 QP, E-ECMP and TE with 8 QPs (TE's controller recomputes its \
@@ -179,10 +271,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
              connections per RTSW here, `slice mod 3` may or may not put two connections on one link, so the \
              slowdown comparison is close to the run-to-run spread on this testbed."
                 .into(),
-            format!("Links failed: {}.", {
-                failed_links.dedup();
-                failed_links.join(", ")
-            }),
+            format!("Links failed: {}.", failed_links.join(", ")),
         ],
         tables: vec![Table {
             title: format!("Redistribution: share of {RTSW}'s uplink bytes, healthy vs with the failure"),
@@ -191,7 +280,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 .to_vec(),
             rows: redistribution,
         }],
-    })
+    }
 }
 
 /// The share of z0r0's uplink bytes that went over `port`.

@@ -286,6 +286,103 @@ fn delta(after: &BTreeMap<String, u64>, before: &BTreeMap<String, u64>) -> BTree
     after.iter().map(|(k, v)| (k.clone(), v.saturating_sub(before.get(k).copied().unwrap_or(0)))).collect()
 }
 
+/// The fabric's counters (uplink bytes, congestion) and rxe devices' hw_counters before a run,
+/// to report what the run added.
+struct Baseline {
+    uplinks: UplinkBytes,
+    congestion: CongestionTotals,
+    devices: Vec<(String, BTreeMap<String, u64>)>,
+}
+
+/// What a run added to the counters of its [`Baseline`].
+struct RunCounters {
+    uplinks: Vec<UplinkLoad>,
+    congestion: CongestionTotals,
+    /// Per device, in the order given to [`Baseline::take`].
+    devices: Vec<(String, BTreeMap<String, u64>)>,
+}
+
+impl Baseline {
+    fn take(state: &State, devices: &[String]) -> Result<Baseline> {
+        let uplinks = UplinkBytes::read(state)?;
+        let congestion = stats::congestion_totals(state)?;
+        let devices = devices.iter().map(|d| Ok((d.clone(), counters_of(d)?))).collect::<Result<Vec<_>>>()?;
+        Ok(Baseline { uplinks, congestion, devices })
+    }
+
+    fn since(&self, state: &State) -> Result<RunCounters> {
+        let uplinks = UplinkBytes::read(state)?.since(&self.uplinks);
+        let congestion = stats::congestion_totals(state)?.since(&self.congestion);
+        let devices = self
+            .devices
+            .iter()
+            .map(|(d, before)| Ok((d.clone(), delta(&counters_of(d)?, before))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RunCounters { uplinks, congestion, devices })
+    }
+}
+
+impl RunCounters {
+    /// The error counters a device counted during the run, as `device: counter = value`.
+    fn rxe_errors(&self) -> Vec<String> {
+        let mut errors = Vec::new();
+        for (dev, d) in &self.devices {
+            for &k in ERROR_COUNTERS {
+                if let Some(&v) = d.get(k)
+                    && v > 0
+                {
+                    errors.push(format!("{dev}: {k} = {v}"));
+                }
+            }
+        }
+        errors
+    }
+}
+
+/// A pcap record: timestamp, captured bytes, original length.
+type TimedFrame = (Duration, Vec<u8>, u32);
+
+/// A perftest's client (`from`) and server (`to`) hosts, with their rxe devices and GID indexes.
+struct PerftestEnds<'a> {
+    from: &'a RxeHost,
+    to: &'a RxeHost,
+    dev_a: String,
+    dev_b: String,
+    gid_a: u32,
+    gid_b: u32,
+}
+
+impl<'a> PerftestEnds<'a> {
+    /// The hosts `spec` names; by default the first and the last.
+    fn resolve(layout: &'a RxeLayout, spec: &PerftestSpec) -> Result<Self> {
+        let from = match &spec.from {
+            Some(h) => layout.host(h)?,
+            None => layout.hosts.first().context("no rxe hosts")?,
+        };
+        let to = match &spec.to {
+            Some(h) => layout.host(h)?,
+            None => layout.hosts.last().context("no rxe hosts")?,
+        };
+        ensure!(from.host != to.host, "--from and --to are the same host");
+        let (dev_a, dev_b) = (
+            from.device.clone().context("the client host has no rxe device")?,
+            to.device.clone().context("the server host has no rxe device")?,
+        );
+        let (gid_a, gid_b) = (from.gid_index.context("no GID index")?, to.gid_index.context("no GID index")?);
+        Ok(PerftestEnds { from, to, dev_a, dev_b, gid_a, gid_b })
+    }
+}
+
+/// What one perftest run gave: the client's output and figures, and the frames captured.
+struct PerftestRun {
+    text: String,
+    seconds: f64,
+    gbps_peak: f64,
+    gbps_average: f64,
+    mpps: f64,
+    captured: Vec<TimedFrame>,
+}
+
 /// Runs one perftest between two rxe hosts. `capture_dir`: where to keep the pcap.
 pub fn perftest(
     state: &State,
@@ -294,77 +391,122 @@ pub fn perftest(
     capture_dir: Option<&Path>,
 ) -> Result<PerftestResult> {
     ensure!(spec.iters >= 5, "perftest needs at least 5 iterations");
-    let from = match &spec.from {
-        Some(h) => layout.host(h)?,
-        None => layout.hosts.first().context("no rxe hosts")?,
-    };
-    let to = match &spec.to {
-        Some(h) => layout.host(h)?,
-        None => layout.hosts.last().context("no rxe hosts")?,
-    };
-    ensure!(from.host != to.host, "--from and --to are the same host");
-    let (dev_a, dev_b) = (
-        from.device.clone().context("the client host has no rxe device")?,
-        to.device.clone().context("the server host has no rxe device")?,
-    );
-    let (gid_a, gid_b) = (from.gid_index.context("no GID index")?, to.gid_index.context("no GID index")?);
-    let common = |dev: &str, gid: u32| -> Vec<String> {
-        let mut v: Vec<String> = vec![
-            "-d".into(),
-            dev.into(),
-            "-x".into(),
-            gid.to_string(),
-            "-q".into(),
-            spec.qps.to_string(),
-            "-s".into(),
-            spec.size.to_string(),
-            "-n".into(),
-            spec.iters.to_string(),
-            "-p".into(),
-            spec.port.to_string(),
-            "-t".into(),
-            spec.tx_depth.to_string(),
-            "-u".into(),
-            spec.qp_timeout.to_string(),
-            "-F".into(),
-            "--report_gbits".into(),
-        ];
-        if spec.tclass != 0 {
-            v.push(format!("--tclass={}", spec.tclass));
-        }
-        v
-    };
-    let before_uplinks = UplinkBytes::read(state)?;
-    let before_cong = stats::congestion_totals(state)?;
-    let (before_a, before_b) = (counters_of(&dev_a)?, counters_of(&dev_b)?);
-
+    let ends = PerftestEnds::resolve(layout, spec)?;
+    let baseline = Baseline::take(state, &[ends.dev_a.clone(), ends.dev_b.clone()])?;
     let pcap = capture_dir.map(|d| d.join(format!("rxe-{}-q{}.pcap", spec.test.binary(), spec.qps)));
-    let mut tcpdump = None;
-    if spec.capture {
-        // Captured to local storage (tcpdump runs as its own user), copied to `capture_dir` after.
-        let dir = std::env::temp_dir().join(format!("fabric-rxe-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        // World-writable: tcpdump drops to its own user before opening the file.
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
-        let file = dir.join("capture.pcap");
-        let mut c = command_in(to, "tcpdump");
-        c.args(["-i", &to.ifname, "-Z", "root", "-nn", "-s", "96", "-c", "20000", "-w"])
-            .arg(&file)
-            .args(["udp", "dst", "port", "4791", "and", "dst", "host", &to.ipv4.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        match c.spawn() {
-            Ok(child) => {
-                // tcpdump says "listening on" once its socket is open.
-                std::thread::sleep(Duration::from_millis(1500));
-                tcpdump = Some((child, file));
-            }
-            Err(e) => eprintln!("warning: no capture (tcpdump: {e})"),
+    let run = run_perftest(spec, &ends, pcap.as_deref())?;
+    let counters = baseline.since(state)?;
+    Ok(perftest_result(state, spec, ends, run, counters))
+}
+
+/// perftest's options for one side (the client adds the server's address).
+fn perftest_args(spec: &PerftestSpec, dev: &str, gid: u32) -> Vec<String> {
+    let mut v: Vec<String> = vec![
+        "-d".into(),
+        dev.into(),
+        "-x".into(),
+        gid.to_string(),
+        "-q".into(),
+        spec.qps.to_string(),
+        "-s".into(),
+        spec.size.to_string(),
+        "-n".into(),
+        spec.iters.to_string(),
+        "-p".into(),
+        spec.port.to_string(),
+        "-t".into(),
+        spec.tx_depth.to_string(),
+        "-u".into(),
+        spec.qp_timeout.to_string(),
+        "-F".into(),
+        "--report_gbits".into(),
+    ];
+    if spec.tclass != 0 {
+        v.push(format!("--tclass={}", spec.tclass));
+    }
+    v
+}
+
+/// The capture (when asked for), the server, the client; then the capture is stopped, kept at
+/// `pcap`, and the client's output checked and parsed.
+fn run_perftest(spec: &PerftestSpec, ends: &PerftestEnds, pcap: Option<&Path>) -> Result<PerftestRun> {
+    let tcpdump = if spec.capture { start_capture(ends.to)? } else { None };
+    let mut server = start_server(spec, ends)?;
+    let start = Instant::now();
+    let mut client = command_in(ends.from, spec.test.binary())
+        .args(perftest_args(spec, &ends.dev_a, ends.gid_a))
+        .arg(ends.to.ipv4.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let client_out = wait_child(&mut client, Duration::from_secs(300), "the perftest client");
+    let server_out = wait_child(&mut server, Duration::from_secs(30), "the perftest server");
+    let seconds = start.elapsed().as_secs_f64();
+    // Stopped and cleaned up before a failed client or server is reported.
+    let captured = match tcpdump {
+        Some(capture) => finish_capture(capture, pcap)?,
+        None => Vec::new(),
+    };
+    let client_out = client_out?;
+    let server_out = server_out?;
+    let text = client_text(spec, &client_out, &server_out)?;
+    let (gbps_peak, gbps_average, mpps) = parse_bw(&text).with_context(|| format!("no bandwidth line in:\n{text}"))?;
+    Ok(PerftestRun { text, seconds, gbps_peak, gbps_average, mpps, captured })
+}
+
+/// Starts tcpdump on the server's veth for the RoCE frames to the server; `None` (a warning)
+/// if tcpdump does not start.
+fn start_capture(to: &RxeHost) -> Result<Option<(Child, PathBuf)>> {
+    // Captured to local storage (tcpdump runs as its own user), copied to `capture_dir` after.
+    let dir = std::env::temp_dir().join(format!("fabric-rxe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    // World-writable: tcpdump drops to its own user before opening the file.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
+    let file = dir.join("capture.pcap");
+    let mut c = command_in(to, "tcpdump");
+    c.args(["-i", &to.ifname, "-Z", "root", "-nn", "-s", "96", "-c", "20000", "-w"])
+        .arg(&file)
+        .args(["udp", "dst", "port", "4791", "and", "dst", "host", &to.ipv4.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    match c.spawn() {
+        Ok(child) => {
+            // tcpdump says "listening on" once its socket is open.
+            std::thread::sleep(Duration::from_millis(1500));
+            Ok(Some((child, file)))
+        }
+        Err(e) => {
+            eprintln!("warning: no capture (tcpdump: {e})");
+            Ok(None)
         }
     }
+}
 
-    let mut server = command_in(to, spec.test.binary())
-        .args(common(&dev_b, gid_b))
+/// Stops tcpdump and reads its capture (a warning if it cannot be read); copies it to `pcap`
+/// and removes the local one.
+fn finish_capture((mut child, file): (Child, PathBuf), pcap: Option<&Path>) -> Result<Vec<TimedFrame>> {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let _ = wait_child(&mut child, Duration::from_secs(10), "tcpdump");
+    let mut captured = Vec::new();
+    match read_pcap_timed(&file) {
+        Ok(c) => captured = c,
+        Err(e) => eprintln!("warning: could not read the capture: {e:#}"),
+    }
+    if let Some(p) = pcap {
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::copy(&file, p).with_context(|| format!("copying the capture to {}", p.display()))?;
+    }
+    let _ = std::fs::remove_dir_all(file.parent().expect("in a directory"));
+    Ok(captured)
+}
+
+/// Starts the perftest server and waits (up to 30 s) until it listens on its port.
+fn start_server(spec: &PerftestSpec, ends: &PerftestEnds) -> Result<Child> {
+    let mut server = command_in(ends.to, spec.test.binary())
+        .args(perftest_args(spec, &ends.dev_b, ends.gid_b))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -377,35 +519,15 @@ pub fn perftest(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let start = Instant::now();
-    let mut client = command_in(from, spec.test.binary())
-        .args(common(&dev_a, gid_a))
-        .arg(to.ipv4.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let client_out = wait_child(&mut client, Duration::from_secs(300), "the perftest client");
-    let server_out = wait_child(&mut server, Duration::from_secs(30), "the perftest server");
-    let seconds = start.elapsed().as_secs_f64();
-    let mut captured = Vec::new();
-    if let Some((mut child, file)) = tcpdump {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-        let _ = wait_child(&mut child, Duration::from_secs(10), "tcpdump");
-        match read_pcap_timed(&file) {
-            Ok(c) => captured = c,
-            Err(e) => eprintln!("warning: could not read the capture: {e:#}"),
-        }
-        if let Some(p) = &pcap {
-            if let Some(d) = p.parent() {
-                std::fs::create_dir_all(d)?;
-            }
-            std::fs::copy(&file, p).with_context(|| format!("copying the capture to {}", p.display()))?;
-        }
-        let _ = std::fs::remove_dir_all(file.parent().expect("in a directory"));
-    }
-    let client_out = client_out?;
-    let server_out = server_out?;
+    Ok(server)
+}
+
+/// The client's stdout and stderr; an error with the server's output too if the client failed.
+fn client_text(
+    spec: &PerftestSpec,
+    client_out: &std::process::Output,
+    server_out: &std::process::Output,
+) -> Result<String> {
     let text = String::from_utf8_lossy(&client_out.stdout).into_owned() + &String::from_utf8_lossy(&client_out.stderr);
     ensure!(
         client_out.status.success(),
@@ -415,71 +537,77 @@ pub fn perftest(
         String::from_utf8_lossy(&server_out.stdout),
         String::from_utf8_lossy(&server_out.stderr)
     );
-    let (gbps_peak, gbps_average, mpps) = parse_bw(&text).with_context(|| format!("no bandwidth line in:\n{text}"))?;
+    Ok(text)
+}
 
-    let uplinks = UplinkBytes::read(state)?.since(&before_uplinks);
-    let congestion = stats::congestion_totals(state)?.since(&before_cong);
-    let (da, db) = (delta(&counters_of(&dev_a)?, &before_a), delta(&counters_of(&dev_b)?, &before_b));
-    let mut rxe_errors = Vec::new();
-    for (dev, d) in [(&dev_a, &da), (&dev_b, &db)] {
-        for &k in ERROR_COUNTERS {
-            if let Some(&v) = d.get(k)
-                && v > 0
-            {
-                rxe_errors.push(format!("{dev}: {k} = {v}"));
-            }
-        }
-    }
+/// The result document of a perftest run.
+fn perftest_result(
+    state: &State,
+    spec: &PerftestSpec,
+    ends: PerftestEnds,
+    run: PerftestRun,
+    counters: RunCounters,
+) -> PerftestResult {
+    let rxe_errors = counters.rxe_errors();
+    let (da, db) = (&counters.devices[0].1, &counters.devices[1].1);
     let get = |d: &BTreeMap<String, u64>, k: &str| d.get(k).copied().unwrap_or(0);
     let packets_conserved =
-        get(&da, "sent_pkts") == get(&db, "rcvd_pkts") && get(&db, "sent_pkts") == get(&da, "rcvd_pkts");
-    let client_rtsw = &state.plan.nodes[state.plan.rtsw_of(from.node)].name;
-    let client_rtsw_uplinks_used = uplinks.iter().find(|u| &u.rtsw == client_rtsw).map_or(0, |u| {
-        let total: u64 = u.tx_bytes.iter().map(|t| t.1).sum();
-        u.tx_bytes.iter().filter(|t| total > 0 && t.1 * 10 >= total).count()
-    });
-    let frames: Vec<Vec<u8>> = captured.iter().map(|c| c.1.clone()).collect();
-    let udp_sports = sports_seen(&frames);
-    // perftest's own figure is 0 when its cycle-counter calibration fails (it does under
-    // software emulation); the capture gives the rate that reached the server.
-    let gbps_wire = match (captured.first(), captured.last()) {
-        (Some(a), Some(b)) if b.0 > a.0 => {
-            captured.iter().map(|c| c.2 as f64 * 8.0).sum::<f64>() / (b.0 - a.0).as_secs_f64() / 1e9
-        }
-        _ => 0.0,
-    };
-    Ok(PerftestResult {
+        get(da, "sent_pkts") == get(db, "rcvd_pkts") && get(db, "sent_pkts") == get(da, "rcvd_pkts");
+    let client_rtsw_uplinks_used = rtsw_uplinks_used(state, ends.from, &counters.uplinks);
+    let frames: Vec<Vec<u8>> = run.captured.iter().map(|c| c.1.clone()).collect();
+    PerftestResult {
         schema: "fabric.rxe-perftest/1",
         testbed: state.plan.topology.prefix.clone(),
         endpoints: "rxe",
         kernel: kernel(),
         spec: spec.clone(),
-        from: from.host.clone(),
-        to: to.host.clone(),
-        devices: (dev_a.clone(), dev_b.clone()),
-        gid_indexes: (gid_a, gid_b),
-        gbps_average,
-        gbps_peak,
-        gbps_wire,
-        mpps,
-        seconds,
-        uplinks,
+        from: ends.from.host.clone(),
+        to: ends.to.host.clone(),
+        devices: (ends.dev_a, ends.dev_b),
+        gid_indexes: (ends.gid_a, ends.gid_b),
+        gbps_average: run.gbps_average,
+        gbps_peak: run.gbps_peak,
+        gbps_wire: wire_gbps(&run.captured),
+        mpps: run.mpps,
+        seconds: run.seconds,
+        uplinks: counters.uplinks,
         client_rtsw_uplinks_used,
-        congestion,
-        rxe_counters: BTreeMap::from([(dev_a, da), (dev_b, db)]),
+        congestion: counters.congestion,
+        rxe_counters: counters.devices.into_iter().collect(),
         rxe_errors,
         packets_conserved,
-        qp_pairs: qp_pairs(&text),
-        udp_sports,
-        captured_frames: captured.len() as u64,
+        qp_pairs: qp_pairs(&run.text),
+        udp_sports: sports_seen(&frames),
+        captured_frames: run.captured.len() as u64,
         pfc: PFC_NOTE,
-        perftest_output: text,
+        perftest_output: run.text,
+    }
+}
+
+/// How many uplinks of `host`'s RTSW carried at least 10 % of its uplink bytes.
+fn rtsw_uplinks_used(state: &State, host: &RxeHost, uplinks: &[UplinkLoad]) -> usize {
+    let rtsw = &state.plan.nodes[state.plan.rtsw_of(host.node)].name;
+    uplinks.iter().find(|u| &u.rtsw == rtsw).map_or(0, |u| {
+        let total: u64 = u.tx_bytes.iter().map(|t| t.1).sum();
+        u.tx_bytes.iter().filter(|t| total > 0 && t.1 * 10 >= total).count()
     })
+}
+
+/// The rate of the captured frames (their original lengths) over the capture's span.
+fn wire_gbps(captured: &[TimedFrame]) -> f64 {
+    // perftest's own figure is 0 when its cycle-counter calibration fails (it does under
+    // software emulation); the capture gives the rate that reached the server.
+    match (captured.first(), captured.last()) {
+        (Some(a), Some(b)) if b.0 > a.0 => {
+            captured.iter().map(|c| c.2 as f64 * 8.0).sum::<f64>() / (b.0 - a.0).as_secs_f64() / 1e9
+        }
+        _ => 0.0,
+    }
 }
 
 /// Frames of a (classic, Ethernet) pcap file with their timestamps and original lengths. Read here
 /// rather than with pcap-file, which rejects records of a capture with a short snap length.
-fn read_pcap_timed(path: &Path) -> Result<Vec<(Duration, Vec<u8>, u32)>> {
+fn read_pcap_timed(path: &Path) -> Result<Vec<TimedFrame>> {
     let d = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     ensure!(d.len() >= 24, "{} is not a pcap file", path.display());
     let (le, nanos) = match &d[..4] {
@@ -641,7 +769,7 @@ pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
     let _ = testbed::down(&prefix);
     let started = Instant::now();
     let (_, layout) = testbed::up_rxe(&topo, true, RxeOptions { create_devices: true })?;
-    let _guard = testbed::DownOnDrop(prefix.clone());
+    let guard = testbed::DownOnDrop(prefix.clone());
     let up_seconds = started.elapsed().as_secs_f64();
     println!(
         "rxe smoke: testbed {prefix} up with rxe hosts in {up_seconds:.1} s (per-host namespaces: {})",
@@ -651,7 +779,45 @@ pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
     ensure!(layout.hosts.len() >= 2, "the smoke topology needs two hosts");
     let (a, b) = (&layout.hosts[0], &layout.hosts[layout.hosts.len() - 1]);
     let ping = layout.per_host_netns || rxe::ping(a.ipv4, b.ipv4, 0x5253, Duration::from_secs(5))?;
-    let spec = PerftestSpec {
+    let spec = smoke_perftest_spec(a, b);
+    std::fs::create_dir_all(out)?;
+    let r = perftest(&state, &layout, &spec, Some(out))?;
+    print(&r);
+    let mut checks = perftest_checks(&r, &spec, a, b, ping);
+    // The same fabric with a collective from our verbs program, when asked for.
+    let allreduce_result = if with_allreduce {
+        smoke_allreduce(&state, &layout, &mut checks)
+    } else {
+        println!("  (verbs AllReduce not requested: `fabric rxe smoke --allreduce`)");
+        None
+    };
+    let passed = checks.iter().all(|c| c.1);
+    for (what, ok) in &checks {
+        println!("  [{}] {what}", if *ok { "ok" } else { "FAIL" });
+    }
+    println!("  ECN: the switches marked {} packets CE during the run", r.congestion.ecn_marked);
+    let report = SmokeReport {
+        schema: "fabric.rxe-smoke/1",
+        kernel: kernel(),
+        up_seconds,
+        per_host_netns: layout.per_host_netns,
+        ping_across_racks: ping,
+        perftest: r,
+        allreduce: allreduce_result,
+        checks,
+        passed,
+    };
+    write_json(&out.join("rxe-smoke.json"), &report)?;
+    drop(guard);
+    ensure!(RxeLayout::load(&prefix).is_err(), "down left the rxe layout behind");
+    println!("rxe smoke: {} ({:.1} s)", if passed { "passed" } else { "FAILED" }, started.elapsed().as_secs_f64());
+    ensure!(passed, "the rxe smoke test failed");
+    Ok(())
+}
+
+/// `ib_write_bw -q 4` from host `a` to host `b` with ECT traffic, captured at `b`.
+fn smoke_perftest_spec(a: &RxeHost, b: &RxeHost) -> PerftestSpec {
+    PerftestSpec {
         test: PerftestKind::Write,
         from: Some(a.host.clone()),
         to: Some(b.host.clone()),
@@ -663,12 +829,19 @@ pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
         qp_timeout: 18,
         port: 18515,
         capture: true,
-    };
-    std::fs::create_dir_all(out)?;
-    let r = perftest(&state, &layout, &spec, Some(out))?;
-    print(&r);
+    }
+}
+
+/// What the smoke test checks of the ping and the perftest run, each with whether it held.
+fn perftest_checks(
+    r: &PerftestResult,
+    spec: &PerftestSpec,
+    a: &RxeHost,
+    b: &RxeHost,
+    ping: bool,
+) -> Vec<(String, bool)> {
     let distinct_sports = r.udp_sports.iter().filter(|s| s.packets > 0).count();
-    let checks = vec![
+    vec![
         (format!("ICMP {} -> {} crosses the fabric", a.ipv4, b.ipv4), ping),
         (
             format!(
@@ -693,66 +866,39 @@ pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
             format!("{distinct_sports} distinct UDP source ports seen (rxe: one per QP pair)"),
             !spec.capture || distinct_sports >= 2,
         ),
-    ];
-    // The same fabric with a collective from our verbs program, when asked for.
-    let mut checks = checks;
-    let allreduce_result = if !with_allreduce {
-        println!("  (verbs AllReduce not requested: `fabric rxe smoke --allreduce`)");
-        None
-    } else {
-        match verbs_program() {
-            Ok(_) => {
-                let ar = AllreduceSpec {
-                    message: crate::model::units::Size(256 << 10),
-                    iterations: 2,
-                    qps: 2,
-                    tclass: 106,
-                    qp_timeout: 18,
-                    port_base: 19000,
-                };
-                let r = allreduce(&state, &layout, &ar);
-                match &r {
-                    Ok(v) => {
-                        print_allreduce(v);
-                        checks.push(("verbs ring AllReduce: sums verified".into(), v.extra.verified));
-                        checks.push((
-                            format!("verbs ring AllReduce: rxe error counters zero ({:?})", v.extra.rxe_errors),
-                            v.extra.rxe_errors.is_empty(),
-                        ));
-                    }
-                    Err(e) => checks.push((format!("verbs ring AllReduce ran: {e:#}"), false)),
-                }
-                r.ok()
-            }
-            // Asked for and not runnable: a failed check, not a silent pass.
-            Err(e) => {
-                checks.push((format!("verbs ring AllReduce requested, but not runnable: {e:#}"), false));
-                None
-            }
-        }
-    };
-    let passed = checks.iter().all(|c| c.1);
-    for (what, ok) in &checks {
-        println!("  [{}] {what}", if *ok { "ok" } else { "FAIL" });
+    ]
+}
+
+/// The verbs ring AllReduce on the smoke fabric, its checks added to `checks`.
+fn smoke_allreduce(state: &State, layout: &RxeLayout, checks: &mut Vec<(String, bool)>) -> Option<RxeRunResult> {
+    // Asked for and not runnable: a failed check, not a silent pass.
+    if let Err(e) = verbs_program() {
+        checks.push((format!("verbs ring AllReduce requested, but not runnable: {e:#}"), false));
+        return None;
     }
-    println!("  ECN: the switches marked {} packets CE during the run", r.congestion.ecn_marked);
-    let report = SmokeReport {
-        schema: "fabric.rxe-smoke/1",
-        kernel: kernel(),
-        up_seconds,
-        per_host_netns: layout.per_host_netns,
-        ping_across_racks: ping,
-        perftest: r,
-        allreduce: allreduce_result,
-        checks,
-        passed,
+    let spec = AllreduceSpec {
+        message: crate::model::units::Size(256 << 10),
+        iterations: 2,
+        qps: 2,
+        tclass: 106,
+        qp_timeout: 18,
+        port_base: 19000,
     };
-    write_json(&out.join("rxe-smoke.json"), &report)?;
-    drop(_guard);
-    ensure!(RxeLayout::load(&prefix).is_err(), "down left the rxe layout behind");
-    println!("rxe smoke: {} ({:.1} s)", if passed { "passed" } else { "FAILED" }, started.elapsed().as_secs_f64());
-    ensure!(passed, "the rxe smoke test failed");
-    Ok(())
+    match allreduce(state, layout, &spec) {
+        Ok(v) => {
+            print_allreduce(&v);
+            checks.push(("verbs ring AllReduce: sums verified".into(), v.extra.verified));
+            checks.push((
+                format!("verbs ring AllReduce: rxe error counters zero ({:?})", v.extra.rxe_errors),
+                v.extra.rxe_errors.is_empty(),
+            ));
+            Some(v)
+        }
+        Err(e) => {
+            checks.push((format!("verbs ring AllReduce ran: {e:#}"), false));
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -871,7 +1017,17 @@ pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Res
     let n = layout.hosts.len();
     ensure!(n >= 2, "a ring needs two rxe hosts");
     ensure!(layout.hosts.iter().all(|h| h.device.is_some() && h.gid_index.is_some()), "hosts without rxe devices");
-    let message = spec.message.get();
+    let options = allreduce_options(spec)?;
+    let devices: Vec<String> = layout.hosts.iter().map(|h| h.device.clone().expect("checked")).collect();
+    let baseline = Baseline::take(state, &devices)?;
+    let mut children = spawn_ranks(layout, spec, &program)?;
+    let reports = wait_for_ranks(layout, &mut children)?;
+    let counters = baseline.since(state)?;
+    Ok(allreduce_result(state, layout, spec, options, reports, counters))
+}
+
+/// The options `fabric run` would have for this AllReduce (they go into the result).
+fn allreduce_options(spec: &AllreduceSpec) -> Result<crate::run::RunOptions> {
     let run_spec = crate::run::RunSpec {
         workload: Some(crate::model::workload::Collective::Allreduce),
         message: spec.message,
@@ -881,11 +1037,13 @@ pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Res
         ecn: spec.tclass & 3 != 0,
         ..Default::default()
     };
-    let options = run_spec.to_options()?;
-    let devices: Vec<String> = layout.hosts.iter().map(|h| h.device.clone().expect("checked")).collect();
-    let before_uplinks = UplinkBytes::read(state)?;
-    let before_cong = stats::congestion_totals(state)?;
-    let before: Vec<BTreeMap<String, u64>> = devices.iter().map(|d| counters_of(d)).collect::<Result<_>>()?;
+    run_spec.to_options()
+}
+
+/// One verbs program per host (rank = plan order), each connected to the next host of the ring.
+fn spawn_ranks(layout: &RxeLayout, spec: &AllreduceSpec, program: &Path) -> Result<Vec<Child>> {
+    let n = layout.hosts.len();
+    let message = spec.message.get();
     let mut children: Vec<Child> = Vec::new();
     for (r, h) in layout.hosts.iter().enumerate() {
         let next = &layout.hosts[(r + 1) % n];
@@ -903,6 +1061,12 @@ pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Res
             .with_context(|| format!("starting {}", program.display()))?;
         children.push(child);
     }
+    Ok(children)
+}
+
+/// Every rank's report (its last JSON line), sorted by rank; an error naming the first rank that
+/// failed or did not report.
+fn wait_for_ranks(layout: &RxeLayout, children: &mut [Child]) -> Result<Vec<RankReport>> {
     let mut reports = Vec::new();
     let mut failures = Vec::new();
     // One deadline for all ranks; on any failure the others are killed (a rank left running
@@ -928,65 +1092,36 @@ pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Res
         }
     }
     if !failures.is_empty() {
-        for c in &mut children {
+        for c in children.iter_mut() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
     ensure!(failures.is_empty(), "the verbs AllReduce failed:\n{}", failures.join("\n"));
     reports.sort_by_key(|r| r.rank);
-    let uplinks = UplinkBytes::read(state)?.since(&before_uplinks);
-    let congestion = stats::congestion_totals(state)?.since(&before_cong);
-    let mut rxe_counters = BTreeMap::new();
-    let mut rxe_errors = Vec::new();
-    for (d, b) in devices.iter().zip(&before) {
-        let delta = delta(&counters_of(d)?, b);
-        for &k in ERROR_COUNTERS {
-            if let Some(&v) = delta.get(k)
-                && v > 0
-            {
-                rxe_errors.push(format!("{d}: {k} = {v}"));
-            }
-        }
-        rxe_counters.insert(d.clone(), delta);
-    }
+    Ok(reports)
+}
+
+/// The fabric.run/2 document of a verbs AllReduce (`reports`: one per rank, by rank).
+fn allreduce_result(
+    state: &State,
+    layout: &RxeLayout,
+    spec: &AllreduceSpec,
+    options: crate::run::RunOptions,
+    reports: Vec<RankReport>,
+    counters: RunCounters,
+) -> RxeRunResult {
+    let n = layout.hosts.len();
+    let rxe_errors = counters.rxe_errors();
+    let rxe_counters: BTreeMap<String, BTreeMap<String, u64>> = counters.devices.into_iter().collect();
     let sent: u64 = rxe_counters.values().map(|c| c.get("sent_pkts").copied().unwrap_or(0)).sum();
     let rcvd: u64 = rxe_counters.values().map(|c| c.get("rcvd_pkts").copied().unwrap_or(0)).sum();
     let scale = state.plan.topology.time_scale.max(1);
-    let iterations: Vec<IterationResult> = (0..spec.iterations as usize)
-        .map(|i| {
-            let c = reports.iter().map(|r| r.iteration_ns.get(i).copied().unwrap_or(0)).max().unwrap_or(0);
-            let step_ns: Vec<u64> = (0..reports[0].step_ns.len())
-                .map(|s| reports.iter().map(|r| r.step_ns[s]).max().unwrap_or(0))
-                .collect();
-            IterationResult { completion_ns: c, modelled_completion_ns: c as f64 / scale as f64, step_ns }
-        })
-        .collect();
-    // Flows of the last iteration: every step, every rank to the next, one chunk over `qps` QPs.
-    let mut flows = Vec::new();
-    for rep in &reports {
-        let next = &layout.hosts[(rep.rank + 1) % n];
-        let sports: Vec<u16> = rep.tx_qpns.iter().zip(&rep.next_rx_qpns).map(|(&l, &r)| rxe_udp_sport(l, r)).collect();
-        for (s, &ns) in rep.step_ns.iter().enumerate() {
-            flows.push(RxeFlow {
-                src: layout.hosts[rep.rank].host.clone(),
-                dst: next.host.clone(),
-                step: s,
-                bytes: rep.chunk_bytes,
-                qps: rep.qps,
-                udp_sports: sports.clone(),
-                completion_ns: ns,
-                goodput_bps: if ns > 0 { rep.chunk_bytes as f64 * 8e9 / ns as f64 } else { 0.0 },
-                bytes_received: rep.chunk_bytes,
-                ..Default::default()
-            });
-        }
-    }
     let chunk = reports[0].chunk_bytes;
     let bytes_needed = 2 * (n as u64 - 1) * n as u64 * chunk * spec.iterations as u64;
     let verified = reports.iter().all(|r| r.verified);
     let hash = state.plan.nodes[state.plan.rtsw_of(layout.hosts[0].node)].hash;
-    Ok(RxeRunResult {
+    RxeRunResult {
         schema: RESULTS_SCHEMA,
         endpoints: Endpoints::Rxe,
         job_id: None,
@@ -994,14 +1129,14 @@ pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Res
         options,
         placement: layout.hosts.iter().map(|h| h.host.clone()).collect(),
         hash: hash.as_str().into(),
-        iterations,
-        flows,
-        balance: crate::run::balance(&uplinks),
-        uplinks,
+        iterations: iteration_results(&reports, spec.iterations, scale),
+        flows: last_iteration_flows(layout, &reports),
+        balance: crate::run::balance(&counters.uplinks),
+        uplinks: counters.uplinks,
         bytes_needed,
         bytes_delivered: if verified { bytes_needed } else { 0 },
         achieved_over_intended: None,
-        congestion,
+        congestion: counters.congestion,
         diagnosis: Vec::new(),
         te_flows: None,
         cpu_limited: None,
@@ -1019,7 +1154,45 @@ pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Res
             pfc: PFC_NOTE,
             udp_sports_note: "rxe: one UDP source port per QP pair, 0xC000 + a fold of the two QPNs (flow label 0)",
         },
-    })
+    }
+}
+
+/// Per iteration: the slowest rank's completion, and per step the slowest rank's step time.
+fn iteration_results(reports: &[RankReport], iterations: u32, scale: u64) -> Vec<IterationResult> {
+    (0..iterations as usize)
+        .map(|i| {
+            let c = reports.iter().map(|r| r.iteration_ns.get(i).copied().unwrap_or(0)).max().unwrap_or(0);
+            let step_ns: Vec<u64> = (0..reports[0].step_ns.len())
+                .map(|s| reports.iter().map(|r| r.step_ns[s]).max().unwrap_or(0))
+                .collect();
+            IterationResult { completion_ns: c, modelled_completion_ns: c as f64 / scale as f64, step_ns }
+        })
+        .collect()
+}
+
+/// Flows of the last iteration: every step, every rank to the next, one chunk over `qps` QPs.
+fn last_iteration_flows(layout: &RxeLayout, reports: &[RankReport]) -> Vec<RxeFlow> {
+    let n = layout.hosts.len();
+    let mut flows = Vec::new();
+    for rep in reports {
+        let next = &layout.hosts[(rep.rank + 1) % n];
+        let sports: Vec<u16> = rep.tx_qpns.iter().zip(&rep.next_rx_qpns).map(|(&l, &r)| rxe_udp_sport(l, r)).collect();
+        for (s, &ns) in rep.step_ns.iter().enumerate() {
+            flows.push(RxeFlow {
+                src: layout.hosts[rep.rank].host.clone(),
+                dst: next.host.clone(),
+                step: s,
+                bytes: rep.chunk_bytes,
+                qps: rep.qps,
+                udp_sports: sports.clone(),
+                completion_ns: ns,
+                goodput_bps: if ns > 0 { rep.chunk_bytes as f64 * 8e9 / ns as f64 } else { 0.0 },
+                bytes_received: rep.chunk_bytes,
+                ..Default::default()
+            });
+        }
+    }
+    flows
 }
 
 /// A flow of an rxe run: what the verbs program reports; what only our endpoints count is `None`.

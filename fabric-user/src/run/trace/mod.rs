@@ -168,229 +168,17 @@ impl Job {
         if n == 0 {
             bail!("the trace has no ranks");
         }
-        for (g, members) in &input.groups {
-            let mut seen = BTreeSet::new();
-            for &m in members {
-                if m >= n {
-                    bail!("process group {g:?} names rank {m}, but the job has {n} ranks (0..{})", n - 1);
-                }
-                if !seen.insert(m) {
-                    bail!("process group {g:?} names rank {m} twice");
-                }
-            }
-        }
-        // (rank, index) -> job op.
-        let mut owner: HashMap<(usize, usize), usize> = HashMap::new();
-        let mut ops: Vec<JobOp> = Vec::new();
-        // Collectives: per group, the k-th of every member.
-        let mut coll_seq: HashMap<(Option<String>, usize), Vec<usize>> = HashMap::new();
-        let mut sends: HashMap<(usize, usize, i64), Vec<usize>> = HashMap::new();
-        let mut recvs: HashMap<(usize, usize, i64), Vec<usize>> = HashMap::new();
-        for (r, rt) in input.ranks.iter().enumerate() {
-            for (i, op) in rt.ops.iter().enumerate() {
-                for &d in &op.deps {
-                    if d >= i {
-                        bail!("{}: depends on an op that does not come before it", where_(input, r, i));
-                    }
-                }
-                match &op.kind {
-                    RankOpKind::Coll { group, .. } => {
-                        let members = group_members(input, group.as_deref());
-                        if !members.contains(&r) {
-                            bail!(
-                                "{}: a collective on process group {:?}, whose members {:?} do not include rank {r}",
-                                where_(input, r, i),
-                                group.as_deref().unwrap_or("(all ranks)"),
-                                members
-                            );
-                        }
-                        coll_seq.entry((group.clone(), r)).or_default().push(i);
-                    }
-                    RankOpKind::Send { peer, tag } | RankOpKind::Recv { peer, tag } => {
-                        if *peer >= n {
-                            bail!("{}: peer rank {peer} is outside the job (ranks 0..{})", where_(input, r, i), n - 1);
-                        }
-                        if *peer == r {
-                            bail!("{}: sends to or receives from itself", where_(input, r, i));
-                        }
-                        if matches!(op.kind, RankOpKind::Send { .. }) {
-                            sends.entry((r, *peer, *tag)).or_default().push(i);
-                        } else {
-                            recvs.entry((*peer, r, *tag)).or_default().push(i);
-                        }
-                    }
-                }
-            }
-        }
-        // Collectives, in the order of the lowest member's issue order (any order works: the
-        // topological sort below fixes the final one).
-        let mut groups: Vec<Option<String>> = coll_seq.keys().map(|(g, _)| g.clone()).collect();
-        groups.sort();
-        groups.dedup();
-        for g in groups {
-            let members = group_members(input, g.as_deref());
-            let lists: Vec<&Vec<usize>> =
-                members.iter().map(|m| coll_seq.get(&(g.clone(), *m)).map_or(&EMPTY, |v| v)).collect();
-            let count = lists.iter().map(|l| l.len()).max().unwrap_or(0);
-            for k in 0..count {
-                let Some((r0, &i0)) = members.iter().zip(&lists).find_map(|(m, l)| l.get(k).map(|i| (*m, i))) else {
-                    continue;
-                };
-                let first = &input.ranks[r0].ops[i0];
-                let RankOpKind::Coll { kind, .. } = first.kind else { unreachable!() };
-                let mut nodes = Vec::new();
-                for (m, l) in members.iter().zip(&lists) {
-                    let Some(&i) = l.get(k) else {
-                        bail!(
-                            "{}: collective #{} on process group {:?}, but rank {m} issues only {} collective(s) on it",
-                            where_(input, r0, i0),
-                            k + 1,
-                            g.as_deref().unwrap_or("(all ranks)"),
-                            l.len()
-                        );
-                    };
-                    let op = &input.ranks[*m].ops[i];
-                    let RankOpKind::Coll { kind: km, .. } = op.kind else { unreachable!() };
-                    if km != kind || op.bytes != first.bytes {
-                        bail!(
-                            "{}: {} of {} bytes does not match {}: {} of {} bytes (collective #{} on group {:?})",
-                            where_(input, *m, i),
-                            km.as_str(),
-                            op.bytes,
-                            where_(input, r0, i0),
-                            kind.as_str(),
-                            first.bytes,
-                            k + 1,
-                            g.as_deref().unwrap_or("(all ranks)")
-                        );
-                    }
-                    nodes.push((*m, op.node));
-                    owner.insert((*m, i), ops.len());
-                }
-                ops.push(JobOp {
-                    id: ops.len(),
-                    name: first.name.clone(),
-                    kind,
-                    ranks: members.clone(),
-                    bytes: first.bytes,
-                    group: g.clone(),
-                    nodes,
-                    deps: Vec::new(),
-                });
-            }
-        }
-        let mut keys: Vec<&(usize, usize, i64)> = sends.keys().chain(recvs.keys()).collect();
-        keys.sort();
-        keys.dedup();
-        for key in keys {
-            let (a, b, tag) = *key;
-            let s = sends.get(key).map_or(&EMPTY, |v| v);
-            let r = recvs.get(key).map_or(&EMPTY, |v| v);
-            for k in 0..s.len().max(r.len()) {
-                match (s.get(k), r.get(k)) {
-                    (Some(&si), Some(&ri)) => {
-                        let (so, ro) = (&input.ranks[a].ops[si], &input.ranks[b].ops[ri]);
-                        if so.bytes != ro.bytes {
-                            bail!(
-                                "{}: receives {} bytes but {} sends {}",
-                                where_(input, b, ri),
-                                ro.bytes,
-                                where_(input, a, si),
-                                so.bytes
-                            );
-                        }
-                        owner.insert((a, si), ops.len());
-                        owner.insert((b, ri), ops.len());
-                        ops.push(JobOp {
-                            id: ops.len(),
-                            name: so.name.clone(),
-                            kind: OpKind::SendRecv,
-                            ranks: vec![a, b],
-                            bytes: so.bytes,
-                            group: None,
-                            nodes: vec![(a, so.node), (b, ro.node)],
-                            deps: Vec::new(),
-                        });
-                    }
-                    (Some(&si), None) => bail!(
-                        "{}: send #{} to rank {b} (tag {tag}) has no matching receive on rank {b}",
-                        where_(input, a, si),
-                        k + 1
-                    ),
-                    (None, Some(&ri)) => bail!(
-                        "{}: receive #{} from rank {a} (tag {tag}) has no matching send on rank {a}",
-                        where_(input, b, ri),
-                        k + 1
-                    ),
-                    (None, None) => unreachable!(),
-                }
-            }
-        }
-        // Job-wide dependencies.
-        let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); ops.len()];
-        for (r, rt) in input.ranks.iter().enumerate() {
-            for (i, op) in rt.ops.iter().enumerate() {
-                let me = owner[&(r, i)];
-                for &d in &op.deps {
-                    let other = owner[&(r, d)];
-                    if other == me {
-                        bail!(
-                            "{}: depends on {}, which is part of the same job-wide op",
-                            where_(input, r, i),
-                            where_(input, r, d)
-                        );
-                    }
-                    deps[me].insert(other);
-                }
-            }
-        }
-        // Topological order (Kahn), stable by creation order; a cycle is a deadlock.
-        let mut indegree: Vec<usize> = deps.iter().map(BTreeSet::len).collect();
-        let mut users: Vec<Vec<usize>> = vec![Vec::new(); ops.len()];
-        for (o, ds) in deps.iter().enumerate() {
-            for &d in ds {
-                users[d].push(o);
-            }
-        }
-        let mut ready: BTreeSet<usize> = (0..ops.len()).filter(|&o| indegree[o] == 0).collect();
-        let mut order = Vec::new();
-        while let Some(o) = ready.pop_first() {
-            order.push(o);
-            for &u in &users[o] {
-                indegree[u] -= 1;
-                if indegree[u] == 0 {
-                    ready.insert(u);
-                }
-            }
-        }
-        if order.len() != ops.len() {
-            let stuck = (0..ops.len()).find(|o| !order.contains(o)).expect("some op is stuck");
-            let (r, node) = ops[stuck].nodes[0];
-            bail!(
-                "the trace deadlocks: op {:?} (rank {r}, node {node}) waits, through the ranks' orders and \
-                 dependencies, on itself (e.g. a receive issued before the matching send's dependencies allow)",
-                ops[stuck].name
-            );
-        }
-        let mut new_id = vec![0; ops.len()];
-        for (i, &o) in order.iter().enumerate() {
-            new_id[o] = i;
-        }
-        let mut sorted: Vec<JobOp> = order
-            .iter()
-            .map(|&o| {
-                let mut op = ops[o].clone();
-                op.id = new_id[o];
-                op.deps = deps[o].iter().map(|&d| new_id[d]).collect();
-                op.deps.sort();
-                op
-            })
-            .collect();
-        sorted.sort_by_key(|o| o.id);
+        check_groups(input)?;
+        let issued = Issued::from_ranks(input)?;
+        let mut matched = Matched::default();
+        matched.match_collectives(input, &issued.colls)?;
+        matched.match_point_to_point(input, &issued.sends, &issued.recvs)?;
+        let deps = matched.job_deps(input)?;
+        let order = topological_order(&matched.ops, &deps)?;
         Ok(Job {
             format: input.format,
             ranks: n,
-            ops: sorted,
+            ops: renumber(&matched.ops, &deps, &order),
             skipped_nodes: input.ranks.iter().map(|r| r.skipped_nodes).sum(),
             skipped_micros: input.ranks.iter().map(|r| r.skipped_micros).sum(),
         })
@@ -446,6 +234,322 @@ fn group_members(input: &TraceInput, group: Option<&str>) -> Vec<usize> {
         Some(m) => m.clone(),
         None => (0..input.ranks.len()).collect(),
     }
+}
+
+/// How error messages name a process group (`None`: every rank).
+fn group_label(group: &Option<String>) -> &str {
+    group.as_deref().unwrap_or("(all ranks)")
+}
+
+/// Every named process group names ranks of the job, each once.
+fn check_groups(input: &TraceInput) -> Result<()> {
+    let n = input.ranks.len();
+    for (g, members) in &input.groups {
+        let mut seen = BTreeSet::new();
+        for &m in members {
+            if m >= n {
+                bail!("process group {g:?} names rank {m}, but the job has {n} ranks (0..{})", n - 1);
+            }
+            if !seen.insert(m) {
+                bail!("process group {g:?} names rank {m} twice");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Send/receive key: `(sender, receiver, tag)`.
+type P2pKey = (usize, usize, i64);
+
+/// The ranks' ops (indices into each rank's op list, in issue order), keyed by what matches them
+/// across ranks.
+#[derive(Default)]
+struct Issued {
+    /// `(group, rank)`: that rank's collectives on the group.
+    colls: HashMap<(Option<String>, usize), Vec<usize>>,
+    /// The sender's sends.
+    sends: HashMap<P2pKey, Vec<usize>>,
+    /// The receiver's receives.
+    recvs: HashMap<P2pKey, Vec<usize>>,
+}
+
+impl Issued {
+    /// Every op of every rank under its matching key; checks what one op shows on its own.
+    fn from_ranks(input: &TraceInput) -> Result<Issued> {
+        let mut issued = Issued::default();
+        for (r, rt) in input.ranks.iter().enumerate() {
+            for i in 0..rt.ops.len() {
+                issued.add(input, r, i)?;
+            }
+        }
+        Ok(issued)
+    }
+
+    /// Op `i` of rank `r`.
+    fn add(&mut self, input: &TraceInput, r: usize, i: usize) -> Result<()> {
+        let n = input.ranks.len();
+        let op = &input.ranks[r].ops[i];
+        // Dependencies pointing backwards make each rank's list a topological order.
+        for &d in &op.deps {
+            if d >= i {
+                bail!("{}: depends on an op that does not come before it", where_(input, r, i));
+            }
+        }
+        match &op.kind {
+            RankOpKind::Coll { group, .. } => {
+                let members = group_members(input, group.as_deref());
+                if !members.contains(&r) {
+                    bail!(
+                        "{}: a collective on process group {:?}, whose members {:?} do not include rank {r}",
+                        where_(input, r, i),
+                        group_label(group),
+                        members
+                    );
+                }
+                self.colls.entry((group.clone(), r)).or_default().push(i);
+            }
+            RankOpKind::Send { peer, tag } | RankOpKind::Recv { peer, tag } => {
+                if *peer >= n {
+                    bail!("{}: peer rank {peer} is outside the job (ranks 0..{})", where_(input, r, i), n - 1);
+                }
+                if *peer == r {
+                    bail!("{}: sends to or receives from itself", where_(input, r, i));
+                }
+                if matches!(op.kind, RankOpKind::Send { .. }) {
+                    self.sends.entry((r, *peer, *tag)).or_default().push(i);
+                } else {
+                    self.recvs.entry((*peer, r, *tag)).or_default().push(i);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Job-wide ops in creation order (ids = indices, dependencies not yet set), and the job op
+/// that owns each `(rank, index)`.
+#[derive(Default)]
+struct Matched {
+    ops: Vec<JobOp>,
+    owner: HashMap<(usize, usize), usize>,
+}
+
+impl Matched {
+    /// Collectives, group by group: the k-th of every member is one job op. Created in the order
+    /// of the lowest member's issue order (any order works: the topological sort fixes the
+    /// final one).
+    fn match_collectives(
+        &mut self,
+        input: &TraceInput,
+        colls: &HashMap<(Option<String>, usize), Vec<usize>>,
+    ) -> Result<()> {
+        let mut groups: Vec<Option<String>> = colls.keys().map(|(g, _)| g.clone()).collect();
+        groups.sort();
+        groups.dedup();
+        for g in groups {
+            let members = group_members(input, g.as_deref());
+            let lists: Vec<&Vec<usize>> =
+                members.iter().map(|m| colls.get(&(g.clone(), *m)).map_or(&EMPTY, |v| v)).collect();
+            let count = lists.iter().map(|l| l.len()).max().unwrap_or(0);
+            for k in 0..count {
+                self.match_collective(input, &g, &members, &lists, k)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The k-th collective on group `g`: every member (`lists`: each member's collectives on
+    /// it) must issue one, of the same kind and size as the first member that does.
+    fn match_collective(
+        &mut self,
+        input: &TraceInput,
+        g: &Option<String>,
+        members: &[usize],
+        lists: &[&Vec<usize>],
+        k: usize,
+    ) -> Result<()> {
+        let Some((r0, &i0)) = members.iter().zip(lists).find_map(|(m, l)| l.get(k).map(|i| (*m, i))) else {
+            return Ok(());
+        };
+        let first = &input.ranks[r0].ops[i0];
+        let RankOpKind::Coll { kind, .. } = first.kind else { unreachable!() };
+        let mut nodes = Vec::new();
+        for (m, l) in members.iter().zip(lists) {
+            let Some(&i) = l.get(k) else {
+                bail!(
+                    "{}: collective #{} on process group {:?}, but rank {m} issues only {} collective(s) on it",
+                    where_(input, r0, i0),
+                    k + 1,
+                    group_label(g),
+                    l.len()
+                );
+            };
+            let op = &input.ranks[*m].ops[i];
+            let RankOpKind::Coll { kind: km, .. } = op.kind else { unreachable!() };
+            if km != kind || op.bytes != first.bytes {
+                bail!(
+                    "{}: {} of {} bytes does not match {}: {} of {} bytes (collective #{} on group {:?})",
+                    where_(input, *m, i),
+                    km.as_str(),
+                    op.bytes,
+                    where_(input, r0, i0),
+                    kind.as_str(),
+                    first.bytes,
+                    k + 1,
+                    group_label(g)
+                );
+            }
+            nodes.push((*m, op.node));
+            self.owner.insert((*m, i), self.ops.len());
+        }
+        self.ops.push(JobOp {
+            id: self.ops.len(),
+            name: first.name.clone(),
+            kind,
+            ranks: members.to_vec(),
+            bytes: first.bytes,
+            group: g.clone(),
+            nodes,
+            deps: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Sends and receives: the k-th send from a to b with tag t is the k-th receive on b from a
+    /// with tag t.
+    fn match_point_to_point(
+        &mut self,
+        input: &TraceInput,
+        sends: &HashMap<P2pKey, Vec<usize>>,
+        recvs: &HashMap<P2pKey, Vec<usize>>,
+    ) -> Result<()> {
+        let mut keys: Vec<&P2pKey> = sends.keys().chain(recvs.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        for key in keys {
+            let (a, b, tag) = *key;
+            let s = sends.get(key).map_or(&EMPTY, |v| v);
+            let r = recvs.get(key).map_or(&EMPTY, |v| v);
+            for k in 0..s.len().max(r.len()) {
+                match (s.get(k), r.get(k)) {
+                    (Some(&si), Some(&ri)) => self.pair(input, (a, si), (b, ri))?,
+                    (Some(&si), None) => bail!(
+                        "{}: send #{} to rank {b} (tag {tag}) has no matching receive on rank {b}",
+                        where_(input, a, si),
+                        k + 1
+                    ),
+                    (None, Some(&ri)) => bail!(
+                        "{}: receive #{} from rank {a} (tag {tag}) has no matching send on rank {a}",
+                        where_(input, b, ri),
+                        k + 1
+                    ),
+                    (None, None) => unreachable!(),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One send (`(rank, index)` on the sender) and its receive: a send-recv job op.
+    fn pair(&mut self, input: &TraceInput, (a, si): (usize, usize), (b, ri): (usize, usize)) -> Result<()> {
+        let (so, ro) = (&input.ranks[a].ops[si], &input.ranks[b].ops[ri]);
+        if so.bytes != ro.bytes {
+            bail!(
+                "{}: receives {} bytes but {} sends {}",
+                where_(input, b, ri),
+                ro.bytes,
+                where_(input, a, si),
+                so.bytes
+            );
+        }
+        self.owner.insert((a, si), self.ops.len());
+        self.owner.insert((b, ri), self.ops.len());
+        self.ops.push(JobOp {
+            id: self.ops.len(),
+            name: so.name.clone(),
+            kind: OpKind::SendRecv,
+            ranks: vec![a, b],
+            bytes: so.bytes,
+            group: None,
+            nodes: vec![(a, so.node), (b, ro.node)],
+            deps: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Job-wide dependencies: op X waits for op Y when a part of X depends on a part of Y.
+    fn job_deps(&self, input: &TraceInput) -> Result<Vec<BTreeSet<usize>>> {
+        let mut deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); self.ops.len()];
+        for (r, rt) in input.ranks.iter().enumerate() {
+            for (i, op) in rt.ops.iter().enumerate() {
+                let me = self.owner[&(r, i)];
+                for &d in &op.deps {
+                    let other = self.owner[&(r, d)];
+                    if other == me {
+                        bail!(
+                            "{}: depends on {}, which is part of the same job-wide op",
+                            where_(input, r, i),
+                            where_(input, r, d)
+                        );
+                    }
+                    deps[me].insert(other);
+                }
+            }
+        }
+        Ok(deps)
+    }
+}
+
+/// Topological order of the ops (Kahn), stable by creation order; a cycle is a deadlock.
+fn topological_order(ops: &[JobOp], deps: &[BTreeSet<usize>]) -> Result<Vec<usize>> {
+    let mut indegree: Vec<usize> = deps.iter().map(BTreeSet::len).collect();
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); ops.len()];
+    for (o, ds) in deps.iter().enumerate() {
+        for &d in ds {
+            users[d].push(o);
+        }
+    }
+    let mut ready: BTreeSet<usize> = (0..ops.len()).filter(|&o| indegree[o] == 0).collect();
+    let mut order = Vec::new();
+    while let Some(o) = ready.pop_first() {
+        order.push(o);
+        for &u in &users[o] {
+            indegree[u] -= 1;
+            if indegree[u] == 0 {
+                ready.insert(u);
+            }
+        }
+    }
+    if order.len() != ops.len() {
+        let stuck = (0..ops.len()).find(|o| !order.contains(o)).expect("some op is stuck");
+        let (r, node) = ops[stuck].nodes[0];
+        bail!(
+            "the trace deadlocks: op {:?} (rank {r}, node {node}) waits, through the ranks' orders and \
+             dependencies, on itself (e.g. a receive issued before the matching send's dependencies allow)",
+            ops[stuck].name
+        );
+    }
+    Ok(order)
+}
+
+/// The ops in `order`, renumbered by their position in it, with their dependencies in the new ids.
+fn renumber(ops: &[JobOp], deps: &[BTreeSet<usize>], order: &[usize]) -> Vec<JobOp> {
+    let mut new_id = vec![0; ops.len()];
+    for (i, &o) in order.iter().enumerate() {
+        new_id[o] = i;
+    }
+    let mut sorted: Vec<JobOp> = order
+        .iter()
+        .map(|&o| {
+            let mut op = ops[o].clone();
+            op.id = new_id[o];
+            op.deps = deps[o].iter().map(|&d| new_id[d]).collect();
+            op.deps.sort();
+            op
+        })
+        .collect();
+    sorted.sort_by_key(|o| o.id);
+    sorted
 }
 
 #[cfg(test)]
