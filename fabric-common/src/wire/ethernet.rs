@@ -1,15 +1,21 @@
 //! Ethernet II and the 802.1Q tag.
+use core::mem::offset_of;
+
+use network_types::{eth::EthHdr, vlan::VlanHdr};
+
 use super::Field;
 
-pub const HEADER_LEN: usize = 14;
-pub const DST: Field = 0..6;
-pub const SRC: Field = 6..12;
-pub const ETHERTYPE: Field = 12..14;
+// The layouts are network-types' (the aya ecosystem's header structs, shared with the XDP
+// program); the named byte ranges below are read from them, so neither side writes an offset.
+pub const HEADER_LEN: usize = EthHdr::LEN;
+pub const DST: Field = offset_of!(EthHdr, dst_addr)..offset_of!(EthHdr, src_addr);
+pub const SRC: Field = offset_of!(EthHdr, src_addr)..offset_of!(EthHdr, ether_type);
+pub const ETHERTYPE: Field = offset_of!(EthHdr, ether_type)..HEADER_LEN;
 
 /// An 802.1Q tag: TPID 0x8100 in the EtherType position, then the TCI and the inner EtherType.
-pub const VLAN_TAG_LEN: usize = 4;
+pub const VLAN_TAG_LEN: usize = VlanHdr::LEN;
 /// Offset of the TCI (PCP:3, DEI:1, VID:12) from the start of the frame in a tagged frame.
-pub const VLAN_TCI: Field = 14..16;
+pub const VLAN_TCI: Field = HEADER_LEN + offset_of!(VlanHdr, tci)..HEADER_LEN + offset_of!(VlanHdr, ether_type);
 
 pub const ETHERTYPE_IPV4: u16 = 0x0800;
 pub const ETHERTYPE_ARP: u16 = 0x0806;
@@ -35,3 +41,5 @@ pub const fn tci_vid(tci: u16) -> u16 {
 pub const fn is_group_address(mac: &[u8; 6]) -> bool {
     mac[0] & 0x01 != 0
 }
+
+const _: () = assert!(HEADER_LEN == 14 && VLAN_TAG_LEN == 4 && ETHERTYPE.start == 12 && VLAN_TCI.start == 14);

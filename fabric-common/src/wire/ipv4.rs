@@ -1,20 +1,24 @@
 //! IPv4 header (RFC 791).
+use core::mem::offset_of;
+
+use network_types::ip::Ipv4Hdr;
+
 use super::Field;
 
-pub const MIN_HEADER_LEN: usize = 20;
+pub const MIN_HEADER_LEN: usize = Ipv4Hdr::LEN;
 pub const MAX_HEADER_LEN: usize = 60;
 
-pub const VER_IHL: usize = 0;
-pub const TOS: usize = 1;
-pub const TOTAL_LEN: Field = 2..4;
+pub const VER_IHL: usize = offset_of!(Ipv4Hdr, vihl);
+pub const TOS: usize = offset_of!(Ipv4Hdr, tos);
+pub const TOTAL_LEN: Field = offset_of!(Ipv4Hdr, tot_len)..offset_of!(Ipv4Hdr, id);
 /// Chosen by the sender; not masked by the RoCEv2 ICRC (see `fabric_roce::icrc`).
-pub const IDENTIFICATION: Field = 4..6;
-pub const FLAGS_FRAG: Field = 6..8;
-pub const TTL: usize = 8;
-pub const PROTOCOL: usize = 9;
-pub const CHECKSUM: Field = 10..12;
-pub const SRC: Field = 12..16;
-pub const DST: Field = 16..20;
+pub const IDENTIFICATION: Field = offset_of!(Ipv4Hdr, id)..offset_of!(Ipv4Hdr, frags);
+pub const FLAGS_FRAG: Field = offset_of!(Ipv4Hdr, frags)..offset_of!(Ipv4Hdr, ttl);
+pub const TTL: usize = offset_of!(Ipv4Hdr, ttl);
+pub const PROTOCOL: usize = offset_of!(Ipv4Hdr, proto);
+pub const CHECKSUM: Field = offset_of!(Ipv4Hdr, check)..offset_of!(Ipv4Hdr, src_addr);
+pub const SRC: Field = offset_of!(Ipv4Hdr, src_addr)..offset_of!(Ipv4Hdr, dst_addr);
+pub const DST: Field = offset_of!(Ipv4Hdr, dst_addr)..MIN_HEADER_LEN;
 
 /// The version/IHL byte of a header without options: version 4, five 32-bit words.
 pub const VER_IHL_NO_OPTIONS: u8 = 0x45;
@@ -28,3 +32,6 @@ pub const FRAG_OFFSET_MASK: u16 = 0x1FFF;
 
 pub const PROTO_UDP: u8 = 17;
 pub const PROTO_TCP: u8 = 6;
+
+// The layout as RFC 791 draws it (a check on the crate we read it from).
+const _: () = assert!(MIN_HEADER_LEN == 20 && TTL == 8 && PROTOCOL == 9 && CHECKSUM.start == 10 && SRC.start == 12);
