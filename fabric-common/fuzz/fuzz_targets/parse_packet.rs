@@ -285,6 +285,21 @@ fn expected_decision(tables: &Tables, port: &PortInfo, p: &ParsedPacket) -> Expe
     if p.dst_mac != port.mac {
         return Expected::Pass(PassReason::OtherHost);
     }
+    // Traffic for the switch itself (an IPv6 link-local destination, fe80::/10, or a route to
+    // one of its own addresses) is its kernel's, before the source guard.
+    if let IpHeader::V6 { dst, .. } = p.ip
+        && dst[0] == 0xfe
+        && dst[1] & 0xc0 == 0x80
+    {
+        return Expected::Pass(PassReason::Local);
+    }
+    let (route, ttl) = match p.ip {
+        IpHeader::V4 { dst, ttl, .. } => (tables.route_v4(&dst), ttl),
+        IpHeader::V6 { dst, hop_limit, .. } => (tables.route_v6(&dst), hop_limit),
+    };
+    if route == Some(ROUTE_LOCAL) {
+        return Expected::Pass(PassReason::Local);
+    }
     let genuine = match p.ip {
         IpHeader::V4 { src, .. } => src == port.host_ipv4,
         IpHeader::V6 { src, .. } => src == port.host_ipv6,
@@ -292,14 +307,8 @@ fn expected_decision(tables: &Tables, port: &PortInfo, p: &ParsedPacket) -> Expe
     if port.is_host() && !genuine {
         return Expected::Drop(DropReason::SpoofedSource);
     }
-    let (route, ttl) = match p.ip {
-        IpHeader::V4 { dst, ttl, .. } => (tables.route_v4(&dst), ttl),
-        IpHeader::V6 { dst, hop_limit, .. } => (tables.route_v6(&dst), hop_limit),
-    };
-    let id = match route {
-        None => return Expected::Drop(DropReason::NoRoute),
-        Some(ROUTE_LOCAL) => return Expected::Pass(PassReason::Local),
-        Some(id) => id,
+    let Some(id) = route else {
+        return Expected::Drop(DropReason::NoRoute);
     };
     if ttl < 2 {
         return Expected::Pass(PassReason::TtlExpired);

@@ -11,9 +11,7 @@
 #![no_main]
 
 use fabric_common::wire::bth;
-use fabric_roce::wire::{
-    AETH_LEN, BTH_LEN, Body, BthPacket, CNP_RESERVED_LEN, ICRC_LEN, RETH_LEN, RocePacketRepr,
-};
+use fabric_roce::wire::{AETH_LEN, BTH_LEN, Body, BthPacket, CNP_RESERVED_LEN, ICRC_LEN, RETH_LEN, RocePacketRepr};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
