@@ -170,3 +170,22 @@ fn the_switch_agent_follows_its_testbed() {
     testbed::down(&prefix).unwrap();
     assert_nothing_left(&prefix);
 }
+
+/// An address the kernel dropped (as it does when it cannot re-create an address's routes) is
+/// reported by name, not left for a later route or ping to trip over.
+#[test]
+fn a_lost_address_is_reported() {
+    let prefix = unique_prefix('l', 0);
+    let (_guard, state) = common::up(None, &prefix);
+    testbed::check_addresses(&state.plan).expect("a fresh testbed has every address");
+    let host = state.plan.hosts().next().unwrap();
+    let port = &state.plan.nodes[host].ports[0];
+    netns::in_named(&state.plan.netns(host), || {
+        netns::ip(&["-6", "addr", "del", &format!("{}/127", port.ipv6), "dev", &port.ifname])
+    })
+    .unwrap();
+    let err = format!("{:#}", testbed::check_addresses(&state.plan).unwrap_err());
+    assert!(err.contains(&format!("port {} has lost its address {}", port.ifname, port.ipv6)), "{err}");
+    testbed::down(&prefix).unwrap();
+    assert_nothing_left(&prefix);
+}
