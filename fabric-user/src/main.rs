@@ -135,12 +135,24 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
-    /// ICMP and ICMPv6 echo between every pair of hosts, through the fabric.
+    /// ICMP and ICMPv6 echo between host pairs, through the fabric: every ordered pair up to 64
+    /// hosts; above, a seeded sample with every host as source and destination and every rack
+    /// pair (all pairs grow with the square of the hosts).
     Ping {
         #[command(flatten)]
         which: Which,
         #[arg(long)]
         json: bool,
+        /// Check at least N ordered pairs, drawn at random: every host as source and as
+        /// destination, the rest at random (so at least as many pairs as hosts).
+        #[arg(long, value_name = "N", conflicts_with = "all")]
+        sample: Option<usize>,
+        /// Check every ordered pair, however many hosts.
+        #[arg(long)]
+        all: bool,
+        /// Seed of the sample: the same seed checks the same pairs.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
     /// Simulate a collective on a flow-level model of a fabric of any size (same hash, groups
     /// and flows as the XDP switches and endpoints): uplink balance and fair-share times.
@@ -283,13 +295,28 @@ fn run() -> Result<()> {
                 }
             }
         }
-        Command::Ping { which, json } => {
+        Command::Ping { which, json, sample, all, seed } => {
             let state = State::load(&which.prefix()?)?;
-            let r = probe::all_pairs(&state)?;
+            let selection = match (sample, all) {
+                (_, true) => probe::Selection::All,
+                (Some(n), false) => probe::Selection::Sample(n),
+                (None, false) => probe::Selection::default_for(state.plan.hosts().count()),
+            };
+            let r = probe::ping(&state, selection, seed)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
-                println!("{} of {} host pairs reachable through the fabric (IPv4 and IPv6)", r.reachable, r.pairs);
+                let how = match selection {
+                    probe::Selection::All => "all pairs".to_string(),
+                    probe::Selection::Cover => format!("covering sample, --seed {seed}"),
+                    probe::Selection::Sample(n) => format!("--sample {n} --seed {seed}"),
+                };
+                println!("{} ({how})", r.coverage.describe());
+                println!(
+                    "{} of {} probes answered through the fabric (each pair over IPv4 and IPv6)",
+                    probe::thousands(r.reachable),
+                    probe::thousands(r.pairs)
+                );
                 for (a, b) in &r.unreachable {
                     println!("  no reply: {a} -> {b}");
                 }
