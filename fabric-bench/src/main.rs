@@ -21,10 +21,20 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// Time to bring up and tear down each shipped topology and synthetic ones of 8..256 hosts.
+    /// Time to bring up and tear down each shipped topology and synthetic ones of 8..4,096
+    /// hosts (repeated), time per link and kernel memory per namespace.
     Bringup {
         #[arg(long, default_value = "results/bench/bringup.json")]
         json: PathBuf,
+        /// Host counts of the large series (16 hosts per rack, 16 spines).
+        #[arg(long, value_delimiter = ',', default_value = "512,1024,2048,4096")]
+        sizes: Vec<u32>,
+        /// Repetitions of each large size below 4,096 hosts.
+        #[arg(long, default_value_t = 3)]
+        reps: usize,
+        /// Repetitions at 4,096 hosts (about two minutes each on a busy 2-core machine).
+        #[arg(long, default_value_t = 1)]
+        reps_4096: usize,
     },
     /// Packets/s per core of the RoCEv2 endpoint vs raw UDP, and of a whole AllReduce.
     Endpoint {
@@ -66,10 +76,17 @@ fn run() -> Result<()> {
             sim::print_sim(&report);
             write_json(&json, &report)?;
         }
-        BenchCommand::Bringup { json } => {
-            let report = bringup::bringup()?;
+        BenchCommand::Bringup { json, sizes, reps, reps_4096 } => {
+            let report = bringup::bringup(&bringup::BringupOptions { sizes, reps, reps_4096 })?;
             bringup::print_bringup(&report);
             write_json(&json, &report)?;
+            if report.reps_ok != report.reps_total {
+                anyhow::bail!(
+                    "{} of {} bring-ups failed (see the table)",
+                    report.reps_total - report.reps_ok,
+                    report.reps_total
+                );
+            }
         }
         BenchCommand::Endpoint { json } => {
             let report = endpoint::endpoint()?;

@@ -135,12 +135,24 @@ enum Command {
         #[arg(long)]
         quiet: bool,
     },
-    /// ICMP and ICMPv6 echo between every pair of hosts, through the fabric.
+    /// ICMP and ICMPv6 echo between host pairs, through the fabric: every ordered pair up to 64
+    /// hosts; above, a seeded sample with every host as source and destination and every rack
+    /// pair (all pairs grow with the square of the hosts).
     Ping {
         #[command(flatten)]
         which: Which,
         #[arg(long)]
         json: bool,
+        /// Check at least N ordered pairs, drawn at random: every host as source and as
+        /// destination, the rest at random (so at least as many pairs as hosts).
+        #[arg(long, value_name = "N", conflicts_with = "all")]
+        sample: Option<usize>,
+        /// Check every ordered pair, however many hosts.
+        #[arg(long)]
+        all: bool,
+        /// Seed of the sample: the same seed checks the same pairs.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
     /// Simulate a collective on a flow-level model of a fabric of any size (same hash, groups
     /// and flows as the XDP switches and endpoints): uplink balance and fair-share times.
@@ -202,7 +214,9 @@ fn run() -> Result<()> {
         Command::Stats { which, json, watch, prometheus } => {
             stats(&State::load(&which.prefix()?)?, json, watch, prometheus)?
         }
-        Command::Ping { which, json } => ping(&State::load(&which.prefix()?)?, json)?,
+        Command::Ping { which, json, sample, all, seed } => {
+            ping(&State::load(&which.prefix()?)?, json, sample, all, seed)?
+        }
         Command::Run { trace: Some(fabric_user::run::trace::replay::RunSub::Trace(args)), .. } => {
             fabric_user::run::trace::replay::main(&args)?
         }
@@ -323,13 +337,29 @@ fn stats(state: &State, json: bool, watch: Option<u64>, prometheus: bool) -> Res
     }
 }
 
-/// `fabric ping`: exits 1 when a pair is unreachable.
-fn ping(state: &State, json: bool) -> Result<()> {
-    let r = probe::all_pairs(state)?;
+/// `fabric ping`: all pairs, or a seeded sample on a large testbed; exits 1 when a probe goes
+/// unanswered.
+fn ping(state: &State, json: bool, sample: Option<usize>, all: bool, seed: u64) -> Result<()> {
+    let selection = match (sample, all) {
+        (_, true) => probe::Selection::All,
+        (Some(n), false) => probe::Selection::Sample(n),
+        (None, false) => probe::Selection::default_for(state.plan.hosts().count()),
+    };
+    let r = probe::ping(state, selection, seed)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        println!("{} of {} host pairs reachable through the fabric (IPv4 and IPv6)", r.reachable, r.pairs);
+        let how = match selection {
+            probe::Selection::All => "all pairs".to_string(),
+            probe::Selection::Cover => format!("covering sample, --seed {seed}"),
+            probe::Selection::Sample(n) => format!("--sample {n} --seed {seed}"),
+        };
+        println!("{} ({how})", r.coverage.describe());
+        println!(
+            "{} of {} probes answered through the fabric (each pair over IPv4 and IPv6)",
+            probe::thousands(r.reachable),
+            probe::thousands(r.pairs)
+        );
         for (a, b) in &r.unreachable {
             println!("  no reply: {a} -> {b}");
         }

@@ -223,3 +223,56 @@ fn the_agent_log_names_the_switch_that_saw_a_frame_on_an_unregistered_port() {
     testbed::down(&prefix).unwrap();
     assert_nothing_left(&prefix);
 }
+
+/// `fabric ping --sample N` on the default testbed: every host sends and receives, the pairs
+/// depend only on the seed, every probe is answered; the covering sample reaches every rack
+/// pair; the command line says what it checked.
+#[test]
+fn sampled_ping_covers_every_host_and_rack_pair() {
+    use fabric_user::testbed::probe::{self, Selection};
+    let prefix = unique_prefix('p', 0);
+    let (_guard, state) = common::up(None, &prefix);
+    let hosts = state.plan.hosts().count();
+    let a = probe::ping(&state, Selection::Sample(10), 7).unwrap();
+    assert_eq!(a.reachable, a.pairs, "unreachable: {:?}", a.unreachable);
+    assert_eq!(a.coverage.pairs, 10);
+    assert_eq!(a.pairs, 2 * 10, "each pair over IPv4 and IPv6");
+    assert!(a.coverage.every_host_source && a.coverage.every_host_destination, "{:?}", a.coverage);
+    let again = probe::ping(&state, Selection::Sample(10), 7).unwrap();
+    assert_eq!(again.coverage, a.coverage);
+
+    let cover = probe::ping(&state, Selection::Cover, 3).unwrap();
+    assert_eq!(cover.reachable, cover.pairs, "unreachable: {:?}", cover.unreachable);
+    assert_eq!((cover.coverage.rack_pairs, cover.coverage.rack_pairs_total), (16, 16));
+    assert!(cover.coverage.pairs < hosts * (hosts - 1));
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
+        .args(["ping", "--prefix", &prefix, "--sample", "10", "--seed", "7"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("checked 10 of 56 pairs: every host as source and destination"), "{text}");
+    assert!(text.contains("20 of 20 probes answered"), "{text}");
+    testbed::down(&prefix).unwrap();
+    assert_nothing_left(&prefix);
+}
+
+/// An address the kernel dropped (as it does when it cannot re-create an address's routes) is
+/// reported by name, not left for a later route or ping to trip over.
+#[test]
+fn a_lost_address_is_reported() {
+    let prefix = unique_prefix('l', 0);
+    let (_guard, state) = common::up(None, &prefix);
+    testbed::check_addresses(&state.plan).expect("a fresh testbed has every address");
+    let host = state.plan.hosts().next().unwrap();
+    let port = &state.plan.nodes[host].ports[0];
+    netns::in_named(&state.plan.netns(host), || {
+        netns::ip(&["-6", "addr", "del", &format!("{}/127", port.ipv6), "dev", &port.ifname])
+    })
+    .unwrap();
+    let err = format!("{:#}", testbed::check_addresses(&state.plan).unwrap_err());
+    assert!(err.contains(&format!("port {} has lost its address {}", port.ifname, port.ipv6)), "{err}");
+    testbed::down(&prefix).unwrap();
+    assert_nothing_left(&prefix);
+}

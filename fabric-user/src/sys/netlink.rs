@@ -13,6 +13,7 @@ use futures::TryStreamExt as _;
 use rtnetlink::{
     Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder,
     packet_route::{
+        address::{AddressAttribute, AddressFlags, AddressHeaderFlags},
         link::{InfoData, InfoKind, InfoVeth},
         neighbour::NeighbourState,
     },
@@ -97,6 +98,47 @@ pub async fn add_address(h: &Handle, index: u32, addr: IpAddr, prefix_len: u8) -
         .execute()
         .await
         .with_context(|| format!("adding {addr}/{prefix_len} to link {index}"))
+}
+
+/// One address of the handle's namespace, as the kernel reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Address {
+    pub index: u32,
+    pub addr: IpAddr,
+    pub prefix_len: u8,
+    /// IFA_F_TENTATIVE: not usable yet (duplicate address detection, or the kernel's addrconf
+    /// work not run yet).
+    pub tentative: bool,
+    pub dad_failed: bool,
+}
+
+/// Every address of the handle's namespace (both families).
+pub async fn addresses(h: &Handle) -> Result<Vec<Address>> {
+    let mut out = Vec::new();
+    let mut dump = h.address().get().execute();
+    while let Some(msg) = dump.try_next().await.context("listing addresses")? {
+        let mut flags = AddressFlags::empty();
+        let mut addr = None;
+        for attr in &msg.attributes {
+            match attr {
+                AddressAttribute::Flags(f) => flags = *f,
+                // IFA_LOCAL is the interface's own address where both are given (IPv4).
+                AddressAttribute::Local(a) => addr = Some(*a),
+                AddressAttribute::Address(a) => addr = addr.or(Some(*a)),
+                _ => {}
+            }
+        }
+        let Some(addr) = addr else { continue };
+        let header = msg.header.flags;
+        out.push(Address {
+            index: msg.header.index,
+            addr,
+            prefix_len: msg.header.prefix_len,
+            tentative: flags.contains(AddressFlags::Tentative) || header.contains(AddressHeaderFlags::Tentative),
+            dad_failed: flags.contains(AddressFlags::Dadfailed) || header.contains(AddressHeaderFlags::Dadfailed),
+        });
+    }
+    Ok(out)
 }
 
 /// A permanent neighbour entry, so that ARP/ND can never make forwarding flaky.

@@ -41,6 +41,8 @@ pub struct UpSummary {
     pub hosts: usize,
     pub links: usize,
     pub seconds: f64,
+    /// Wall time of each phase of the build, in order (namespaces, links, addresses, ...).
+    pub phases: Vec<(String, f64)>,
 }
 
 /// Brings a testbed up with rxe hosts. The calling thread's namespace plays the initial one.
@@ -115,6 +117,39 @@ fn progress(len: usize, quiet: bool) -> ProgressBar {
     bar
 }
 
+/// The phases of a bring-up on the progress bar, each one's wall time logged
+/// (`RUST_LOG=fabric_user=info`).
+struct Phase<'a> {
+    bar: &'a ProgressBar,
+    current: Option<(&'static str, Instant)>,
+    done: Vec<(String, f64)>,
+}
+
+impl<'a> Phase<'a> {
+    fn new(bar: &'a ProgressBar) -> Self {
+        Phase { bar, current: None, done: Vec::new() }
+    }
+
+    fn start(&mut self, name: &'static str) {
+        self.end();
+        self.bar.set_message(name);
+        self.current = Some((name, Instant::now()));
+    }
+
+    fn end(&mut self) {
+        if let Some((name, t)) = self.current.take() {
+            let seconds = t.elapsed().as_secs_f64();
+            tracing::info!(phase = name, seconds, "bring-up phase done");
+            self.done.push((name.to_string(), seconds));
+        }
+    }
+
+    fn finish(mut self) -> Vec<(String, f64)> {
+        self.end();
+        self.done
+    }
+}
+
 /// Brings a testbed up. On failure everything created so far is removed again.
 pub fn up(topo: &Topology, quiet: bool) -> Result<UpSummary> {
     netns::require_capabilities()?;
@@ -130,17 +165,20 @@ pub fn up(topo: &Topology, quiet: bool) -> Result<UpSummary> {
     ensure_bpffs()?;
     let start = Instant::now();
     let plan = Plan::new(topo);
-    let result = build(&plan, quiet).and_then(|()| {
+    let result = build(&plan, quiet).and_then(|phases| {
         // The switch agent sends the PFC frames the data plane asks for.
         if topo.congestion.enabled {
             crate::agent::spawn(prefix)?;
         }
-        Ok(())
+        Ok(phases)
     });
-    if let Err(e) = result {
-        let _ = down(prefix);
-        return Err(e.context(format!("bringing up testbed {prefix:?} failed; everything it created was removed")));
-    }
+    let phases = match result {
+        Ok(phases) => phases,
+        Err(e) => {
+            let _ = down(prefix);
+            return Err(e.context(format!("bringing up testbed {prefix:?} failed; everything it created was removed")));
+        }
+    };
     Ok(UpSummary {
         name: topo.name.clone(),
         prefix: prefix.clone(),
@@ -148,23 +186,27 @@ pub fn up(topo: &Topology, quiet: bool) -> Result<UpSummary> {
         hosts: plan.hosts().count(),
         links: plan.links.len(),
         seconds: start.elapsed().as_secs_f64(),
+        phases,
     })
 }
 
-fn build(plan: &Plan, quiet: bool) -> Result<()> {
+/// Builds the testbed; returns the wall time of each phase.
+fn build(plan: &Plan, quiet: bool) -> Result<Vec<(String, f64)>> {
     let nodes: Vec<NodeId> = (0..plan.nodes.len()).collect();
     let switches: Vec<NodeId> = plan.switches().collect();
     let hosts: Vec<NodeId> = plan.hosts().collect();
-    let bar = progress(nodes.len() * 3 + switches.len() + hosts.len(), quiet);
+    let bar = progress(nodes.len() * 4 + switches.len() + hosts.len(), quiet);
     // Saved first, so that `status` and `down` know about a half-built testbed.
     State { plan: plan.clone(), down_links: BTreeSet::new(), group_slots: Default::default() }.save()?;
+    let mut phase = Phase::new(&bar);
 
-    bar.set_message("namespaces");
+    phase.start("namespaces");
     parallel(&nodes, &bar, |&n| {
         let ns = plan.netns(n);
         netns::create_named(&ns)?;
         netns::in_named(&ns, || {
-            // Switches forward only through XDP; no address is ever tentative.
+            // Switches forward only through XDP. No address goes through duplicate address
+            // detection (point-to-point links whose every address the plan assigns).
             netns::sysctl("net/ipv4/ip_forward", "0")?;
             netns::sysctl("net/ipv6/conf/all/forwarding", "0")?;
             netns::sysctl("net/ipv6/conf/default/accept_dad", "0")?;
@@ -173,7 +215,7 @@ fn build(plan: &Plan, quiet: bool) -> Result<()> {
         })
     })?;
 
-    bar.set_message("links");
+    phase.start("links");
     // Each link is created from its lower end's namespace, the peer born in the upper one.
     parallel(&nodes, &bar, |&n| {
         let lower: Vec<LinkId> = (0..plan.links.len()).filter(|&l| plan.links[l].a == n).collect();
@@ -197,14 +239,14 @@ fn build(plan: &Plan, quiet: bool) -> Result<()> {
         })
     })?;
 
-    bar.set_message("addresses, neighbours, routes");
+    phase.start("addresses, neighbours, routes");
     parallel(&nodes, &bar, |&n| configure_node(plan, n))?;
 
-    bar.set_message("XDP switches");
+    phase.start("XDP switches");
     let tables = routing::compute(plan, &BTreeSet::new());
     parallel(&switches, &bar, |&n| install_switch(plan, n, tables[n].as_ref().expect("switch")))?;
 
-    bar.set_message("host XDP");
+    phase.start("host XDP");
     // Host veths need an XDP program to receive frames redirected into them; one loaded
     // XDP_PASS program serves every host.
     let mut pass = SwitchDataplane::load()?;
@@ -219,8 +261,13 @@ fn build(plan: &Plan, quiet: bool) -> Result<()> {
         })?;
         bar.inc(1);
     }
+
+    // Last, so that the kernel's addrconf work has had the XDP phases to catch up.
+    phase.start("checking addresses");
+    parallel(&nodes, &bar, |&n| check_node_addresses(plan, n))?;
+    let phases = phase.finish();
     bar.finish_and_clear();
-    Ok(())
+    Ok(phases)
 }
 
 fn configure_node(plan: &Plan, n: NodeId) -> Result<()> {
@@ -231,11 +278,26 @@ fn configure_node(plan: &Plan, n: NodeId) -> Result<()> {
         for port in &node.ports {
             let idx = netlink::ifindex(&h, &port.ifname).await?;
             let peer = &plan.nodes[port.peer_node].ports[port.peer_port];
+            // The port goes up *before* it gets its addresses. An IPv6 address added to a down
+            // interface has no routes yet: when the interface comes up, the kernel re-creates its
+            // host and prefix routes (addrconf_permanent_addr -> fixup_permanent_addr) with
+            // GFP_ATOMIC allocations, and each route needs a per-CPU allocation. Atomic per-CPU
+            // allocations only succeed from the already-populated reserve, which the kernel
+            // refills in the background; thousands of interfaces coming up at once drain it
+            // (dmesg: "percpu: allocation failed, ... atomic alloc failed") and the kernel then
+            // *deletes* the address ("IPv6: z0r3: Failed to add prefix route for address
+            // fd00:fab::dd; dropping"). A host left without its /127 cannot reach its gateway:
+            // its IPv6 default route failed with EHOSTUNREACH in up to two of three 2,048-host
+            // bring-ups, and switch ports lost addresses silently. (A tentative address is not
+            // the cause: the kernel accepts a route via the peer of a tentative address.)
+            // On an interface that is up, an address is added through inet6_addr_add, which
+            // allocates with GFP_KERNEL (it may wait for memory, it does not fail for want of the
+            // atomic reserve), so no address depends on timing. `check_node_addresses` verifies it.
+            netlink::set_up(&h, idx, true).await?;
             netlink::add_address(&h, idx, IpAddr::V4(port.ipv4), 31).await?;
             netlink::add_address(&h, idx, IpAddr::V6(port.ipv6), 127).await?;
             netlink::add_neighbour(&h, idx, IpAddr::V4(peer.ipv4), peer.mac).await?;
             netlink::add_neighbour(&h, idx, IpAddr::V6(peer.ipv6), peer.mac).await?;
-            netlink::set_up(&h, idx, true).await?;
             netns::disable_tx_checksum(&port.ifname)?;
             if node.role == Role::Host {
                 netlink::add_default_route_v4(&h, peer.ipv4, idx).await?;
@@ -243,6 +305,58 @@ fn configure_node(plan: &Plan, n: NodeId) -> Result<()> {
             }
         }
         Ok(())
+    })
+}
+
+/// Fails unless every port of the testbed holds its addresses (see [`check_node_addresses`]).
+pub fn check_addresses(plan: &Plan) -> Result<()> {
+    let nodes: Vec<NodeId> = (0..plan.nodes.len()).collect();
+    parallel(&nodes, &ProgressBar::hidden(), |&n| check_node_addresses(plan, n))
+}
+
+/// How long `check_node_addresses` waits for the kernel to finish configuring an IPv6 address.
+const ADDRESS_SETTLE: Duration = Duration::from_secs(10);
+
+/// Fails unless every port of node `n` holds its IPv4 and IPv6 address, the IPv6 one usable
+/// (not tentative). DAD is off in the testbed's namespaces, so an address is tentative only
+/// until the kernel's addrconf work has run for it (the same work installs its local route);
+/// with thousands of addresses queued that can lag, so this waits for it, bounded by
+/// ADDRESS_SETTLE. A missing address is an error at once: the kernel dropped it.
+fn check_node_addresses(plan: &Plan, n: NodeId) -> Result<()> {
+    let node = &plan.nodes[n];
+    in_netns(&plan.netns(n), |h| async move {
+        let deadline = Instant::now() + ADDRESS_SETTLE;
+        loop {
+            let present = netlink::addresses(&h).await?;
+            let mut tentative = Vec::new();
+            for port in &node.ports {
+                let idx = netlink::ifindex(&h, &port.ifname).await?;
+                for want in [IpAddr::V4(port.ipv4), IpAddr::V6(port.ipv6)] {
+                    match present.iter().find(|a| a.index == idx && a.addr == want) {
+                        None => bail!(
+                            "port {} has lost its address {want}: the kernel dropped it                              (dmesg may say \"Failed to add prefix route for address {want}; dropping\")",
+                            port.ifname
+                        ),
+                        Some(a) if a.dad_failed => {
+                            bail!("port {}: duplicate address detection failed for {want}", port.ifname)
+                        }
+                        Some(a) if a.tentative => tentative.push(format!("{want} on {}", port.ifname)),
+                        Some(_) => {}
+                    }
+                }
+            }
+            if tentative.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "addresses still tentative after {} s although DAD is off: {}",
+                    ADDRESS_SETTLE.as_secs(),
+                    tentative.join(", ")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     })
 }
 
