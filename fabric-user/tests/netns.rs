@@ -197,3 +197,24 @@ fn run(ns_a: &str, ns_sw: &str, ns_b: &str) -> Result<()> {
     assert_eq!(rx.total_drops(), 0);
     Ok(())
 }
+
+/// A port with more than one receive queue would give the congestion model's per-ingress
+/// accounts two writers: `up` refuses it by name. Checked on a veth built with two queues.
+#[test]
+fn a_switch_port_with_two_receive_queues_is_refused() {
+    netns::require_capabilities().expect("this test needs root");
+    let ns = format!("rxq{}", std::process::id() % 100_000);
+    ip(&["netns", "add", &ns]).unwrap();
+    let _guard = Namespaces(vec![ns.clone()]);
+    in_named(&ns, || {
+        ip(&["link", "add", "one0", "type", "veth", "peer", "name", "one1"])?;
+        ip(&["link", "add", "two0", "numrxqueues", "2", "type", "veth", "peer", "name", "two1", "numrxqueues", "2"])?;
+        Ok(())
+    })
+    .unwrap();
+    let (one, two) =
+        in_named(&ns, || Ok((netns::ensure_single_rx_queue("one0"), netns::ensure_single_rx_queue("two0")))).unwrap();
+    one.expect("a default veth uses one receive queue");
+    let e = format!("{:#}", two.expect_err("two receive queues were accepted"));
+    assert!(e.contains("switch port two0 uses 2 receive queues"), "{e}");
+}

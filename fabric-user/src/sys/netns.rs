@@ -199,13 +199,64 @@ pub fn sysctl(key: &str, value: &str) -> Result<()> {
 /// frame, that promise is lost and the receiver sees a bad checksum. Software checksums avoid it.
 pub fn disable_tx_checksum(ifname: &str) -> Result<()> {
     const ETHTOOL_STXCSUM: u32 = 0x17;
-    const SIOCETHTOOL: libc::c_ulong = 0x8946;
     #[repr(C)]
     struct EthtoolValue {
         cmd: u32,
         data: u32,
     }
     let mut value = EthtoolValue { cmd: ETHTOOL_STXCSUM, data: 0 };
+    // SAFETY: `value` is the ethtool_value the command reads, alive for the call.
+    unsafe { ethtool(ifname, (&mut value as *mut EthtoolValue).cast()) }
+        .with_context(|| format!("turning off tx checksum offload on {ifname}"))
+}
+
+/// Refuses a switch port that uses more than one receive queue. The congestion model's
+/// per-ingress accounts and pause fields have a single writer, the port's receive path: a veth
+/// with one receive queue runs it in one NAPI context at a time. With more, XDP redirects from
+/// different CPUs land on different queues, two CPUs update one account at once, and the
+/// counts go wrong silently.
+pub fn ensure_single_rx_queue(ifname: &str) -> Result<()> {
+    let n = rx_queues(ifname)?;
+    anyhow::ensure!(
+        n == 1,
+        "switch port {ifname} uses {n} receive queues; the congestion model needs 1 (one writer per ingress account)"
+    );
+    Ok(())
+}
+
+/// The receive queues a device uses (ETHTOOL_GCHANNELS: rx plus combined channels), in the
+/// calling thread's namespace. For veth this is its real queue count, which XDP redirects
+/// spread over by CPU.
+pub fn rx_queues(ifname: &str) -> Result<u32> {
+    const ETHTOOL_GCHANNELS: u32 = 0x3c;
+    /// struct ethtool_channels.
+    #[repr(C)]
+    #[derive(Default)]
+    struct EthtoolChannels {
+        cmd: u32,
+        max_rx: u32,
+        max_tx: u32,
+        max_other: u32,
+        max_combined: u32,
+        rx_count: u32,
+        tx_count: u32,
+        other_count: u32,
+        combined_count: u32,
+    }
+    let mut ch = EthtoolChannels { cmd: ETHTOOL_GCHANNELS, ..Default::default() };
+    // SAFETY: `ch` is the ethtool_channels the command fills, alive for the call.
+    unsafe { ethtool(ifname, (&mut ch as *mut EthtoolChannels).cast()) }
+        .with_context(|| format!("reading the channels of {ifname}"))?;
+    Ok(ch.rx_count + ch.combined_count)
+}
+
+/// One SIOCETHTOOL ioctl on `ifname` with `data` as its command block.
+///
+/// # Safety
+/// `data` must point at the ethtool structure the command in its first word expects, valid for
+/// reads and writes for the duration of the call.
+unsafe fn ethtool(ifname: &str, data: *mut libc::c_char) -> Result<()> {
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
     // SAFETY: ifreq is plain data.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
     let name = ifname.as_bytes();
@@ -213,17 +264,17 @@ pub fn disable_tx_checksum(ifname: &str) -> Result<()> {
     for (d, s) in ifr.ifr_name.iter_mut().zip(name) {
         *d = *s as libc::c_char;
     }
-    ifr.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
+    ifr.ifr_ifru.ifru_data = data;
     // SAFETY: a datagram socket for the ioctl, closed below.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
     anyhow::ensure!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-    // SAFETY: valid fd and ifreq pointing at a live ethtool_value.
+    // SAFETY: valid fd, and an ifreq whose data points at the caller's live command block.
     let rc = unsafe { libc::ioctl(fd, SIOCETHTOOL, &mut ifr) };
     let err = std::io::Error::last_os_error();
     // SAFETY: closing our own fd.
     unsafe { libc::close(fd) };
     if rc != 0 {
-        return Err(err).with_context(|| format!("turning off tx checksum offload on {ifname}"));
+        return Err(err.into());
     }
     Ok(())
 }

@@ -369,6 +369,7 @@ fn install_switch(plan: &Plan, n: NodeId, tables: &SwitchTables) -> Result<()> {
         let mut dp = SwitchDataplane::load()?;
         let mut ifindexes = Vec::new();
         for (i, port) in node.ports.iter().enumerate() {
+            netns::ensure_single_rx_queue(&port.ifname)?;
             let idx = netns::ifindex(&port.ifname)?;
             // Host ports only accept their host's addresses as source.
             let peer = &plan.nodes[port.peer_node];
