@@ -28,7 +28,7 @@ pub struct BringupOptions {
 
 impl Default for BringupOptions {
     fn default() -> Self {
-        BringupOptions { sizes: vec![512, 1024, 2048, 4096], reps: 3, reps_4096: 1 }
+        BringupOptions { sizes: vec![512, 1024, 2048, 4096], reps: 3, reps_4096: 2 }
     }
 }
 

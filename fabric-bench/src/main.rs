@@ -33,7 +33,7 @@ enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         reps: usize,
         /// Repetitions at 4,096 hosts (about two minutes each on a busy 2-core machine).
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 2)]
         reps_4096: usize,
     },
     /// Packets/s per core of the RoCEv2 endpoint vs raw UDP, and of a whole AllReduce.
