@@ -84,6 +84,14 @@ fn default_testbed_forwards_only_through_xdp_survives_a_link_failure_and_leaves_
         all_reachable(&state);
     }
     assert!(link_tx(&state, dead) > dead_before, "the repaired link is used again");
+    // A link that went down and up keeps its addresses (the kernel drops a down port's IPv6
+    // ones unless told not to): a host link too, whose host then still has its IPv6 route.
+    testbed::check_addresses(&state.plan).expect("a repaired spine link keeps its addresses");
+    testbed::set_link(&prefix, "z0r0:z0r0h0", false).unwrap();
+    testbed::set_link(&prefix, "z0r0:z0r0h0", true).unwrap();
+    let state = State::load(&prefix).unwrap();
+    testbed::check_addresses(&state.plan).expect("a repaired host link keeps its addresses");
+    all_reachable(&state);
 
     // Down removes everything, and is safe to repeat.
     let s = testbed::down(&prefix).unwrap();

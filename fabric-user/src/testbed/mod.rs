@@ -211,7 +211,11 @@ fn build(plan: &Plan, quiet: bool) -> Result<Vec<(String, f64)>> {
             netns::sysctl("net/ipv6/conf/all/forwarding", "0")?;
             netns::sysctl("net/ipv6/conf/default/accept_dad", "0")?;
             netns::sysctl("net/ipv6/conf/all/accept_dad", "0")?;
-            netns::sysctl("net/ipv6/conf/default/accept_ra", "0")
+            netns::sysctl("net/ipv6/conf/default/accept_ra", "0")?;
+            // `fabric link down` / `up` must not cost a port its IPv6 address (and a host its
+            // default route): the kernel removes a down interface's addresses unless told not to.
+            netns::sysctl("net/ipv6/conf/default/keep_addr_on_down", "1")?;
+            netns::sysctl("net/ipv6/conf/all/keep_addr_on_down", "1")
         })
     })?;
 
@@ -627,14 +631,23 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     Ok(link_label(&state.plan, l))
 }
 
-/// Sets both ends of link `l` up or down.
+/// Sets both ends of link `l` up or down. Addresses survive a down (`keep_addr_on_down`), but
+/// routes through the port do not: a host whose link comes back gets its default routes again.
 fn set_link_carrier(plan: &Plan, l: LinkId, up: bool) -> Result<()> {
     let link = &plan.links[l];
     for (node, port) in [(link.a, link.a_port), (link.b, link.b_port)] {
-        let ifname = plan.nodes[node].ports[port].ifname.clone();
+        let p = &plan.nodes[node].ports[port];
+        let ifname = p.ifname.clone();
+        let gateway = &plan.nodes[p.peer_node].ports[p.peer_port];
+        let host_routes = (up && plan.nodes[node].role == Role::Host).then_some((gateway.ipv4, gateway.ipv6));
         in_netns(&plan.netns(node), |h| async move {
             let idx = netlink::ifindex(&h, &ifname).await?;
-            netlink::set_up(&h, idx, up).await
+            netlink::set_up(&h, idx, up).await?;
+            if let Some((v4, v6)) = host_routes {
+                netlink::add_default_route_v4(&h, v4, idx).await?;
+                netlink::add_default_route_v6(&h, v6, idx).await?;
+            }
+            Ok(())
         })?;
     }
     Ok(())
