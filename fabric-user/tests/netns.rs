@@ -58,17 +58,7 @@ fn packet_socket(dev: &str) -> Result<OwnedFd> {
         libc::bind(fd.as_raw_fd(), (&sll as *const libc::sockaddr_ll).cast(), size_of::<libc::sockaddr_ll>() as u32)
     };
     anyhow::ensure!(rc == 0, "bind AF_PACKET to {dev}: {}", std::io::Error::last_os_error());
-    let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
-    // SAFETY: valid fd and option of the stated size.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            size_of::<libc::timeval>() as u32,
-        )
-    };
+    netns::set_receive_timeout(std::os::fd::AsFd::as_fd(&fd), std::time::Duration::from_millis(200))?;
     Ok(fd)
 }
 

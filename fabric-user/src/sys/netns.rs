@@ -210,6 +210,28 @@ pub fn disable_tx_checksum(ifname: &str) -> Result<()> {
         .with_context(|| format!("turning off tx checksum offload on {ifname}"))
 }
 
+/// Sets a socket's receive timeout (SO_RCVTIMEO); a zero timeout is rounded up to 1 µs, since
+/// zero would mean "block forever".
+pub fn set_receive_timeout(fd: std::os::fd::BorrowedFd<'_>, timeout: std::time::Duration) -> Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: timeout.subsec_micros().max(1) as libc::suseconds_t,
+    };
+    // SAFETY: a valid fd, and an option value of the size passed, alive for the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            size_of::<libc::timeval>() as u32,
+        )
+    };
+    anyhow::ensure!(rc == 0, "setting a receive timeout: {}", std::io::Error::last_os_error());
+    Ok(())
+}
+
 /// Refuses a switch port that uses more than one receive queue. The congestion model's
 /// per-ingress accounts and pause fields have a single writer, the port's receive path: a veth
 /// with one receive queue runs it in one NAPI context at a time. With more, XDP redirects from

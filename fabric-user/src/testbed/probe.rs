@@ -5,7 +5,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{AsFd as _, AsRawFd, FromRawFd, OwnedFd},
     time::{Duration, Instant},
 };
 
@@ -304,17 +304,7 @@ fn ping_from(destinations: &[(usize, IpAddr)], id: u16, timeout: Duration) -> Re
         if left.is_zero() {
             break;
         }
-        let tv = libc::timeval { tv_sec: left.as_secs() as i64, tv_usec: left.subsec_micros().max(1) as i64 };
-        // SAFETY: valid fd and option.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                size_of::<libc::timeval>() as u32,
-            )
-        };
+        crate::sys::netns::set_receive_timeout(fd.as_fd(), left)?;
         // SAFETY: plain data, filled by the kernel.
         let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let mut from_len = size_of::<libc::sockaddr_storage>() as u32;

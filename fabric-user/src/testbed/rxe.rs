@@ -22,7 +22,7 @@ use std::{
     collections::BTreeMap,
     fs::File,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{AsFd as _, AsRawFd, FromRawFd, OwnedFd},
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
@@ -596,17 +596,7 @@ pub fn ping(src: Ipv4Addr, dst: Ipv4Addr, id: u16, timeout: Duration) -> Result<
         if left.is_zero() {
             return Ok(false);
         }
-        let tv = libc::timeval { tv_sec: left.as_secs() as i64, tv_usec: left.subsec_micros().max(1) as i64 };
-        // SAFETY: valid fd and option.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                size_of::<libc::timeval>() as u32,
-            )
-        };
+        crate::sys::netns::set_receive_timeout(fd.as_fd(), left)?;
         // SAFETY: valid fd and buffer.
         let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
         if n <= 0 {
