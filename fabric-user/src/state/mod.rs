@@ -66,10 +66,17 @@ impl State {
     }
 
     /// Written by `up` and by link changes (the testbed layer).
+    ///
+    /// Atomically: written beside and renamed over, so that a command reading the state while a
+    /// `fabric link` writes it (`fabric stats` during a fault) sees the old state or the new,
+    /// never half of one.
     pub fn save(&self) -> Result<()> {
         let path = state_path(&self.plan.topology.prefix);
-        std::fs::create_dir_all(path.parent().expect("has a parent"))?;
-        std::fs::write(&path, serde_json::to_vec(self)?).with_context(|| format!("writing {}", path.display()))
+        let dir = path.parent().expect("has a parent");
+        std::fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(".state.json.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, serde_json::to_vec(self)?).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("replacing {}", path.display()))
     }
 
     /// The pinned maps of a switch.
