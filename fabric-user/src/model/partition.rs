@@ -553,4 +553,29 @@ mod tests {
         let j: Job = toml::from_str("ranks = 2\n[[traffic]]\nsrc = 0\ndst = 2\nbytes = 5\n").unwrap();
         assert!(j.graph().is_err());
     }
+
+    /// Every field of a job file out of range is refused with the field named: when the file is
+    /// read (types, unknown fields, malformed sizes) or when the job is built (ranges).
+    #[test]
+    fn bad_job_files_name_the_field() {
+        for (text, needle) in [
+            ("ranks = 1\ncollective = \"allreduce\"\n", "ranks"),
+            ("ranks = 4\ncollective = \"allreduce\"\nmessage = \"0\"\n", "message"),
+            ("ranks = 3\n[[traffic]]\nsrc = 0\ndst = 3\nbytes = 5\n", "0->3"),
+            ("ranks = 3\n", "collective"),
+        ] {
+            let j: Job = toml::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let e = format!("{:#}", j.graph().expect_err(text));
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+        for (text, needle) in [
+            ("ranks = 4\ncollective = \"ring\"\n", "ring"),
+            ("ranks = 4\ncollective = \"allreduce\"\nmessage = \"4X\"\n", "4X"),
+            ("ranks = -4\n", "ranks"),
+            ("ranks = 4\nrankz = 2\n", "rankz"),
+        ] {
+            let e = toml::from_str::<Job>(text).expect_err(text).to_string();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
 }
