@@ -11,11 +11,7 @@ use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 #[cfg(not(target_arch = "bpf"))]
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use aya_ebpf::{
-    helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns},
-    programs::XdpContext,
-};
-use aya_log_ebpf::warn;
+use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns};
 use fabric_common::{
     counters::DropReason,
     parse::{IpHeader, ParsedPacket},
@@ -89,7 +85,6 @@ fn class_counters(slot: u32) -> Option<&'static mut ClassCounters> {
 /// which updates the IPv4 checksum from the one in the packet.
 #[inline(always)]
 pub fn offer(
-    ctx: &XdpContext,
     pkt: &mut XdpPacket,
     parsed: &ParsedPacket,
     ingress: u32,
@@ -151,7 +146,7 @@ pub fn offer(
         mark_ce(pkt, parsed);
     }
     if qos.is_lossless(class) {
-        account_ingress(ctx, ingress, class, now, len, new_tail, qos.xoff_bytes as u64);
+        account_ingress(ingress, class, now, len, new_tail, qos.xoff_bytes as u64);
     }
     Ok(())
 }
@@ -220,7 +215,7 @@ fn mark_ce(pkt: &mut XdpPacket, parsed: &ParsedPacket) {
 /// Charges the packet to its ingress port/class and asks the agent for a pause when the bytes
 /// held on that ingress's behalf cross Xoff (once: the agent refreshes and resumes).
 #[inline(always)]
-fn account_ingress(ctx: &XdpContext, ingress: u32, class: usize, now: u64, len: u64, departs: u64, xoff: u64) {
+fn account_ingress(ingress: u32, class: usize, now: u64, len: u64, departs: u64, xoff: u64) {
     let slot = class_slot(ingress, class);
     let Some(acc) = ACCOUNTS.get_ptr_mut(slot) else { return };
     // SAFETY: `acc` came from `ACCOUNTS.get_ptr_mut` for an in-bounds slot, so it is a valid,
@@ -250,8 +245,9 @@ fn account_ingress(ctx: &XdpContext, ingress: u32, class: usize, now: u64, len: 
         }
     }
     if !sent {
-        // The agent is not draining the ring: this pause is not sent (slow path: a log).
-        warn!(ctx, "PFC_EVENTS is full: the XOFF of port {} class {} is lost", ingress, class as u32);
+        // The agent is not draining the ring: this pause is not sent. Counted
+        // (`xoff_events_lost`, in `fabric stats`), not logged: the message alone cost the
+        // verifier 26k instructions per switch, which every `up` pays.
         // Let a later packet ask again.
         // SAFETY: `flag` is a valid, aligned u64 map value (above); an untorn volatile store. The
         // CAS above made this run the one that set it, so the only other possible writer is the

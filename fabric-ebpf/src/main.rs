@@ -100,7 +100,7 @@ fn switch_packet(ctx: &XdpContext, pkt: &mut XdpPacket, port: &PortInfo, rx: &mu
     };
     // The modelled egress queue: may drop (a full lossy class) or mark CE; before the TTL
     // rewrite, which reads the checksum that marking updates.
-    if let Err(reason) = congestion::offer(ctx, pkt, &parsed, port.index, member.port, len) {
+    if let Err(reason) = congestion::offer(pkt, &parsed, port.index, member.port, len) {
         return drop(rx, reason);
     }
 

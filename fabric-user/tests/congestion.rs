@@ -155,14 +155,12 @@ fn crossing_xoff_asks_the_agent_once() {
     });
 }
 
-/// An agent that does not drain PFC_EVENTS: once the ring is full an XOFF request is lost,
-/// counted, and logged to AYA_LOGS (the one lost request, not every packet before it).
+/// An agent that does not drain PFC_EVENTS: once the ring is full an XOFF request is lost and
+/// counted (the one lost request, not every packet before it).
 #[test]
-fn a_full_pfc_event_ring_loses_the_xoff_counts_it_and_logs_it() {
+fn a_full_pfc_event_ring_loses_the_xoff_and_counts_it() {
     let q = QosConfig { xoff_bytes: 2_500, xon_bytes: 1_000, ..qos() };
     with_switch(q, 1_000_000, |sw| {
-        let capture = common::LogCapture::default();
-        let mut logs = sw.dp.take_logger(capture.clone())?;
         let f = roce(TOS_ROCE_ECT, false);
         // Each request sets the port/class's flag; clearing it (as the agent does after XON)
         // lets the next packet ask again. 64 KiB of 32-byte records fill in about 2048.
@@ -177,9 +175,6 @@ fn a_full_pfc_event_ring_loses_the_xoff_counts_it_and_logs_it() {
         // The first packets stay under Xoff; every one after asked, and only the last was lost.
         assert_eq!(c.xoff_events_lost, 1);
         assert!(c.xoff_events > 1_000 && c.xoff_events < sent, "{} requests in {sent} packets", c.xoff_events);
-        logs.flush();
-        let lost = "PFC_EVENTS is full: the XOFF of port 0 class 3 is lost".to_string();
-        assert_eq!(capture.take(), vec![(log::Level::Warn, lost)]);
         Ok(())
     });
 }
