@@ -9,7 +9,7 @@ use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
     process::Command,
     sync::{Arc, Mutex, atomic::AtomicBool},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use fabric_common::{
@@ -171,7 +171,7 @@ fn a_captured_run_decodes_in_tshark() {
 
 /// Records when each RoCE data-class frame (DSCP 26) leaves `ifname`: an `AF_PACKET` socket
 /// for every protocol sees outgoing frames too. Runs until `stop`.
-fn watch_outgoing_roce(ifname: &str, stop: &AtomicBool, seen: &Mutex<Vec<Instant>>) -> anyhow::Result<()> {
+fn watch_outgoing_roce(ifname: &str, stop: &AtomicBool, seen: &Mutex<Vec<SystemTime>>) -> anyhow::Result<()> {
     let ifindex = netns::ifindex(ifname)?;
     let proto = (libc::ETH_P_ALL as u16).to_be();
     // SAFETY: plain syscalls on a socket we own; buffers of the stated sizes.
@@ -189,6 +189,17 @@ fn watch_outgoing_roce(ifname: &str, stop: &AtomicBool, seen: &Mutex<Vec<Instant
             size_of::<libc::sockaddr_ll>() as u32,
         );
         assert_eq!(rc, 0);
+        // Kernel timestamps: when the frame left, not when this thread got round to reading it
+        // (on a busy runner a late read would place a frame sent before a pause inside it).
+        let on: libc::c_int = 1;
+        let rc = libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as u32,
+        );
+        assert_eq!(rc, 0, "SO_TIMESTAMPNS: {}", std::io::Error::last_os_error());
         let tv = libc::timeval { tv_sec: 0, tv_usec: 20_000 };
         libc::setsockopt(
             fd.as_raw_fd(),
@@ -198,17 +209,18 @@ fn watch_outgoing_roce(ifname: &str, stop: &AtomicBool, seen: &Mutex<Vec<Instant
             size_of::<libc::timeval>() as u32,
         );
         let mut buf = [0u8; 128];
+        let mut control = [0u64; 16];
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             let mut from: libc::sockaddr_ll = std::mem::zeroed();
-            let mut len = size_of::<libc::sockaddr_ll>() as u32;
-            let n = libc::recvfrom(
-                fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                0,
-                (&mut from as *mut libc::sockaddr_ll).cast(),
-                &mut len,
-            );
+            let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_name = (&mut from as *mut libc::sockaddr_ll).cast();
+            msg.msg_namelen = size_of::<libc::sockaddr_ll>() as u32;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = size_of_val(&control);
+            let n = libc::recvmsg(fd.as_raw_fd(), &mut msg, 0);
             if n < 42 || from.sll_pkttype != libc::PACKET_OUTGOING {
                 continue;
             }
@@ -219,9 +231,20 @@ fn watch_outgoing_roce(ifname: &str, stop: &AtomicBool, seen: &Mutex<Vec<Instant
                 && f.len() >= 14 + ihl + 4
                 && u16::from_be_bytes([f[14 + ihl + 2], f[14 + ihl + 3]]) == 4791
                 && f[15] >> 2 == 26;
-            if is_roce_data {
-                seen.lock().unwrap().push(Instant::now());
+            if !is_roce_data {
+                continue;
             }
+            // The frame's kernel timestamp (SCM_TIMESTAMPNS), where the kernel gave one.
+            let mut at = None;
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                    let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    at = Some(SystemTime::UNIX_EPOCH + Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32));
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+            seen.lock().unwrap().push(at.expect("SO_TIMESTAMPNS: every frame carries its timestamp"));
         }
     }
     Ok(())
@@ -261,7 +284,7 @@ fn a_host_obeys_pfc_from_its_rack_switch() {
             netns::in_named(&plan.netns(port.peer_node), || {
                 let fd = socket::pfc_socket(&sw_port.ifname)?;
                 socket::send_frame(&fd, &pfc_class3(sw_port.mac, quanta))?;
-                Ok(Instant::now())
+                Ok(SystemTime::now())
             })
             .unwrap()
         };
@@ -283,7 +306,7 @@ fn a_host_obeys_pfc_from_its_rack_switch() {
     });
     let [xoff_a, xoff_b, xon] = marks;
     let seen = seen.lock().unwrap();
-    let count = |from: Instant, to: Instant| seen.iter().filter(|t| **t > from && **t < to).count();
+    let count = |from: SystemTime, to: SystemTime| seen.iter().filter(|t| **t > from && **t < to).count();
     assert!(xon + Duration::from_millis(250) < *seen.last().unwrap(), "the transfer outlasted the test's frames");
     assert_eq!(count(xoff_a + margin, xoff_a + pause - margin), 0, "data left during the pause");
     assert!(
@@ -295,7 +318,7 @@ fn a_host_obeys_pfc_from_its_rack_switch() {
     assert_eq!(result.bytes_delivered, result.bytes_needed);
     let h = result.hosts.iter().find(|h| h.host == "z0r0h0").expect("the sender's host counters");
     assert!(h.pause_frames_received >= 3, "{h:?}");
-    let expected = pause + (xon - xoff_b);
+    let expected = pause + xon.duration_since(xoff_b).expect("XON after the second XOFF");
     let paused = Duration::from_nanos(h.paused_ns);
     assert!(
         paused + margin >= expected && paused <= expected + Duration::from_millis(150),
