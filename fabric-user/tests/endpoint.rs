@@ -200,14 +200,7 @@ fn watch_outgoing_roce(ifname: &str, stop: &AtomicBool, seen: &Mutex<Vec<SystemT
             size_of::<libc::c_int>() as u32,
         );
         assert_eq!(rc, 0, "SO_TIMESTAMPNS: {}", std::io::Error::last_os_error());
-        let tv = libc::timeval { tv_sec: 0, tv_usec: 20_000 };
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            size_of::<libc::timeval>() as u32,
-        );
+        netns::set_receive_timeout(std::os::fd::AsFd::as_fd(&fd), Duration::from_millis(20))?;
         let mut buf = [0u8; 128];
         let mut control = [0u64; 16];
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
