@@ -41,8 +41,16 @@ pub struct SwitchDataplane {
 }
 
 impl SwitchDataplane {
-    /// Loads the object and passes every program through the verifier.
+    /// Loads the object and passes every program through the verifier (tests and benchmarks,
+    /// which use the reference programs too).
     pub fn load() -> Result<Self> {
+        Self::load_programs(&[PROGRAM_SWITCH, PROGRAM_PASS, PROGRAM_BENCH_PARSE_REDIRECT, PROGRAM_GENERATOR])
+    }
+
+    /// Loads the object and verifies only `programs`. A testbed's switch needs only the switch
+    /// program: verifying the three others too cost each of a 4,096-host testbed's 272 switches
+    /// time for programs it never attaches.
+    pub fn load_programs(programs: &[&str]) -> Result<Self> {
         if SWITCH_OBJECT.is_empty() {
             bail!(
                 "this binary was built with AYA_BUILD_SKIP=1 and carries no XDP program; \
@@ -51,7 +59,7 @@ impl SwitchDataplane {
         }
         crate::sys::netns::require_capabilities()?;
         let mut ebpf = Ebpf::load(SWITCH_OBJECT).context("loading the fabric XDP object")?;
-        for name in [PROGRAM_SWITCH, PROGRAM_PASS, PROGRAM_BENCH_PARSE_REDIRECT, PROGRAM_GENERATOR] {
+        for &name in programs {
             let prog: &mut Xdp = ebpf
                 .program_mut(name)
                 .with_context(|| format!("program {name} missing from the object"))?

@@ -285,7 +285,7 @@ pub(super) fn initial_namespace_layout(state: &State, opts: RxeOptions) -> Resul
     for key in ["all", "default"] {
         netns::sysctl(&format!("net/ipv4/conf/{key}/rp_filter"), "0")?;
     }
-    let mut pass = SwitchDataplane::load()?;
+    let mut pass = SwitchDataplane::load_programs(&[PROGRAM_PASS])?;
     for h in &layout.hosts {
         let node = &plan.nodes[h.node];
         let (port, peer) = (&node.ports[0], &plan.nodes[node.ports[0].peer_node].ports[node.ports[0].peer_port]);
