@@ -144,6 +144,7 @@ mod tests {
             paper: String::new(),
             variant: "ci".into(),
             seeds: vec![1, 2],
+            control: None,
             wall_seconds: 0.0,
             outcome: Outcome {
                 setup: vec![],

@@ -45,6 +45,7 @@ pub fn main(args: &ExperimentArgs) -> Result<()> {
         prefix: args.prefix.clone(),
         verbose: args.verbose,
         time_scale: args.time_scale,
+        control: None,
     };
     match args.name.as_str() {
         "list" => {
@@ -68,12 +69,10 @@ pub fn main(args: &ExperimentArgs) -> Result<()> {
                 match bar.suspend(|| super::run(s.name, &opts)) {
                     Ok((r, dir)) => {
                         bar.suspend(|| super::print_summary(&r, &dir));
-                        let matched = r.outcome.verdicts.iter().filter(|v| v.matches).count();
+                        let (yes, no, unsure) = super::verdict::tally(&r.outcome.verdicts);
                         summary.push(format!(
-                            "{:<14} {:>2}/{} claims match  {:>5.0} s  {}",
+                            "{:<14} {yes} match, {no} do not, {unsure} inconclusive  {:>5.0} s  {}",
                             s.name,
-                            matched,
-                            r.outcome.verdicts.len(),
                             r.wall_seconds,
                             dir.join("report.md").display()
                         ));

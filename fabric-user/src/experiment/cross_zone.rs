@@ -2,7 +2,10 @@
 //! tier) with random rank placement vs topology-aware placement (min-cut, `fabric place`).
 use anyhow::Result;
 
-use super::harness::{Better, Case, Ctx, Metric, Outcome, Scenario, base_options, compare, completion_ms};
+use super::{
+    harness::{Better, Case, Ctx, Metric, Outcome, Scenario, base_options, completion_ms},
+    verdict::Comparison,
+};
 use crate::{
     model::partition::{self, Graph},
     model::placement::Placement,
@@ -64,29 +67,34 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 );
                 c.push("completion_ms", completion_ms(&r));
                 c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
+                c.push_host(&r);
             }
         }
         Ok(())
     })?;
+    let less = |key, claim, metric| Comparison {
+        key,
+        claim,
+        metric,
+        unit: "",
+        cases: ("aware", "random"),
+        better: Better::Lower,
+        margin_pct: 5.0,
+    };
     let verdicts = vec![
-        compare(
+        less(
+            "aware-crosses-less",
             "Topology-aware (min-cut) placement sends fewer bytes across zones than random placement",
-            &cases,
             "cross_zone_mib",
-            " MiB",
-            ("aware", "random"),
-            true,
-            true,
-        ),
-        compare(
+        )
+        .judge(&cases)
+        .headline(),
+        less(
+            "aware-completes-sooner",
             "Less cross-zone traffic over the oversubscribed ATSW tier completes the AllReduce sooner",
-            &cases,
             "completion_ms",
-            " ms",
-            ("aware", "random"),
-            true,
-            false,
-        ),
+        )
+        .judge(&cases),
     ];
     Ok(Outcome {
         setup: vec![

@@ -38,6 +38,38 @@ pub struct Options {
     pub verbose: bool,
     /// Time scale of the ECMP and placement scenarios (default: calibrated).
     pub time_scale: Option<u64>,
+    /// A negative control (tests): runs asking for one mode secretly get another.
+    pub control: Option<Control>,
+}
+
+/// A negative control: the scenario runs unchanged, except that every run asking for `from` is
+/// given `to`. The cases keep their names, so a verdict that still matches could not tell the
+/// modes apart: a control shows that the verdict can come out the other way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    Hash { from: fabric_common::config::HashMode, to: fabric_common::config::HashMode },
+    Cc { from: crate::endpoint::CcMode, to: crate::endpoint::CcMode },
+}
+
+impl Control {
+    pub fn describe(&self) -> String {
+        match self {
+            Control::Hash { from, to } => {
+                format!("every run asking for hash {} got {} (the cases keep their names)", from.as_str(), to.as_str())
+            }
+            Control::Cc { from, to } => {
+                format!("every run asking for --cc {from:?} got {to:?} (the cases keep their names)")
+            }
+        }
+    }
+
+    fn apply(&self, o: &mut RunOptions) {
+        match *self {
+            Control::Hash { from, to } if o.hash == Some(from) => o.hash = Some(to),
+            Control::Cc { from, to } if o.endpoint.cc == from => o.endpoint.cc = to,
+            _ => {}
+        }
+    }
 }
 
 impl Default for Options {
@@ -49,6 +81,7 @@ impl Default for Options {
             prefix: None,
             verbose: false,
             time_scale: None,
+            control: None,
         }
     }
 }
@@ -59,6 +92,7 @@ pub struct Ctx {
     pub seeds: Vec<u64>,
     pub verbose: bool,
     time_scale: Option<u64>,
+    pub control: Option<Control>,
     prefix_base: String,
     next: std::cell::Cell<u32>,
 }
@@ -104,6 +138,7 @@ impl Ctx {
             seeds: (1..=u64::from(seeds)).collect(),
             verbose: opts.verbose,
             time_scale: opts.time_scale,
+            control: opts.control,
             prefix_base,
             next: std::cell::Cell::new(0),
         }
@@ -143,7 +178,11 @@ impl Ctx {
 
     /// Runs a collective, quietly; prints a summary line when verbose.
     pub fn run(&self, state: &State, label: &str, opts: &RunOptions) -> Result<RunResult> {
-        let r = crate::run::run(state, opts, true).with_context(|| format!("run {label:?}"))?;
+        let mut opts = opts.clone();
+        if let Some(c) = &self.control {
+            c.apply(&mut opts);
+        }
+        let r = crate::run::run(state, &opts, true).with_context(|| format!("run {label:?}"))?;
         if self.verbose {
             eprintln!(
                 "  {label}: {:.1} ms wall, max/mean {:.2}, Jain {:.3}, PFC {} , ECN {}",
@@ -216,23 +255,20 @@ impl Case {
     pub fn mean(&self, metric: &str) -> f64 {
         self.values.get(metric).map_or(f64::NAN, |v| mean(v))
     }
+
+    /// The per-seed values of `metric` (empty if never measured).
+    pub fn values_of(&self, metric: &str) -> Vec<f64> {
+        self.values.get(metric).cloned().unwrap_or_default()
+    }
+
+    /// Records what the host did during `r`: its busy CPU share (see [`super::verdict::cpu_bound`]).
+    pub fn push_host(&mut self, r: &RunResult) {
+        self.push(super::verdict::CPU_BUSY, r.host_cpu_busy.unwrap_or(f64::NAN));
+    }
 }
 
 pub fn mean(v: &[f64]) -> f64 {
     if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 }
-}
-
-/// A claim of the paper checked against the measurement.
-#[derive(Clone, Debug, Serialize)]
-pub struct Verdict {
-    /// The claim, as the paper makes it (in kind).
-    pub claim: String,
-    /// What this run measured (means over seeds).
-    pub measured: String,
-    /// Whether the measured direction is the paper's: computed from the numbers.
-    pub matches: bool,
-    /// The headline result of the scenario (what the test asserts).
-    pub headline: bool,
 }
 
 /// Everything a scenario produced.
@@ -242,7 +278,7 @@ pub struct Outcome {
     pub setup: Vec<String>,
     pub metrics: Vec<Metric>,
     pub cases: Vec<Case>,
-    pub verdicts: Vec<Verdict>,
+    pub verdicts: Vec<super::verdict::Verdict>,
     /// Anything a reader should know (caveats, parameter choices).
     pub notes: Vec<String>,
     /// Extra tables: (title, header, rows).
@@ -262,29 +298,6 @@ impl Outcome {
     }
 }
 
-/// Builds a verdict "A's metric is lower (or higher) than B's".
-pub fn compare(
-    claim: &str,
-    cases: &[Case],
-    metric: &str,
-    unit: &str,
-    better: (&str, &str),
-    lower_is_better: bool,
-    headline: bool,
-) -> Verdict {
-    let find = |k: &str| cases.iter().find(|c| c.key == k).unwrap_or_else(|| panic!("no case {k}"));
-    let (a, b) = (find(better.0), find(better.1));
-    let (ma, mb) = (a.mean(metric), b.mean(metric));
-    let matches = if lower_is_better { ma < mb } else { ma > mb };
-    let change = if mb != 0.0 { (ma - mb) / mb * 100.0 } else { f64::NAN };
-    Verdict {
-        claim: claim.into(),
-        measured: format!("{}: {ma:.3}{unit} vs {}: {mb:.3}{unit} ({change:+.1}%)", a.label, b.label),
-        matches,
-        headline,
-    }
-}
-
 /// What `fabric experiment` writes and returns.
 #[derive(Debug, Serialize)]
 pub struct ExperimentReport {
@@ -294,6 +307,8 @@ pub struct ExperimentReport {
     pub paper: String,
     pub variant: String,
     pub seeds: Vec<u64>,
+    /// A negative control this report ran under (never in a user's run).
+    pub control: Option<String>,
     pub wall_seconds: f64,
     pub outcome: Outcome,
     /// The files written (relative to the results directory).
@@ -384,8 +399,17 @@ impl DepthSnapshot {
     /// The deepest sampled queue between `before` and `self`, bytes: the upper end of the highest
     /// log2 bucket that gained samples (bucket k holds depths in [2^(k-1), 2^k)).
     pub fn max_since(&self, before: &DepthSnapshot) -> u64 {
+        self.max_since_where(before, |_, _| true)
+    }
+
+    /// [`Self::max_since`] on one switch port (every class).
+    pub fn max_since_on(&self, before: &DepthSnapshot, node: &str, ifname: &str) -> u64 {
+        self.max_since_where(before, |n, i| n == node && i == ifname)
+    }
+
+    fn max_since_where(&self, before: &DepthSnapshot, on: impl Fn(&str, &str) -> bool) -> u64 {
         let mut top = 0;
-        for (k, after) in &self.0 {
+        for (k, after) in self.0.iter().filter(|(k, _)| on(&k.0, &k.1)) {
             let old = before.0.get(k);
             for (b, &n) in after.iter().enumerate() {
                 let was = old.and_then(|o| o.get(b)).copied().unwrap_or(0);
@@ -396,4 +420,16 @@ impl DepthSnapshot {
         }
         if top == 0 { 0 } else { 1u64 << top }
     }
+}
+
+/// Every drop of every switch port so far, all reasons (malformed frames, no route, full
+/// queues): a run's difference says whether anything was lost inside the fabric.
+pub fn switch_drops(state: &State) -> Result<u64> {
+    let r = crate::telemetry::stats::collect(state)?;
+    Ok(r.switches.iter().flat_map(|s| &s.ports).flat_map(|p| p.drops.values()).sum())
+}
+
+/// The upper end of the log2 bucket `bytes` falls in (as [`DepthSnapshot`] reports depths).
+pub fn log2_bucket_top(bytes: u64) -> u64 {
+    if bytes == 0 { 0 } else { 1u64 << (64 - bytes.leading_zeros()) }
 }

@@ -5,7 +5,10 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use fabric_common::config::HashMode;
 
-use super::harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, Verdict, base_options, completion_ms};
+use super::{
+    harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, base_options, completion_ms},
+    verdict::{Verdict, cpu_bound, gain_pct, per_seed},
+};
 use crate::{
     endpoint::SportPolicy, model::placement::Placement, model::workload::Collective, run::RunOptions, run::RunResult,
     state::State, testbed,
@@ -146,6 +149,7 @@ fn push_metrics(c: &mut Case, r: &RunResult, victim: &str) {
     c.push("max_over_mean", r.balance.mean_max_over_mean);
     c.push("retransmitted", r.flows.iter().map(|f| f.retransmitted).sum::<u64>() as f64);
     c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
+    c.push_host(r);
 }
 
 impl Runs {
@@ -181,12 +185,6 @@ fn case<'a>(cases: &'a [Case], key: &str) -> &'a Case {
     cases.iter().find(|c| c.key == key).unwrap()
 }
 
-/// Mode `k`'s mean completion with the failure over without.
-fn slowdown(cases: &[Case], k: &str) -> f64 {
-    case(cases, &format!("{k}-failure")).mean("completion_ms")
-        / case(cases, &format!("{k}-healthy")).mean("completion_ms")
-}
-
 /// Mode `k`'s failed-uplink share per seed (%): healthy, with the failure.
 fn victim_shares(cases: &[Case], k: &str) -> (Vec<f64>, Vec<f64>) {
     let c = |s: &str| case(cases, &format!("{k}-{s}"));
@@ -199,15 +197,16 @@ fn rounded(v: &[f64]) -> Vec<f64> {
 }
 
 fn verdicts(cases: &[Case], delivered: u64, needed: u64) -> Vec<Verdict> {
-    let (sp, se, st) = (slowdown(cases, "pin"), slowdown(cases, "eecmp"), slowdown(cases, "te"));
     let (pin_moved, eecmp_moved, te_moved) =
         (victim_shares(cases, "pin"), victim_shares(cases, "eecmp"), victim_shares(cases, "te"));
     // Moved: with the failure, the failed uplink carried less than in the healthy run, every seed.
     let all_moved = [&pin_moved, &eecmp_moved, &te_moved].iter().all(|(h, f)| h.iter().zip(f).all(|(h, f)| f < h));
     vec![
-        Verdict {
-            claim: "The failed link's traffic is redistributed over the surviving uplinks (groups repaired)".into(),
-            measured: format!(
+        pin_suffers_more(cases).headline(),
+        Verdict::fact(
+            "redistributed",
+            "The failed link's traffic is redistributed over the surviving uplinks (groups repaired)",
+            format!(
                 "failed uplink's share of {RTSW}'s bytes, healthy -> with failure, per seed: pin {:?} -> {:?} %, \
                  E-ECMP {:?} -> {:?} %, TE {:?} -> {:?} %",
                 rounded(&pin_moved.0),
@@ -217,22 +216,43 @@ fn verdicts(cases: &[Case], delivered: u64, needed: u64) -> Vec<Verdict> {
                 rounded(&te_moved.0),
                 rounded(&te_moved.1)
             ),
-            matches: all_moved,
-            headline: true,
-        },
-        Verdict {
-            claim: "A link failure hurts pinned routing more than E-ECMP with QP scaling (relative slowdown)".into(),
-            measured: format!("completion with failure / healthy: pin {sp:.2}x, E-ECMP {se:.2}x, TE {st:.2}x"),
-            matches: sp > se,
-            headline: false,
-        },
-        Verdict {
-            claim: "The fabric keeps delivering after the failure (ECMP groups repaired)".into(),
-            measured: format!("runs with a failure delivered {delivered} of {needed} bytes"),
-            matches: delivered == needed && needed > 0,
-            headline: false,
-        },
+            all_moved,
+        ),
+        Verdict::fact(
+            "keeps-delivering",
+            "The fabric keeps delivering after the failure (ECMP groups repaired)",
+            format!("runs with a failure delivered {delivered} of {needed} bytes"),
+            delivered == needed && needed > 0,
+        ),
     ]
+}
+
+/// Per seed, how much the failure slowed a mode down (gain of healthy over failed, %); pinning's
+/// minus E-ECMP's, so that what the failure costs every mode alike (a lost uplink) cancels.
+fn pin_suffers_more(cases: &[Case]) -> Verdict {
+    let penalty = |k: &str| -> Vec<f64> {
+        let (h, f) = (case(cases, &format!("{k}-healthy")), case(cases, &format!("{k}-failure")));
+        let (h, f) = (h.values_of("completion_ms"), f.values_of("completion_ms"));
+        h.iter().zip(&f).map(|(&h, &f)| gain_pct(h, f, Better::Lower)).collect()
+    };
+    let (pin, eecmp, te) = (penalty("pin"), penalty("eecmp"), penalty("te"));
+    let diff: Vec<f64> = pin.iter().zip(&eecmp).map(|(p, e)| p - e).collect();
+    let measured = format!(
+        "slowdown from the failure per seed (% of the slower run): pin {}, E-ECMP {}, TE {}",
+        per_seed(&pin, "%"),
+        per_seed(&eecmp, "%"),
+        per_seed(&te, "%")
+    );
+    let used: Vec<&Case> =
+        ["pin-healthy", "pin-failure", "eecmp-healthy", "eecmp-failure"].map(|k| case(cases, k)).to_vec();
+    Verdict::from_gains(
+        "pin-suffers-more",
+        "A link failure hurts pinned routing more than E-ECMP with QP scaling (slowdown difference, points)",
+        measured,
+        diff,
+        5.0,
+    )
+    .unless_cpu_bound(cpu_bound(&used))
 }
 
 /// The scenario's report: setup, metrics, cases, verdicts, notes and the redistribution table.

@@ -16,6 +16,7 @@ pub mod link_failure;
 pub mod path_pinning;
 pub mod pfc_storm;
 pub mod report;
+pub mod verdict;
 
 use std::{
     path::{Path, PathBuf},
@@ -24,9 +25,12 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 
-pub use self::harness::{
-    Better, Calibration, Case, Ctx, DepthSnapshot, ExperimentReport, Metric, Options, Outcome, SCHEMA, Scenario, Table,
-    Verdict, base_options, compare, completion_ms, mean, modelled_us, shipped_topology,
+pub use self::{
+    harness::{
+        Better, Calibration, Case, Control, Ctx, DepthSnapshot, ExperimentReport, Metric, Options, Outcome, SCHEMA,
+        Scenario, Table, base_options, completion_ms, mean, modelled_us, shipped_topology,
+    },
+    verdict::{Decision, Kind, Verdict},
 };
 
 /// Every scenario, in the order `all` runs them.
@@ -65,6 +69,7 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
         paper: scenario.paper.into(),
         variant: ctx.variant().into(),
         seeds: ctx.seeds.clone(),
+        control: ctx.control.map(|c| c.describe()),
         wall_seconds: start.elapsed().as_secs_f64(),
         outcome,
         files: Vec::new(),
@@ -77,13 +82,18 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
 /// The verdict table in plain text (for the terminal).
 pub fn print_summary(r: &ExperimentReport, dir: &Path) {
     println!("experiment {} ({} variant, seeds {:?}, {:.0} s)", r.name, r.variant, r.seeds, r.wall_seconds);
+    if let Some(c) = &r.control {
+        println!("NEGATIVE CONTROL: {c}");
+    }
     print!("{}", report::metrics_table_text(r));
     for v in &r.outcome.verdicts {
         println!(
-            "  [{}] {}\n      measured: {}",
-            if v.matches { "matches" } else { "does not match" },
+            "  [{}] {} ({})\n      measured: {}\n      evidence: {}",
+            v.direction.describe(),
             v.claim,
-            v.measured
+            v.key,
+            v.measured,
+            v.evidence()
         );
     }
     println!("report: {}", dir.join("report.md").display());

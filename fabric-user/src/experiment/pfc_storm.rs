@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 
-use super::harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, Verdict, completion_ms};
+use super::{
+    harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, completion_ms},
+    verdict::{Comparison, Verdict, per_seed},
+};
 use crate::{
     endpoint::{CcMode, SlowReceiver},
     model::plan::Role,
@@ -74,6 +77,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 c.push("completion_ms", completion_ms(&r));
                 c.push("host_paused_ms", r.hosts.iter().map(|h| h.paused_ns).sum::<u64>() as f64 / 1e6);
                 c.push("lost", (r.bytes_needed - r.bytes_delivered.min(r.bytes_needed)) as f64);
+                c.push_host(&r);
                 rows.push(vec![
                     seed.to_string(),
                     c.label.clone(),
@@ -86,43 +90,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         }
         Ok(())
     })?;
-    let slow = &cases[1];
-    let healthy = &cases[0];
-    let verdicts = vec![
-        Verdict {
-            claim: "A stuck receiver's pauses propagate beyond its rack: the spine tier (CTSW) pauses its upstream"
-                .into(),
-            measured: format!(
-                "CTSW PFC frames: slow receiver {:.0}, healthy receiver {:.0} (mean per run)",
-                slow.mean("ctsw_pfc"),
-                healthy.mean("ctsw_pfc")
-            ),
-            matches: slow.values["ctsw_pfc"].iter().all(|&v| v > 0.0)
-                && slow.mean("ctsw_pfc") > healthy.mean("ctsw_pfc"),
-            headline: true,
-        },
-        Verdict {
-            claim: "The PFC watchdog detects the port paused for too long".into(),
-            measured: format!(
-                "watchdog storms: slow receiver {:.1}, healthy {:.1} (mean per run; watchdog 50 µs modelled = {watchdog_wall_ms:.0} ms wall)",
-                slow.mean("storms"),
-                healthy.mean("storms")
-            ),
-            matches: slow.values["storms"].iter().all(|&v| v >= 1.0),
-            headline: false,
-        },
-        Verdict {
-            claim: "Lossless: the stall costs time, not data".into(),
-            measured: format!(
-                "completion {:.0} ms vs {:.0} ms healthy; {:.0} bytes lost",
-                slow.mean("completion_ms"),
-                healthy.mean("completion_ms"),
-                slow.mean("lost")
-            ),
-            matches: slow.mean("lost") == 0.0 && slow.mean("completion_ms") > healthy.mean("completion_ms"),
-            headline: false,
-        },
-    ];
+    let verdicts = verdicts(&cases, watchdog_wall_ms);
     Ok(Outcome {
         setup: vec![
             "Default testbed (4 racks x 2 hosts, 4 CTSWs), time scale 4000, `congestion.watchdog_us = 50` \
@@ -156,4 +124,49 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
             rows,
         }],
     })
+}
+
+fn verdicts(cases: &[Case], watchdog_wall_ms: f64) -> Vec<Verdict> {
+    let (healthy, slow) = (&cases[0], &cases[1]);
+    let storms = (slow.values_of("storms"), healthy.values_of("storms"));
+    vec![
+        Comparison {
+            key: "pauses-reach-spine",
+            claim: "A stuck receiver's pauses propagate beyond its rack: the spine tier (CTSW) pauses its upstream",
+            metric: "ctsw_pfc",
+            unit: " frames",
+            cases: ("slow", "healthy"),
+            better: Better::Higher,
+            margin_pct: 50.0,
+        }
+        .judge(cases)
+        .headline(),
+        Verdict::fact(
+            "watchdog-fires",
+            "The PFC watchdog detects the port paused for too long, and only then",
+            format!(
+                "watchdog storms per run: slow receiver {}, healthy {} (watchdog 50 µs modelled = \
+                 {watchdog_wall_ms:.0} ms wall)",
+                per_seed(&storms.0, ""),
+                per_seed(&storms.1, "")
+            ),
+            !storms.0.is_empty() && storms.0.iter().all(|&v| v >= 1.0) && storms.1.iter().all(|&v| v == 0.0),
+        ),
+        Verdict::fact(
+            "stall-loses-no-data",
+            "Lossless: the stall costs time, not data",
+            format!("bytes lost per run with the slow receiver: {}", per_seed(&slow.values_of("lost"), "")),
+            slow.values_of("lost").iter().all(|&v| v == 0.0),
+        ),
+        Comparison {
+            key: "stall-costs-time",
+            claim: "The stall costs the incast time: the healthy receiver's incast completes sooner",
+            metric: "completion_ms",
+            unit: " ms",
+            cases: ("healthy", "slow"),
+            better: Better::Lower,
+            margin_pct: 5.0,
+        }
+        .judge(cases),
+    ]
 }

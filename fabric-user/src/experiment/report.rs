@@ -97,15 +97,27 @@ pub fn write(r: &mut ExperimentReport, dir: &Path) -> Result<()> {
     );
     let _ = writeln!(s, "## What the paper says\n\n{}\n", r.paper);
     let _ = writeln!(s, "## Verdict\n");
-    let _ = writeln!(s, "| paper's claim | measured (means over seeds) | direction |\n|---|---|---|");
+    let (yes, no, unsure) = super::verdict::tally(&r.outcome.verdicts);
+    let _ = writeln!(
+        s,
+        "{yes} claim(s) match, {no} do not, {unsure} inconclusive (identities not counted). A comparison matches \
+         when the whole 95% t interval of its per-seed gain lies above its margin, does not match when it lies \
+         below, and is inconclusive otherwise or when a run was CPU-bound.\n"
+    );
+    if let Some(c) = &r.control {
+        let _ = writeln!(s, "**Negative control:** {c}.\n");
+    }
+    let _ = writeln!(s, "| claim | measured (per seed) | evidence | verdict |\n|---|---|---|---|");
     for v in &r.outcome.verdicts {
         let _ = writeln!(
             s,
-            "| {}{} | {} | **{}** |",
+            "| {}{} `{}` | {} | {} | **{}** |",
             v.claim,
             if v.headline { " (headline)" } else { "" },
+            v.key,
             v.measured,
-            if v.matches { "matches" } else { "does not match" }
+            v.evidence(),
+            v.direction.describe()
         );
     }
     let _ = writeln!(s, "\n## Setup\n");

@@ -32,6 +32,7 @@ use crate::{
     testbed,
 };
 use fabric_roce::dcqcn::DcqcnParams;
+use result::CPU_BOUND_BUSY;
 
 /// A run as the command line or a workload file states it (one definition for both). Values are
 /// typed where they come in; every default is [`RunSpec::default`]'s, which the flags show and
@@ -273,6 +274,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     let mut last_step_uplinks = Vec::new();
     let mut bytes_needed = 0;
     let mut bytes_delivered = 0;
+    let cpu_before = crate::sys::cpu::CpuTimes::read()?;
     for it in 0..opts.iterations {
         bar.set_message(format!("iteration {}", it + 1));
         let mut step_ns = Vec::new();
@@ -309,6 +311,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     // The agents write their telemetry every 100 ms: wait for the last of this run.
     std::thread::sleep(std::time::Duration::from_millis(250));
     let congestion = crate::telemetry::stats::congestion_totals(state)?.since(&congestion_before);
+    let host_cpu_busy = crate::sys::cpu::CpuTimes::read()?.busy_since(&cpu_before);
     let achieved_over_intended = achieved.iter().sum::<f64>() / achieved.len().max(1) as f64;
     let stats_after = crate::telemetry::stats::collect(state)?;
     let mut result = RunResult {
@@ -326,7 +329,8 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         uplinks,
         flows,
         achieved_over_intended: Some(achieved_over_intended),
-        cpu_limited: Some(achieved_over_intended < 0.8),
+        cpu_limited: host_cpu_busy.map(|b| b >= CPU_BOUND_BUSY),
+        host_cpu_busy,
         congestion,
         te_flows,
         cc: opts.endpoint.cc,

@@ -14,6 +14,11 @@ use crate::{
 /// and the default rate is the host link's modelled rate.
 pub const RESULTS_SCHEMA: &str = "fabric.run/2";
 
+/// Above this busy share of the machine's CPU time during a run, the host, not the fabric, may
+/// have set its pace: the endpoints sleep in `ppoll` between packets, so idle time means they
+/// had time to spare.
+pub const CPU_BOUND_BUSY: f64 = 0.97;
+
 #[derive(Clone, Debug, Serialize)]
 pub struct RunOptions {
     pub collective: Collective,
@@ -91,7 +96,11 @@ pub struct RunResult<F = FlowResult, X = NoExtras> {
     /// With `hash = "te"`: how many flows the controller placed (their entries take precedence
     /// over the hash in every switch).
     pub te_flows: Option<usize>,
+    /// Whether the machine's CPUs were busy for at least [`CPU_BOUND_BUSY`] of the run: then
+    /// the software endpoints, not the modelled fabric, may have set its pace.
     pub cpu_limited: Option<bool>,
+    /// The busy share of the machine's CPU time during the run's iterations (`/proc/stat`).
+    pub host_cpu_busy: Option<f64>,
     /// Congestion control on top of PFC.
     pub cc: CcMode,
     /// The topology's time scale the endpoints ran at (rates / S, timers x S).
@@ -167,9 +176,12 @@ pub fn print(r: &RunResult) {
     );
     let retx: u64 = r.flows.iter().map(|f| f.retransmitted).sum();
     let achieved = r.achieved_over_intended.map_or_else(|| "not measured".into(), |a| format!("{a:.2}"));
-    let limited =
-        if r.cpu_limited == Some(true) { " (under 0.8: the CPU or congestion in the fabric set the pace)" } else { "" };
-    println!("endpoints: achieved/intended rate {achieved}{limited}; {retx} retransmitted packets");
+    let cpu = match (r.host_cpu_busy, r.cpu_limited) {
+        (Some(b), Some(true)) => format!("; CPUs {:.0}% busy: the CPU may have set the pace", b * 100.0),
+        (Some(b), _) => format!("; CPUs {:.0}% busy", b * 100.0),
+        _ => String::new(),
+    };
+    println!("endpoints: achieved/intended rate {achieved}; {retx} retransmitted packets{cpu}");
     print_congestion(r);
 }
 
