@@ -40,9 +40,10 @@ const BUSY_TICK: Duration = Duration::from_micros(200);
 const IDLE_TICK: Duration = Duration::from_millis(5);
 /// Queue depth samples (of the queues known to carry traffic), the scan for such queues, and
 /// telemetry file writes. Each map read is a syscall: scanning every port/class of every switch
-/// each sample would keep a small machine's CPU busy.
+/// each sample would keep a small machine's CPU busy. The scan runs every 100 ms: once a second
+/// missed the first second of a queue's use, most of a short run's incast.
 const SAMPLE_EVERY_NS: u64 = 10_000_000;
-const SCAN_EVERY_NS: u64 = 1_000_000_000;
+const SCAN_EVERY_NS: u64 = 100_000_000;
 const REPORT_EVERY_NS: u64 = 100_000_000;
 
 /// The monotonic clock, as `bpf_ktime_get_ns` reads it.

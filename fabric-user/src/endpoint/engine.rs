@@ -106,6 +106,11 @@ pub struct HostResult {
     /// full (`Udp: RcvbufErrors`): the software endpoint fell behind, which a NIC does not. Loss
     /// the fabric did not cause; it explains retransmissions in a lossless class.
     pub udp_receive_drops: u64,
+    /// Sleeps that ended on their timeout, and those that ended more than one packet's transmit
+    /// time (path MTU at the host link's wall rate) after it: a late wake costs a paced sender
+    /// its slot, so a high share of them says the CPU, not the fabric, set the pace.
+    pub timed_wakes: u64,
+    pub late_wakes: u64,
 }
 
 /// `Udp: RcvbufErrors` of the calling thread's network namespace.
@@ -590,6 +595,20 @@ struct HostRun<'a> {
     tx_buf: PacketBuf,
     rx_buf: PacketBuf,
     feedback: Vec<Feedback>,
+    wakes: Wakes,
+}
+
+/// One path-MTU packet's transmit time at `link_rate_bps` (wall), ns: how late a wake may be
+/// before it cost a paced sender a packet slot.
+fn late_after_ns(cx: &HostContext<'_>, link_rate_bps: u64) -> u64 {
+    (u64::from(cx.opts.path_mtu) * 8 * 1_000_000_000).checked_div(link_rate_bps).unwrap_or(0)
+}
+
+/// How punctually this host's sleeps ended (see [`HostResult::late_wakes`]).
+struct Wakes {
+    late_after_ns: u64,
+    timed: u64,
+    late: u64,
 }
 
 fn host_loop(cx: &HostContext<'_>) -> Result<()> {
@@ -628,6 +647,7 @@ impl<'a> HostRun<'a> {
             tx_buf: PacketBuf::new(),
             rx_buf: PacketBuf::new(),
             feedback: Vec::new(),
+            wakes: Wakes { late_after_ns: late_after_ns(cx, link_rate), timed: 0, late: 0 },
         }
     }
 
@@ -808,7 +828,7 @@ impl<'a> HostRun<'a> {
 
     /// Idle: sleeps until a packet or PFC frame arrives or the next deadline (pacing, timers, a
     /// pause's end, feedback owed, the slow period's XOFF, the downlink's next delivery).
-    fn idle_wait(&self, slow: bool) {
+    fn idle_wait(&mut self, slow: bool) {
         let t = self.cx.now();
         let mut wake = self.next_deadline(t, slow).map_or(1_000_000, |w| w.saturating_sub(t).min(1_000_000));
         if self.pfc.sent_xoff && !slow {
@@ -822,7 +842,14 @@ impl<'a> HostRun<'a> {
         let nfds = if slow { 1 } else { 2 };
         let ts = libc::timespec { tv_sec: 0, tv_nsec: wake.max(1_000) as i64 };
         // SAFETY: valid pollfds, a valid timespec, no signal mask.
-        unsafe { libc::ppoll(pfds.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
+        let ready = unsafe { libc::ppoll(pfds.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
+        if ready == 0 {
+            self.wakes.timed += 1;
+            let due = t + (ts.tv_nsec as u64);
+            if self.cx.now() > due + self.wakes.late_after_ns {
+                self.wakes.late += 1;
+            }
+        }
     }
 
     /// The earliest time something is due after `t` without new input.
@@ -877,6 +904,8 @@ impl<'a> HostRun<'a> {
             pause_frames_sent: self.pfc.frames_sent,
             cts_max_in_flight_bytes: self.qps.cc.max_in_flight_bytes(),
             udp_receive_drops: udp_rcvbuf_errors()?.saturating_sub(rcvbuf_errors_before),
+            timed_wakes: self.wakes.timed,
+            late_wakes: self.wakes.late,
         });
         Ok(())
     }

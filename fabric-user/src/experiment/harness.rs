@@ -261,9 +261,11 @@ impl Case {
         self.values.get(metric).cloned().unwrap_or_default()
     }
 
-    /// Records what the host did during `r`: its busy CPU share (see [`super::verdict::cpu_bound`]).
+    /// Records what the host did during `r`: how punctually its endpoints woke (see
+    /// [`super::verdict::cpu_bound`]) and how busy the machine was.
     pub fn push_host(&mut self, r: &RunResult) {
-        self.push(super::verdict::CPU_BUSY, r.host_cpu_busy.unwrap_or(f64::NAN));
+        self.push(super::verdict::LATE_WAKES, r.late_wake_share.unwrap_or(f64::NAN));
+        self.push("cpu_busy", r.host_cpu_busy.unwrap_or(f64::NAN));
     }
 }
 

@@ -271,10 +271,11 @@ impl Verdict {
     }
 }
 
-pub use crate::run::result::CPU_BOUND_BUSY;
+pub use crate::run::result::CPU_BOUND_LATE_SHARE;
 
-/// The metric key every scenario records per run: the machine's busy CPU share.
-pub const CPU_BUSY: &str = "cpu_busy";
+/// The metric key every scenario records per run: the share of the endpoints' timed sleeps that
+/// woke late (see `fabric_user::run::result::late_wake_share`).
+pub const LATE_WAKES: &str = "late_wake_share";
 
 /// How many of `verdicts` (identities left out) matched, did not, and were inconclusive.
 pub fn tally(verdicts: &[Verdict]) -> (usize, usize, usize) {
@@ -327,15 +328,15 @@ pub fn depends_on_pace(metric: &str) -> bool {
 pub fn cpu_bound(cases: &[&Case]) -> Option<String> {
     let busy: Vec<(String, f64)> = cases
         .iter()
-        .flat_map(|c| c.values_of(CPU_BUSY).into_iter().map(|b| (c.label.clone(), b)))
-        .filter(|(_, b)| *b >= CPU_BOUND_BUSY)
+        .flat_map(|c| c.values_of(LATE_WAKES).into_iter().map(|b| (c.label.clone(), b)))
+        .filter(|(_, b)| *b > CPU_BOUND_LATE_SHARE)
         .collect();
     let (label, b) = busy.first()?;
     Some(format!(
-        "{} run(s) CPU-bound (machine {:.0}% busy in a run of {label}; limit {:.0}%)",
+        "{} run(s) CPU-bound ({:.0}% of the endpoints' sleeps woke late in a run of {label}; limit {:.0}%)",
         busy.len(),
         b * 100.0,
-        CPU_BOUND_BUSY * 100.0
+        CPU_BOUND_LATE_SHARE * 100.0
     ))
 }
 
@@ -353,7 +354,7 @@ mod tests {
         let mut c = Case::new(key, key);
         for &v in values {
             c.push(metric, v);
-            c.push(CPU_BUSY, 0.5);
+            c.push(LATE_WAKES, 0.01);
         }
         c
     }
@@ -421,7 +422,7 @@ mod tests {
     #[test]
     fn a_cpu_bound_run_makes_even_a_clear_gain_inconclusive() {
         let mut a = case("a", "t", &[60.0, 61.0]);
-        a.values.insert(CPU_BUSY.into(), vec![0.5, 0.99]);
+        a.values.insert(LATE_WAKES.into(), vec![0.01, 0.4]);
         let cases = [a, case("b", "t", &[100.0, 100.0])];
         let v = Comparison {
             key: "k",

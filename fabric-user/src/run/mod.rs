@@ -32,7 +32,7 @@ use crate::{
     testbed,
 };
 use fabric_roce::dcqcn::DcqcnParams;
-use result::CPU_BOUND_BUSY;
+use result::{CPU_BOUND_LATE_SHARE, late_wake_share};
 
 /// A run as the command line or a workload file states it (one definition for both). Values are
 /// typed where they come in; every default is [`RunSpec::default`]'s, which the flags show and
@@ -329,7 +329,8 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         uplinks,
         flows,
         achieved_over_intended: Some(achieved_over_intended),
-        cpu_limited: host_cpu_busy.map(|b| b >= CPU_BOUND_BUSY),
+        cpu_limited: late_wake_share(&hosts_result).map(|l| l > CPU_BOUND_LATE_SHARE),
+        late_wake_share: late_wake_share(&hosts_result),
         host_cpu_busy,
         congestion,
         te_flows,

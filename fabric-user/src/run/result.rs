@@ -14,10 +14,17 @@ use crate::{
 /// and the default rate is the host link's modelled rate.
 pub const RESULTS_SCHEMA: &str = "fabric.run/2";
 
-/// Above this busy share of the machine's CPU time during a run, the host, not the fabric, may
-/// have set its pace: the endpoints sleep in `ppoll` between packets, so idle time means they
-/// had time to spare.
-pub const CPU_BOUND_BUSY: f64 = 0.97;
+/// A run is CPU-bound when more than this share of its endpoints' timed sleeps woke later than
+/// one packet's transmit time after their deadline (see `HostResult::late_wakes`): then the
+/// scheduler, not the modelled fabric, set the pace of a tenth of the sends or more.
+pub const CPU_BOUND_LATE_SHARE: f64 = 0.10;
+
+/// The share of the endpoints' timed sleeps that woke late, over `hosts`.
+pub fn late_wake_share(hosts: &[crate::endpoint::engine::HostResult]) -> Option<f64> {
+    let timed: u64 = hosts.iter().map(|h| h.timed_wakes).sum();
+    let late: u64 = hosts.iter().map(|h| h.late_wakes).sum();
+    (timed > 0).then(|| late as f64 / timed as f64)
+}
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RunOptions {
@@ -96,9 +103,11 @@ pub struct RunResult<F = FlowResult, X = NoExtras> {
     /// With `hash = "te"`: how many flows the controller placed (their entries take precedence
     /// over the hash in every switch).
     pub te_flows: Option<usize>,
-    /// Whether the machine's CPUs were busy for at least [`CPU_BOUND_BUSY`] of the run: then
-    /// the software endpoints, not the modelled fabric, may have set its pace.
+    /// Whether the endpoints woke late for more than [`CPU_BOUND_LATE_SHARE`] of their timed
+    /// sleeps: then the CPU, not the modelled fabric, set the run's pace.
     pub cpu_limited: Option<bool>,
+    /// That share (see [`late_wake_share`]).
+    pub late_wake_share: Option<f64>,
     /// The busy share of the machine's CPU time during the run's iterations (`/proc/stat`).
     pub host_cpu_busy: Option<f64>,
     /// Congestion control on top of PFC.
@@ -130,6 +139,8 @@ pub fn accumulate_hosts(all: &mut Vec<HostResult>, step: &[HostResult]) {
         a.pause_frames_sent += h.pause_frames_sent;
         a.cts_max_in_flight_bytes = a.cts_max_in_flight_bytes.max(h.cts_max_in_flight_bytes);
         a.udp_receive_drops += h.udp_receive_drops;
+        a.timed_wakes += h.timed_wakes;
+        a.late_wakes += h.late_wakes;
     }
 }
 
@@ -176,9 +187,13 @@ pub fn print(r: &RunResult) {
     );
     let retx: u64 = r.flows.iter().map(|f| f.retransmitted).sum();
     let achieved = r.achieved_over_intended.map_or_else(|| "not measured".into(), |a| format!("{a:.2}"));
-    let cpu = match (r.host_cpu_busy, r.cpu_limited) {
-        (Some(b), Some(true)) => format!("; CPUs {:.0}% busy: the CPU may have set the pace", b * 100.0),
-        (Some(b), _) => format!("; CPUs {:.0}% busy", b * 100.0),
+    let cpu = match (r.host_cpu_busy, r.late_wake_share) {
+        (Some(b), Some(l)) => format!(
+            "; CPUs {:.0}% busy, {:.1}% of the endpoints' timed sleeps woke late{}",
+            b * 100.0,
+            l * 100.0,
+            if r.cpu_limited == Some(true) { ": CPU-bound, the CPU set the pace" } else { "" }
+        ),
         _ => String::new(),
     };
     println!("endpoints: achieved/intended rate {achieved}; {retx} retransmitted packets{cpu}");

@@ -1140,6 +1140,7 @@ fn allreduce_result(
         diagnosis: Vec::new(),
         te_flows: None,
         cpu_limited: None,
+        late_wake_share: None,
         host_cpu_busy: None,
         cc: CcMode::None,
         time_scale: scale,
