@@ -1,9 +1,16 @@
 //! `fabric analyze`: a real rxe capture and crafted ones (VLAN, IPv6, snap-length cuts, ARP,
 //! TCP, fragments, malformed frames, Linux cooked capture, pcapng with several link types), and
-//! the prediction against `select_member` and against `fabric sim`. No root needed.
+//! the prediction against `select_member`; and our endpoints' traffic captured on a live testbed,
+//! against the switch's counters, the run's report and `fabric sim`. Only that last test needs root.
 mod common;
 
-use std::{borrow::Cow, collections::BTreeMap, path::PathBuf, time::Duration};
+use std::{
+    borrow::Cow,
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+    path::PathBuf,
+    time::Duration,
+};
 
 use fabric_common::{
     config::{HashMode, SwitchConfig},
@@ -18,11 +25,12 @@ use fabric_user::{
     endpoint::EndpointOptions,
     forwarding::{fabric::SimFabric, flows::step_flows},
     model::placement::Placement,
-    model::plan::Plan,
-    model::topology::Topology,
+    model::plan::{NodeId, Plan},
     model::workload::Collective,
     model::workload::HostTransfer,
+    run::{RunOptions, RunResult, run},
     sim::{SimOptions, predict_member_load, steps_of},
+    state::State,
 };
 use pcap_file::{
     DataLink,
@@ -385,80 +393,234 @@ fn json_report_and_chart() {
     assert!(text.contains("RoCEv2: 110 packets") && text.contains("skipped: none"), "{text}");
 }
 
-/// A capture of our own endpoints' traffic through an RTSW's uplinks, analysed with that RTSW's
-/// seed and group size (`--switch`), predicts the split `fabric sim` predicts for the same
-/// flows — every member's packets and bytes.
-#[test]
-fn agrees_with_fabric_sim_on_the_testbed() {
-    let topo = Topology::load(None).unwrap();
-    let plan = Plan::new(&topo);
-    let rtsw = plan.node_by_name("z0r0").unwrap();
-    for (hash, qps) in [(HashMode::FiveTuple, 1), (HashMode::Eecmp, 4), (HashMode::Pin, 2)] {
-        let mut fabric = SimFabric::clos(plan.clone()).unwrap();
-        fabric.set_hash(hash, None);
-        let endpoint = EndpointOptions { qps, ..Default::default() };
-        let o = SimOptions {
-            collective: Collective::Alltoall,
-            ranks: None,
-            message_bytes: 48 * 1024,
-            placement: Placement::Contiguous,
-            seed: 1,
-            hash,
-            hash_seed: None,
-            endpoint: endpoint.clone(),
+/// `tcpdump` in a host's namespace, writing what the host sends to a pcap file; stopped (and
+/// never left running) when dropped.
+struct Tcpdump {
+    child: std::process::Child,
+    stderr: std::io::BufReader<std::process::ChildStderr>,
+    path: PathBuf,
+}
+
+impl Tcpdump {
+    /// Starts capturing and returns once tcpdump says it listens. A snap length of 128 keeps
+    /// every header up to the RETH; analyze weighs each frame by its original length.
+    fn start(netns_name: &str, ifname: &str, filter: &str, path: PathBuf) -> Tcpdump {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new("ip")
+            .args(["netns", "exec", netns_name, "tcpdump", "-i", ifname, "-s", "128", "-B", "8192", "-U", "-Z", "root"])
+            .arg("--immediate-mode")
+            .arg("-w")
+            .arg(&path)
+            .arg(filter)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running tcpdump (cargo xtask setup installs it)");
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("listening on") {
+            line.clear();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "tcpdump on {netns_name}:{ifname} did not start");
+        }
+        Tcpdump { child, stderr, path }
+    }
+
+    /// Stops the capture once its file has stopped growing; fails unless every frame the
+    /// kernel matched was written (tcpdump reports both counts when it exits).
+    fn stop(mut self) -> PathBuf {
+        use std::io::Read as _;
+        let size = || std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut last = size();
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = size();
+            if now == last || std::time::Instant::now() > deadline {
+                break;
+            }
+            last = now;
+        }
+        self.terminate();
+        let mut summary = String::new();
+        self.stderr.read_to_string(&mut summary).unwrap();
+        let count = |what: &str| -> u64 {
+            let line = summary.lines().find(|l| l.ends_with(what)).unwrap_or_else(|| panic!("tcpdump: {summary}"));
+            line.split_whitespace().next().unwrap().parse().unwrap()
         };
-        // The frames z0r0 sends up: every flow from one of its hosts to another rack, each
-        // packet as a snap-length-cut frame whose original lengths add up to the flow's bytes.
-        let (hosts, steps) = steps_of(&fabric, &o).unwrap();
-        let mut recs = Vec::new();
-        for (step, times) in &steps {
-            let t: Vec<HostTransfer> =
-                step.iter().map(|t| HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes }).collect();
-            for f in step_flows(&plan, &t, &endpoint) {
-                if plan.rtsw_of(f.src) != rtsw || plan.rtsw_of(f.dst) == rtsw {
-                    continue;
-                }
-                for _ in 0..*times {
-                    for k in 0..f.packets {
-                        let each = f.frame_bytes / f.packets;
-                        let len = if k + 1 == f.packets { f.frame_bytes - each * (f.packets - 1) } else { each };
-                        let payload = len as usize - (14 + 20 + 8 + 12 + 4);
-                        let fr = roce4(f.src_ip.octets(), f.dst_ip.octets(), f.sport, 0x07, f.dest_qp, payload, None);
-                        let caplen = fr.len().min(64);
-                        recs.push(cut(fr, caplen));
-                    }
-                }
+        let (captured, matched) = (count("packets captured"), count("packets received by filter"));
+        assert!(captured == matched && count("packets dropped by kernel") == 0, "tcpdump lost frames: {summary}");
+        self.path.clone()
+    }
+
+    fn terminate(&mut self) {
+        if self.child.try_wait().unwrap().is_none() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            self.child.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for Tcpdump {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// Captures, on every host of `rtsw`'s rack, the RoCE frames it sends out of the rack: the
+/// frames `rtsw` sends up its uplinks. (An uplink itself cannot be tapped: the switches move
+/// frames between veths with XDP redirects, which no packet socket sees.)
+fn capture_rack_uplink_traffic(state: &State, rtsw: NodeId, tag: &str) -> Vec<Tcpdump> {
+    let plan = &state.plan;
+    let rack: Vec<NodeId> = plan.hosts().filter(|&h| plan.rtsw_of(h) == rtsw).collect();
+    let rack_dsts: Vec<String> = rack.iter().map(|&h| format!("dst host {}", plan.host_ipv4(h))).collect();
+    rack.iter()
+        .map(|&h| {
+            let filter =
+                format!("udp dst port 4791 and src host {} and not ({})", plan.host_ipv4(h), rack_dsts.join(" or "));
+            let path = tmp(&format!("testbed-{tag}-{}.pcap", plan.nodes[h].name));
+            Tcpdump::start(&plan.netns(h), &plan.nodes[h].ports[0].ifname, &filter, path)
+        })
+        .collect()
+}
+
+/// What the XDP member counters of `rtsw`'s uplink group say now: (packets, bytes) per member.
+fn uplink_member_counters(state: &State, fabric: &SimFabric, rtsw: NodeId, group: u32) -> Vec<(u64, u64)> {
+    let mut dp = state.dataplane(rtsw).unwrap();
+    let slot = state.group_slot(rtsw, group);
+    (0..fabric.members(rtsw, group).len() as u32)
+        .map(|m| dp.member_counters(slot, m).map(|c| (c.packets, c.bytes)).unwrap())
+        .collect()
+}
+
+/// The QPs that leave `rtsw`'s rack, data and ACKs, as `fabric sim` builds them.
+fn sim_qps_leaving(fabric: &SimFabric, o: &SimOptions, rtsw: NodeId) -> BTreeSet<(IpAddr, IpAddr, u16, u32)> {
+    let plan = &fabric.plan;
+    let (hosts, steps) = steps_of(fabric, o).unwrap();
+    let mut qps = BTreeSet::new();
+    for (step, _) in &steps {
+        let t: Vec<HostTransfer> =
+            step.iter().map(|t| HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes }).collect();
+        for f in step_flows(plan, &t, &o.endpoint) {
+            if plan.rtsw_of(f.src) == rtsw && plan.rtsw_of(f.dst) != rtsw {
+                qps.insert((f.src_ip.into(), f.dst_ip.into(), f.sport, f.dest_qp));
             }
         }
-        assert!(!recs.is_empty());
-        let path = tmp(&format!("sim-{}.pcap", hash.as_str()));
-        write_pcap_snap(&path, DataLink::ETHERNET, 64, &recs);
-        let args = AnalyzeArgs {
-            capture: path.clone(),
-            uplinks: None,
-            seed: None,
-            hash: vec![hash.as_str().into()],
-            pin_shift: 1,
-            switch: Some("z0r0".into()),
-            topology: None,
-            per_qp: false,
-            json: None,
-            chart: None,
-        };
-        let g = group_of(&args).unwrap();
-        assert_eq!(g.seed, fabric.configs[rtsw].seed);
-        let mut a = Analyzer::new();
-        fabric_user::analyze::read_capture(&path, &mut a).unwrap();
-        let r = a.report("sim", "pcap", &g);
-        assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+    }
+    qps
+}
 
-        let load = predict_member_load(&fabric, &o, 1).unwrap();
-        let up = fabric.group_count(rtsw) as u32 - 1;
-        let n = fabric.members(rtsw, up).len() as u32;
-        assert_eq!(n, g.uplinks);
-        let sim_bytes: Vec<u64> = (0..n).map(|m| load.bytes[fabric.slot(rtsw, up, m)]).collect();
-        let sim_packets: Vec<u64> = (0..n).map(|m| load.packets[fabric.slot(rtsw, up, m)]).collect();
-        assert_eq!(r.modes[0].uplink_bytes, sim_bytes, "{hash:?}");
-        assert_eq!(r.modes[0].uplink_packets, sim_packets, "{hash:?}");
+/// One alltoall of our endpoints, as `fabric sim` and `fabric run` take it.
+fn live_options(hash: HashMode, qps: u32) -> (SimOptions, RunOptions) {
+    // ACK every packet, so that the ACKs, like the data, are fixed by the job alone.
+    let endpoint = EndpointOptions { qps, ack_every: 1, ..Default::default() };
+    let sim = SimOptions {
+        collective: Collective::Alltoall,
+        ranks: None,
+        message_bytes: 48 * 1024,
+        placement: Placement::Contiguous,
+        seed: 1,
+        hash,
+        // The switches keep the topology's seeds, which is what `--switch` reads.
+        hash_seed: None,
+        endpoint: endpoint.clone(),
+    };
+    let run = RunOptions {
+        collective: sim.collective,
+        ranks: None,
+        message_bytes: sim.message_bytes,
+        iterations: 1,
+        placement: sim.placement.clone(),
+        hash: Some(hash),
+        hash_seed: None,
+        seed: sim.seed,
+        endpoint,
+    };
+    (sim, run)
+}
+
+/// `fabric analyze --switch SWITCH --hash MODE` over several captures at once: the group it
+/// derived, and its report.
+fn analyze_as_switch(paths: &[PathBuf], hash: HashMode, switch: &str) -> (Group, Report) {
+    let args = AnalyzeArgs {
+        capture: paths[0].clone(),
+        uplinks: None,
+        seed: None,
+        hash: vec![hash.as_str().into()],
+        pin_shift: 1,
+        switch: Some(switch.into()),
+        topology: None,
+        per_qp: false,
+        json: None,
+        chart: None,
+    };
+    let g = group_of(&args).unwrap();
+    let mut a = Analyzer::new();
+    for p in paths {
+        fabric_user::analyze::read_capture(p, &mut a).unwrap();
+    }
+    let r = a.report("testbed", "pcap", &g);
+    (g, r)
+}
+
+/// Every UDP source port the run reports for a flow out of `rack`'s hosts is a captured flow.
+fn assert_run_flows_captured(plan: &Plan, result: &RunResult, r: &Report, rack: &str) {
+    let ip = |name: &str| IpAddr::from(plan.host_ipv4(plan.node_by_name(name).unwrap()));
+    for f in result.flows.iter().filter(|f| f.src.starts_with(rack) && !f.dst.starts_with(rack)) {
+        for &sport in &f.udp_sports {
+            let flow = (ip(&f.src), ip(&f.dst), sport);
+            assert!(r.flows.iter().any(|c| (c.src, c.dst, c.src_port) == flow), "{f:?} was not captured");
+        }
+    }
+}
+
+/// Our endpoints' traffic, captured on a live testbed as it leaves an RTSW's rack and analysed
+/// with that RTSW's seed and group size (`--switch`), shows the split the RTSW made: every
+/// member's packets and bytes equal the switch's member counters, every uplink's bytes what the
+/// run reports, the QPs those the job opened; and `fabric sim` predicts the same split.
+#[test]
+fn a_live_capture_agrees_with_the_switch_counters_the_run_and_fabric_sim() {
+    let (_guard, state) = common::up(None, &common::unique_prefix('a', 0));
+    let plan = &state.plan;
+    let rtsw = plan.node_by_name("z0r0").unwrap();
+    let fabric = SimFabric::from_controller(plan, &state.down_links);
+    let up = fabric.group_count(rtsw) as u32 - 1;
+    let members = fabric.members(rtsw, up).to_vec();
+    for (hash, qps) in [(HashMode::FiveTuple, 1), (HashMode::Eecmp, 4), (HashMode::Pin, 2)] {
+        let (sim, run_opts) = live_options(hash, qps);
+        let before = uplink_member_counters(&state, &fabric, rtsw, up);
+        let tcpdumps = capture_rack_uplink_traffic(&state, rtsw, hash.as_str());
+        let result = run(&state, &run_opts, true).unwrap_or_else(|e| panic!("{hash:?}: {e:#}"));
+        let paths: Vec<PathBuf> = tcpdumps.into_iter().map(Tcpdump::stop).collect();
+        let after = uplink_member_counters(&state, &fabric, rtsw, up);
+        assert_eq!(result.bytes_delivered, result.bytes_needed, "{hash:?}");
+        let retransmitted: u64 = result.flows.iter().map(|f| f.retransmitted).sum();
+        assert_eq!(retransmitted, 0, "{hash:?}: the run retransmitted, so no exact prediction is possible");
+
+        let (g, r) = analyze_as_switch(&paths, hash, "z0r0");
+        assert_eq!((g.seed, g.uplinks), (plan.nodes[rtsw].seed, members.len() as u32));
+        assert!(r.skipped.is_empty() && r.roce_packets > 0, "{hash:?}: {:?}", r.skipped);
+        let analyzed: Vec<(u64, u64)> =
+            r.modes[0].uplink_packets.iter().copied().zip(r.modes[0].uplink_bytes.iter().copied()).collect();
+        // The switch's own counters.
+        let counted: Vec<(u64, u64)> = before.iter().zip(&after).map(|(b, a)| (a.0 - b.0, a.1 - b.1)).collect();
+        assert_eq!(analyzed, counted, "{hash:?}: (packets, bytes) per member: analyze vs the XDP member counters");
+        // The run's report: bytes per uplink port.
+        let reported = &result.uplinks.iter().find(|u| u.rtsw == "z0r0").unwrap().tx_bytes;
+        let by_port: Vec<(String, u64)> =
+            members.iter().zip(&analyzed).map(|(&p, &(_, b))| (plan.nodes[rtsw].ports[p].ifname.clone(), b)).collect();
+        assert_eq!(&by_port, reported, "{hash:?}: bytes per uplink: analyze vs the run");
+        // The QPs seen are those the job opened out of the rack (data and ACKs).
+        let seen: BTreeSet<_> = r.qps.iter().map(|q| (q.src, q.dst, q.src_port, q.dest_qp)).collect();
+        assert_eq!(seen, sim_qps_leaving(&fabric, &sim, rtsw), "{hash:?}: QPs captured vs the job's");
+        assert_run_flows_captured(plan, &result, &r, "z0r0h");
+        // And `fabric sim` predicts the same split from the options alone.
+        let load = predict_member_load(&fabric, &sim, 1).unwrap();
+        let predicted: Vec<(u64, u64)> = (0..members.len() as u32)
+            .map(|m| fabric.slot(rtsw, up, m))
+            .map(|s| (load.packets[s], load.bytes[s]))
+            .collect();
+        assert_eq!(analyzed, predicted, "{hash:?}: (packets, bytes) per member: analyze vs fabric sim");
+        eprintln!("{hash:?}: {} RoCE frames captured, per member {analyzed:?}", r.roce_packets);
     }
 }

@@ -53,6 +53,35 @@ fn udp_frame(src_mac: [u8; 6], dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], dpo
     out
 }
 
+/// ICMP and ICMPv6 echo requests and replies the kernel of namespace `netns_name` has sent (its
+/// SNMP counters).
+fn echoes_sent(netns_name: &str) -> u64 {
+    netns::in_named(netns_name, || {
+        // /proc/net follows the process's namespace; thread-self follows this thread's.
+        let v4 = std::fs::read_to_string("/proc/thread-self/net/snmp")?;
+        let v6 = std::fs::read_to_string("/proc/thread-self/net/snmp6")?;
+        Ok(snmp_field(&v4, "Icmp:", "OutEchos")
+            + snmp_field(&v4, "Icmp:", "OutEchoReps")
+            + snmp6_field(&v6, "Icmp6OutEchos")
+            + snmp6_field(&v6, "Icmp6OutEchoReplies"))
+    })
+    .unwrap()
+}
+
+/// A field of /proc/net/snmp: a header line of names and a line of values, both under `table`.
+fn snmp_field(text: &str, table: &str, name: &str) -> u64 {
+    let mut rows = text.lines().filter(|l| l.starts_with(table));
+    let (names, values) = (rows.next().unwrap(), rows.next().unwrap());
+    let i = names.split_whitespace().position(|n| n == name).unwrap_or_else(|| panic!("no {name} in {table}"));
+    values.split_whitespace().nth(i).unwrap().parse().unwrap()
+}
+
+/// A field of /proc/net/snmp6: a name and a value per line.
+fn snmp6_field(text: &str, name: &str) -> u64 {
+    let line = text.lines().find(|l| l.split_whitespace().next() == Some(name));
+    line.and_then(|l| l.split_whitespace().nth(1)).unwrap_or_else(|| panic!("no {name}")).parse().unwrap()
+}
+
 fn set_u16(f: &mut [u8], at: usize, v: u16) {
     f[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
@@ -65,7 +94,7 @@ fn fix_ipv4_checksum(f: &mut [u8]) {
 }
 
 #[test]
-fn hostile_traffic_is_counted_and_good_traffic_keeps_flowing() {
+fn hostile_traffic_is_counted_and_not_one_frame_of_it_leaves_the_rack() {
     netns::require_capabilities().expect("this test needs root");
     let p = prefix('x', 0);
     let (_guard, state) = common::up(None, &p);
@@ -112,8 +141,14 @@ fn hostile_traffic_is_counted_and_good_traffic_keeps_flowing() {
     // Over the MTU: the veth refuses it before any switch sees it.
     let jumbo = udp_frame(port.mac, gw_mac, me, dst, 9999, &vec![0u8; 6000]);
 
+    // The rack of the flooding host: the pings its hosts send are all that may leave it.
+    let rack: Vec<_> = plan.hosts().filter(|&h| plan.rtsw_of(h) == rtsw).collect();
+    let (in_rack, elsewhere) = (rack.len() as u64, plan.hosts().count() as u64 - rack.len() as u64);
+    let rack_echoes = || -> u64 { rack.iter().map(|&h| echoes_sent(&plan.netns(h))).sum() };
+
     const N: u64 = 300;
     let tx0 = uplink_tx();
+    let echoes0 = rack_echoes();
     let c0 = host_port();
     // Floods on one thread while every host pair pings on others.
     let sent_jumbo = std::thread::scope(|s| {
@@ -157,9 +192,14 @@ fn hostile_traffic_is_counted_and_good_traffic_keeps_flowing() {
         }
     }
     assert!(!sent_jumbo, "a frame over the MTU does not leave the host");
-    // Only the pings reached the uplinks: none of the 4 x 300 hostile frames did.
-    let pings_out = uplink_tx() - tx0;
-    assert!(pings_out < 4 * N, "{pings_out} packets went up");
+    // Only the pings reached the uplinks: not one of the 4 x 300 hostile frames did. All pairs
+    // pinged once over IPv4 and once over IPv6 (no retries), and every pair answered, so each
+    // rack host sent a request and a reply to every other host per family, as its kernel's
+    // counters confirm; those to hosts outside the rack, and nothing else, went up.
+    let echoes = rack_echoes() - echoes0;
+    assert_eq!(echoes, 4 * in_rack * (in_rack + elsewhere - 1), "echoes the rack's kernels sent");
+    let went_up = uplink_tx() - tx0;
+    assert_eq!(went_up, 4 * in_rack * elsewhere, "packets up from {}: only the pings may leave", plan.nodes[rtsw].name);
     assert_all_reachable(&state);
 
     // Fragments are forwarded (later fragments hash on addresses only).

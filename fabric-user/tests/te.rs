@@ -3,38 +3,98 @@
 //! are recomputed around a failed link. Needs root.
 mod common;
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use fabric_common::config::HashMode;
 use fabric_user::{
     endpoint::{EndpointOptions, SportPolicy},
+    forwarding::{fabric::SimFabric, route::directed},
     model::placement::Placement,
-    model::workload::Collective,
+    model::plan::Role,
+    model::workload::{Collective, on_hosts, schedule},
     run::{RunOptions, RunResult, run},
+    state::State,
+    te::{self, TeFlow, TePlacement},
     testbed,
 };
 
-fn ring(hash: HashMode) -> RunOptions {
+fn ring(hash: Option<HashMode>) -> RunOptions {
     RunOptions {
         collective: Collective::Allreduce,
         ranks: None,
         message_bytes: 1 << 20,
         iterations: 1,
         placement: Placement::Fragmented,
-        hash: Some(hash),
+        hash,
         hash_seed: Some(7),
         seed: 1,
-        endpoint: EndpointOptions { qps: 4, sport: SportPolicy::Fixed, ..Default::default() },
+        // ACK every packet: then the ACK bytes, like the data bytes, are fixed by the job alone,
+        // and the uplink counters can be compared with the controller's byte count exactly.
+        endpoint: EndpointOptions { qps: 4, sport: SportPolicy::Fixed, ack_every: 1, ..Default::default() },
     }
 }
 
-fn go(state: &fabric_user::state::State, o: &RunOptions) -> RunResult {
+fn go(state: &State, o: &RunOptions) -> RunResult {
     run(state, o, true).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
+/// The job's traffic matrix, built here from the run's options as `run` builds it for the
+/// controller.
+fn job_flows(state: &State, o: &RunOptions) -> Vec<TeFlow> {
+    let plan = &state.plan;
+    let ranks = o.ranks.unwrap_or_else(|| plan.hosts().count());
+    let hosts = o.placement.place(plan, ranks).unwrap();
+    let steps: Vec<_> =
+        schedule(o.collective, ranks, o.message_bytes, o.seed).iter().map(|s| on_hosts(s, &hosts)).collect();
+    te::job_flows(plan, &steps, &o.endpoint)
+}
+
+/// Every switch's TE table must hold exactly the entries of `placement`, named by the group
+/// slots of the tables now in force.
+fn assert_installed(state: &State, placement: &TePlacement) {
+    for sw in state.plan.switches() {
+        let expected: BTreeSet<_> = placement
+            .entries
+            .get(&sw)
+            .into_iter()
+            .flatten()
+            .map(|(k, e)| (*k, state.group_slot(sw, e.group), e.member_index))
+            .collect();
+        let installed: BTreeSet<_> = state
+            .dataplane(sw)
+            .unwrap()
+            .te_flows()
+            .unwrap()
+            .into_iter()
+            .map(|(k, e)| (k, e.group, e.member_index))
+            .collect();
+        let name = &state.plan.nodes[sw].name;
+        assert_eq!(installed.len(), expected.len(), "{name}: TE entries installed vs the controller's placement");
+        assert!(installed == expected, "{name}: the installed TE entries are not the controller's placement");
+    }
+}
+
+/// Per RTSW uplink (by port name): the bytes the placement put on it.
+fn placed_uplink_bytes(state: &State, placement: &TePlacement) -> BTreeMap<String, Vec<(String, u64)>> {
+    let plan = &state.plan;
+    let fabric = SimFabric::from_controller(plan, &state.down_links);
+    plan.switches()
+        .filter(|&s| plan.nodes[s].role == Role::Rtsw)
+        .map(|r| {
+            let ports = plan.uplinks(r).into_iter().map(|p| {
+                let bytes = placement.link_bytes.get(&directed(&fabric, r, p)).copied().unwrap_or(0);
+                (plan.nodes[r].ports[p].ifname.clone(), bytes)
+            });
+            (plan.nodes[r].name.clone(), ports.collect())
+        })
+        .collect()
+}
+
 #[test]
-fn te_beats_eecmp_on_uplink_balance_and_routes_around_a_failed_link() {
+fn te_beats_eecmp_on_uplink_balance_and_recomputes_its_placement_after_a_link_failure() {
     let (_guard, state) = common::up(None, &common::unique_prefix('j', 0));
-    let eecmp = go(&state, &ring(HashMode::Eecmp));
-    let te = go(&state, &ring(HashMode::Te));
+    let eecmp = go(&state, &ring(Some(HashMode::Eecmp)));
+    let te = go(&state, &ring(Some(HashMode::Te)));
     assert_eq!(te.bytes_delivered, te.bytes_needed);
     assert!(te.te_flows.is_some_and(|n| n > 0), "the controller placed the job's flows");
     assert!(
@@ -43,20 +103,29 @@ fn te_beats_eecmp_on_uplink_balance_and_routes_around_a_failed_link() {
         te.balance.worst_max_over_mean,
         eecmp.balance.worst_max_over_mean
     );
-    // Every switch with a choice got entries.
-    let rtsw = state.plan.node_by_name("z0r0").unwrap();
-    assert!(!state.dataplane(rtsw).unwrap().te_flows().unwrap().is_empty());
+    let flows = job_flows(&state, &ring(Some(HashMode::Te)));
+    assert_installed(&state, &te::assign(&state.plan, &state.down_links, &flows).unwrap());
 
-    // A spine link fails: the placement is recomputed around it at once, and the job's traffic
-    // avoids it.
-    let port = state.plan.uplinks(rtsw)[0];
-    let ifname = state.plan.nodes[rtsw].ports[port].ifname.clone();
+    // A spine link fails. `fabric link down` itself must recompute the placement over the links
+    // left and reinstall it: the next run keeps the switches in TE mode but installs nothing
+    // (`hash: None`), so what it measures is the recomputed placement, or E-ECMP's rehash of
+    // stale entries if there was none.
+    let rtsw = state.plan.node_by_name("z0r0").unwrap();
+    let ifname = state.plan.nodes[rtsw].ports[state.plan.uplinks(rtsw)[0]].ifname.clone();
     testbed::set_link(&state.plan.topology.prefix, &format!("z0r0:{ifname}"), false).unwrap();
-    let state = fabric_user::state::State::load(&state.plan.topology.prefix).unwrap();
-    let after = go(&state, &ring(HashMode::Te));
+    let state = State::load(&state.plan.topology.prefix).unwrap();
+    let placement = te::assign(&state.plan, &state.down_links, &flows).unwrap();
+    assert_installed(&state, &placement);
+
+    let after = go(&state, &ring(None));
     assert_eq!(after.bytes_delivered, after.bytes_needed);
-    let z0r0 = after.uplinks.iter().find(|u| u.rtsw == "z0r0").unwrap();
-    let on_failed = z0r0.tx_bytes.iter().find(|(p, _)| *p == ifname).map_or(0, |p| p.1);
-    assert_eq!(on_failed, 0, "nothing crosses the failed link: {z0r0:?}");
-    assert!(z0r0.tx_bytes.iter().map(|p| p.1).sum::<u64>() > 0);
+    let retransmitted: u64 = after.flows.iter().map(|f| f.retransmitted).sum();
+    assert_eq!(retransmitted, 0, "the run retransmitted, so its bytes are not the job's alone");
+    // Every uplink carried exactly what the recomputed placement put on it: the failed one
+    // nothing, the others the controller's (balanced) share.
+    let measured: BTreeMap<String, Vec<(String, u64)>> =
+        after.uplinks.iter().map(|u| (u.rtsw.clone(), u.tx_bytes.clone())).collect();
+    let placed = placed_uplink_bytes(&state, &placement);
+    assert_eq!(placed["z0r0"].iter().find(|(p, _)| *p == ifname).map(|p| p.1), Some(0), "{placed:?}");
+    assert_eq!(measured, placed, "uplink bytes measured (left) vs the recomputed placement (right)");
 }
