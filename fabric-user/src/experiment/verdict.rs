@@ -16,8 +16,12 @@
 //! - matches: the whole interval lies above the margin;
 //! - does not match: the whole interval lies below it (no gain as large as the margin is
 //!   compatible with the seeds: absent, negligible or reversed);
-//! - inconclusive: the interval contains the margin, or fewer than two seeds, or a run's host
-//!   was CPU-bound (then the CPU, not the fabric, set the pace).
+//! - inconclusive: the interval contains the margin, or fewer than two seeds.
+//!
+//! A run is CPU-bound when its endpoints woke late for more than a tenth of their timed sleeps
+//! (the CPU, not the fabric, set the pace; `crate::run::result::CPU_BOUND_LATE_SHARE`). A
+//! comparison of a metric that depends on pace and rests on such a run never matches: "matches"
+//! becomes inconclusive, while "does not match" stands with the CPU named in its evidence.
 //!
 //! A magnitude the paper gives ("up to 40%", "more than 30%") is a band of gains; it is judged
 //! the same way: inside the band, outside it, or overlapping its edge.
@@ -161,6 +165,8 @@ pub struct Verdict {
     pub gains_pct: Vec<f64>,
     /// Why the verdict is inconclusive, when it is.
     pub reason: Option<String>,
+    /// A CPU-bound run under a verdict that did not match (see [`Verdict::unless_cpu_bound`]).
+    pub cpu_note: Option<String>,
     /// The headline result of the scenario.
     pub headline: bool,
 }
@@ -183,6 +189,7 @@ impl Verdict {
             margin_pct: None,
             gains_pct: vec![],
             reason: None,
+            cpu_note: None,
             headline: false,
         }
     }
@@ -215,6 +222,7 @@ impl Verdict {
             margin_pct: Some(margin_pct),
             gains_pct: gains,
             reason,
+            cpu_note: None,
             headline: false,
         }
     }
@@ -250,6 +258,9 @@ impl Verdict {
         if let Some(r) = &self.reason {
             parts.push(format!("inconclusive because {r}"));
         }
+        if let Some(c) = &self.cpu_note {
+            parts.push(format!("note: {c}"));
+        }
         match self.kind {
             Kind::Fact => parts.push("a property of every run, decided exactly".into()),
             Kind::Identity => parts.push("true by construction of the setup; not counted as reproduced".into()),
@@ -258,14 +269,21 @@ impl Verdict {
         parts.join("; ")
     }
 
-    /// Makes a comparison inconclusive when a run it rests on was CPU-bound (`why`).
+    /// A comparison resting on a CPU-bound run (`why`) never matches: a "matches" becomes
+    /// inconclusive. A "does not match" stands, with the CPU named in its evidence: it is what
+    /// this machine measured, though a faster one might have shown the effect.
     pub fn unless_cpu_bound(mut self, why: Option<String>) -> Self {
-        if let Some(why) = why {
+        let Some(why) = why else { return self };
+        if self.direction == Decision::Matches {
             self.direction = Decision::Inconclusive;
-            if let Some(m) = &mut self.magnitude {
-                m.decision = Decision::Inconclusive;
-            }
             self.reason = Some(why);
+        } else {
+            self.cpu_note = Some(why);
+        }
+        if let Some(m) = &mut self.magnitude
+            && m.decision == Decision::Matches
+        {
+            m.decision = Decision::Inconclusive;
         }
         self
     }
@@ -417,6 +435,25 @@ mod tests {
         let one = faster(&[60.0], &[100.0], 5.0);
         assert_eq!(one.direction, Decision::Inconclusive);
         assert!(one.reason.unwrap().contains("1 seed"));
+    }
+
+    #[test]
+    fn a_cpu_bound_run_never_matches_but_a_miss_stands() {
+        let mut a = case("a", "t", &[100.0, 100.0]);
+        a.values.insert(LATE_WAKES.into(), vec![0.01, 0.4]);
+        let cases = [a, case("b", "t", &[100.0, 100.0])];
+        let v = Comparison {
+            key: "k",
+            claim: "",
+            metric: "t",
+            unit: "",
+            cases: ("a", "b"),
+            better: Better::Lower,
+            margin_pct: 5.0,
+        }
+        .judge(&cases);
+        assert_eq!(v.direction, Decision::DoesNotMatch);
+        assert!(v.evidence().contains("CPU-bound"), "{}", v.evidence());
     }
 
     #[test]
