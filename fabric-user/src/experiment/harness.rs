@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
+pub use super::case::{Better, Case, mean};
 use crate::{
     model::topology::Topology,
     run::{RunOptions, RunResult},
@@ -207,16 +208,6 @@ pub fn modelled_us(r: &RunResult) -> f64 {
     completion_ms(r) * 1e3 / r.time_scale.max(1) as f64
 }
 
-/// Which way is better for a metric.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Better {
-    Lower,
-    Higher,
-    /// Neither: a descriptive figure.
-    None,
-}
-
 /// A measured quantity, one value per case and seed.
 #[derive(Clone, Debug, Serialize)]
 pub struct Metric {
@@ -232,45 +223,6 @@ impl Metric {
     pub const fn new(key: &'static str, label: &'static str, unit: &'static str, better: Better, chart: bool) -> Self {
         Metric { key, label, unit, better, chart }
     }
-}
-
-/// One configuration of a scenario and what each seed measured.
-#[derive(Clone, Debug, Serialize)]
-pub struct Case {
-    pub key: String,
-    pub label: String,
-    /// metric key -> value per seed (in seed order).
-    pub values: std::collections::BTreeMap<String, Vec<f64>>,
-}
-
-impl Case {
-    pub fn new(key: &str, label: &str) -> Self {
-        Case { key: key.into(), label: label.into(), values: Default::default() }
-    }
-
-    pub fn push(&mut self, metric: &str, v: f64) {
-        self.values.entry(metric.into()).or_default().push(v);
-    }
-
-    pub fn mean(&self, metric: &str) -> f64 {
-        self.values.get(metric).map_or(f64::NAN, |v| mean(v))
-    }
-
-    /// The per-seed values of `metric` (empty if never measured).
-    pub fn values_of(&self, metric: &str) -> Vec<f64> {
-        self.values.get(metric).cloned().unwrap_or_default()
-    }
-
-    /// Records what the host did during `r`: how punctually its endpoints woke (see
-    /// [`super::verdict::cpu_bound`]) and how busy the machine was.
-    pub fn push_host(&mut self, r: &RunResult) {
-        self.push(super::verdict::LATE_WAKES, r.late_wake_share.unwrap_or(f64::NAN));
-        self.push("cpu_busy", r.host_cpu_busy.unwrap_or(f64::NAN));
-    }
-}
-
-pub fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 }
 }
 
 /// Everything a scenario produced.

@@ -6,6 +6,7 @@
 //!
 //! The default is the CI variant (small messages, 2 seeds); `--full` uses bigger messages and
 //! more seeds.
+pub mod case;
 pub mod chart;
 pub mod cli;
 pub mod cross_zone;

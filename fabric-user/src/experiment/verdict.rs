@@ -27,7 +27,8 @@
 //! the same way: inside the band, outside it, or overlapping its edge.
 use serde::Serialize;
 
-use super::harness::{Better, Case};
+pub use super::case::LATE_WAKES;
+use super::case::{Better, Case};
 
 /// One verdict's outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -290,10 +291,6 @@ impl Verdict {
 }
 
 pub use crate::run::result::CPU_BOUND_LATE_SHARE;
-
-/// The metric key every scenario records per run: the share of the endpoints' timed sleeps that
-/// woke late (see `fabric_user::run::result::late_wake_share`).
-pub const LATE_WAKES: &str = "late_wake_share";
 
 /// How many of `verdicts` (identities left out) matched, did not, and were inconclusive.
 pub fn tally(verdicts: &[Verdict]) -> (usize, usize, usize) {

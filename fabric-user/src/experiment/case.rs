@@ -1,0 +1,57 @@
+//! What a scenario measures: its cases, each with per-seed values of its metrics.
+use serde::Serialize;
+
+use crate::run::RunResult;
+
+/// The metric key every scenario records per run: the share of the endpoints' timed sleeps that
+/// woke late (see `crate::run::result::late_wake_share`).
+pub const LATE_WAKES: &str = "late_wake_share";
+
+/// Which way is better for a metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Better {
+    Lower,
+    Higher,
+    /// Neither: a descriptive figure.
+    None,
+}
+
+/// One configuration of a scenario and what each seed measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Case {
+    pub key: String,
+    pub label: String,
+    /// metric key -> value per seed (in seed order).
+    pub values: std::collections::BTreeMap<String, Vec<f64>>,
+}
+
+impl Case {
+    pub fn new(key: &str, label: &str) -> Self {
+        Case { key: key.into(), label: label.into(), values: Default::default() }
+    }
+
+    pub fn push(&mut self, metric: &str, v: f64) {
+        self.values.entry(metric.into()).or_default().push(v);
+    }
+
+    pub fn mean(&self, metric: &str) -> f64 {
+        self.values.get(metric).map_or(f64::NAN, |v| mean(v))
+    }
+
+    /// The per-seed values of `metric` (empty if never measured).
+    pub fn values_of(&self, metric: &str) -> Vec<f64> {
+        self.values.get(metric).cloned().unwrap_or_default()
+    }
+
+    /// Records what the host did during `r`: how punctually its endpoints woke (see
+    /// `super::verdict::cpu_bound`) and how busy the machine was.
+    pub fn push_host(&mut self, r: &RunResult) {
+        self.push(LATE_WAKES, r.late_wake_share.unwrap_or(f64::NAN));
+        self.push("cpu_busy", r.host_cpu_busy.unwrap_or(f64::NAN));
+    }
+}
+
+pub fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 }
+}
