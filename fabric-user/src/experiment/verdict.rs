@@ -355,9 +355,10 @@ pub fn cpu_bound(cases: &[&Case]) -> Option<String> {
     ))
 }
 
-/// `[1.23, 1.30] unit` with three significant decimals.
+/// `[1.230, 1.300] unit`, or `[40, 44] unit` when every value is whole (counts).
 pub fn per_seed(v: &[f64], unit: &str) -> String {
-    let parts: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
+    let whole = v.iter().all(|x| x.fract() == 0.0 && x.abs() < 1e15);
+    let parts: Vec<String> = v.iter().map(|x| if whole { format!("{x:.0}") } else { format!("{x:.3}") }).collect();
     format!("[{}]{unit}", parts.join(", "))
 }
 
@@ -481,6 +482,12 @@ mod tests {
         assert_eq!(beyond.magnitude.unwrap().decision, Decision::DoesNotMatch);
         let edge = faster(&[88.0, 92.0, 90.0], &[100.0, 100.0, 100.0], 5.0).with_band(band());
         assert_eq!(edge.magnitude.unwrap().decision, Decision::Inconclusive);
+    }
+
+    #[test]
+    fn per_seed_values_print_counts_whole() {
+        assert_eq!(per_seed(&[40.0, 44.0], " frames"), "[40, 44] frames");
+        assert_eq!(per_seed(&[1.5, 2.0], ""), "[1.500, 2.000]");
     }
 
     #[test]
