@@ -114,7 +114,14 @@ fn ecmp_entropy_negative_control_eecmp_secretly_five_tuple_does_not_match() {
 #[test]
 fn path_pinning_routing_modes_compared_under_one_placement() {
     let r = run("path-pinning", 'p');
-    assert_headlines(&r, &["eecmp-beats-pin-fragmented"]);
+    // Whether E-ECMP beats pinning on this small testbed is what the experiment measures (two
+    // uplinks per RTSW; it varies with the hash seed): reported either way, asserted by name only.
+    let headlines: Vec<&str> = r.outcome.verdicts.iter().filter(|v| v.headline).map(|v| v.key).collect();
+    assert_eq!(headlines, ["eecmp-beats-pin-fragmented"]);
+    // Pinning's collisions under fragmentation are deterministic (the destination decides).
+    for key in ["pin-fragmentation-penalty", "te-beats-pin-fragmented", "2x-rate-relieves-pin"] {
+        assert_ne!(verdict(&r, key).direction, Decision::DoesNotMatch, "{key}: {}", verdict(&r, key).evidence());
+    }
     let (frag, contig) = (mean(&r, "pin-fragmented", "completion_ms"), mean(&r, "pin-contiguous", "completion_ms"));
     assert!(frag > contig, "fragmented pinning {frag} ms must be slower than whole racks {contig} ms");
     // Whole racks: one cross-rack connection per RTSW, nothing collides, nothing pauses; fragmented:
