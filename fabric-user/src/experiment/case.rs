@@ -31,6 +31,21 @@ impl Case {
         Case { key: key.into(), label: label.into(), values: Default::default() }
     }
 
+    /// A case with the given per-seed values (tests of verdict functions), on a machine that
+    /// kept up (no late wakes).
+    pub fn with(key: &str, metrics: &[(&str, &[f64])]) -> Self {
+        let mut c = Case::new(key, key);
+        for (m, vs) in metrics {
+            for &v in *vs {
+                c.push(m, v);
+            }
+        }
+        if let Some((_, vs)) = metrics.first() {
+            c.values.insert(LATE_WAKES.into(), vec![0.0; vs.len()]);
+        }
+        c
+    }
+
     pub fn push(&mut self, metric: &str, v: f64) {
         self.values.entry(metric.into()).or_default().push(v);
     }

@@ -184,3 +184,40 @@ fn fixed_sport_identity(cases: &[Case]) -> Verdict {
         same,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::verdict::Decision;
+
+    fn cases(eecmp_balance: [f64; 3], eecmp_ms: [f64; 3], fixed_balance: [f64; 3]) -> Vec<Case> {
+        let c = |k, b: [f64; 3], t: [f64; 3]| Case::with(k, &[("max_over_mean", &b), ("completion_ms", &t)]);
+        vec![
+            c("ft-1qp", [2.0, 1.8, 2.2], [100.0, 95.0, 105.0]),
+            c("ft-8qp-fixed", fixed_balance, [98.0, 94.0, 103.0]),
+            c("ft-8qp-perqp", [1.3, 1.2, 1.4], [80.0, 78.0, 82.0]),
+            c("eecmp-8qp", eecmp_balance, eecmp_ms),
+            c("te-8qp", [1.0, 1.0, 1.0], [70.0, 71.0, 69.0]),
+        ]
+    }
+
+    fn decision(v: &[Verdict], key: &str) -> Decision {
+        v.iter().find(|v| v.key == key).unwrap().direction
+    }
+
+    #[test]
+    fn eecmp_verdicts_match_a_spread_and_refuse_none() {
+        let good = verdicts(&cases([1.1, 1.05, 1.2], [70.0, 66.0, 75.0], [2.0, 1.8, 2.2]));
+        assert_eq!(decision(&good, "eecmp-balance"), Decision::Matches);
+        assert_eq!(decision(&good, "eecmp-completion"), Decision::Matches);
+        assert_eq!(good[1].magnitude.as_ref().unwrap().decision, Decision::Matches, "{}", good[1].evidence());
+        assert_eq!(decision(&good, "fixed-sport-no-entropy"), Decision::Matches);
+        // E-ECMP hashing like the five-tuple: the same balance and time as one QP.
+        let none = verdicts(&cases([2.0, 1.8, 2.2], [100.0, 95.0, 105.0], [2.0, 1.8, 2.2]));
+        assert_eq!(decision(&none, "eecmp-balance"), Decision::DoesNotMatch);
+        assert_eq!(decision(&none, "eecmp-completion"), Decision::DoesNotMatch);
+        // A fixed source port that spread after all would break the identity.
+        let spread = verdicts(&cases([1.1, 1.05, 1.2], [70.0, 66.0, 75.0], [1.2, 1.1, 1.3]));
+        assert_eq!(decision(&spread, "fixed-sport-no-entropy"), Decision::DoesNotMatch);
+    }
+}

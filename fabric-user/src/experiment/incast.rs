@@ -277,3 +277,70 @@ fn lossless(cases: &[Case]) -> Verdict {
         lost == 0.0 && unexplained == 0.0 && delivered,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::verdict::Decision;
+
+    fn cases(cts_queue: [f64; 3], pfc_queue: [f64; 3], lost: [f64; 3], unexplained: [f64; 3]) -> Vec<Case> {
+        let c = |k: &str, pfc: [f64; 3], queue: [f64; 3], ms: [f64; 3]| {
+            Case::with(
+                k,
+                &[
+                    ("pfc_frames", &pfc),
+                    ("downlink_queue_kib", &queue),
+                    ("completion_ms", &ms),
+                    ("cts_bound_kib", &[256.0; 3]),
+                    ("lossless_lost", &lost),
+                    ("unexplained_resends", &unexplained),
+                    ("delivered", &[1.0; 3]),
+                    ("retransmitted", &[0.0; 3]),
+                    ("socket_drops", &[0.0; 3]),
+                ],
+            )
+        };
+        vec![
+            c("pfc-only", [30.0, 35.0, 32.0], pfc_queue, [800.0, 810.0, 790.0]),
+            c("dcqcn", [20.0, 22.0, 21.0], [4096.0; 3], [1200.0, 1210.0, 1190.0]),
+            c("dcqcn-tuned", [0.0; 3], [1024.0; 3], [20000.0, 21000.0, 20500.0]),
+            c("cts", [0.0, 1.0, 0.0], cts_queue, [760.0, 750.0, 770.0]),
+            c("cts-over-xoff", [18.0, 19.0, 20.0], [2048.0; 3], [900.0, 910.0, 890.0]),
+        ]
+    }
+
+    fn decision(v: &[Verdict], key: &str) -> Decision {
+        v.iter().find(|v| v.key == key).unwrap().direction
+    }
+
+    #[test]
+    fn the_cts_bound_is_read_in_the_queue_and_must_separate_cts_from_pfc_alone() {
+        let ok = verdicts(&cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3]));
+        assert_eq!(decision(&ok, "cts-bounds-in-flight"), Decision::Matches);
+        assert_eq!(decision(&ok, "cts-pauses-less"), Decision::Matches);
+        assert_eq!(decision(&ok, "cts-over-xoff-pauses"), Decision::Matches);
+        assert_eq!(decision(&ok, "dcqcn-paper-no-better"), Decision::Matches);
+        assert_eq!(decision(&ok, "lossless"), Decision::Matches);
+        // A queue past the bound's bucket, or a measure that cannot tell CTS from PFC alone.
+        assert_eq!(
+            decision(&verdicts(&cases([1024.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
+            Decision::DoesNotMatch
+        );
+        assert_eq!(
+            decision(&verdicts(&cases([256.0; 3], [256.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
+            Decision::DoesNotMatch
+        );
+    }
+
+    #[test]
+    fn one_lost_lossless_packet_or_one_unexplained_resend_breaks_losslessness() {
+        assert_eq!(
+            decision(&verdicts(&cases([256.0; 3], [2048.0; 3], [0.0, 1.0, 0.0], [0.0; 3])), "lossless"),
+            Decision::DoesNotMatch
+        );
+        assert_eq!(
+            decision(&verdicts(&cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0, 0.0, 1.0])), "lossless"),
+            Decision::DoesNotMatch
+        );
+    }
+}

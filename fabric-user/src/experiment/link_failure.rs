@@ -316,3 +316,35 @@ fn busiest_uplink(r: &RunResult) -> Option<String> {
     let u = r.uplinks.iter().find(|u| u.rtsw == RTSW)?;
     u.tx_bytes.iter().filter(|t| t.1 > 0).max_by_key(|t| t.1).map(|t| t.0.clone())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::verdict::Decision;
+
+    fn cases(pin_failure: [f64; 3]) -> Vec<Case> {
+        let c = |k, t: [f64; 3], share: [f64; 3]| Case::with(k, &[("completion_ms", &t), ("victim_share_pct", &share)]);
+        vec![
+            c("pin-healthy", [100.0, 100.0, 100.0], [50.0, 50.0, 50.0]),
+            c("pin-failure", pin_failure, [20.0, 25.0, 30.0]),
+            c("eecmp-healthy", [80.0, 81.0, 79.0], [25.0, 26.0, 24.0]),
+            c("eecmp-failure", [88.0, 89.0, 87.0], [10.0, 9.0, 11.0]),
+            c("te-healthy", [70.0, 70.0, 70.0], [25.0, 25.0, 25.0]),
+            c("te-failure", [75.0, 75.0, 75.0], [0.0, 0.0, 0.0]),
+        ]
+    }
+
+    #[test]
+    fn pinning_suffering_more_is_a_difference_of_slowdowns() {
+        // Pin slows 40%, E-ECMP 10%.
+        let v = verdicts(&cases([140.0, 141.0, 139.0]), 10, 10);
+        assert_eq!(v[0].key, "pin-suffers-more");
+        assert_eq!(v[0].direction, Decision::Matches, "{}", v[0].evidence());
+        assert_eq!(v[1].direction, Decision::Matches);
+        assert_eq!(v[2].direction, Decision::Matches);
+        // Pin slows as much as E-ECMP (10%); and one run lost bytes.
+        let v = verdicts(&cases([110.0, 111.0, 109.0]), 9, 10);
+        assert_eq!(v[0].direction, Decision::DoesNotMatch, "{}", v[0].evidence());
+        assert_eq!(v[2].direction, Decision::DoesNotMatch);
+    }
+}

@@ -223,3 +223,44 @@ fn fragmentation_interaction(cases: &[Case]) -> Verdict {
     )
     .unless_cpu_bound(super::verdict::cpu_bound(&used))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::verdict::Decision;
+
+    fn cases(eecmp_contig: [f64; 3], eecmp_frag: [f64; 3]) -> Vec<Case> {
+        let c = |k, t: [f64; 3]| Case::with(k, &[("completion_ms", &t)]);
+        vec![
+            c("pin-contiguous", [60.0, 61.0, 59.0]),
+            c("eecmp-contiguous", eecmp_contig),
+            c("pin-fragmented", [100.0, 101.0, 99.0]),
+            c("eecmp-fragmented", eecmp_frag),
+            c("te-fragmented", [66.0, 65.0, 67.0]),
+            c("pin-fragmented-2x-links", [99.0, 100.0, 98.0]),
+            c("pin-fragmented-2x-rate", [62.0, 63.0, 61.0]),
+        ]
+    }
+
+    #[test]
+    fn the_fragmentation_interaction_cancels_what_placement_costs_every_mode() {
+        // E-ECMP pays a little for the extra spine crossings, pinning pays for collisions too.
+        let v = fragmentation_interaction(&cases([60.0, 61.0, 59.0], [66.0, 67.0, 65.0]));
+        assert_eq!(v.direction, Decision::Matches, "{}", v.evidence());
+        // Both pay the same: no interaction, whatever the absolute times.
+        let same = fragmentation_interaction(&cases([30.0, 30.5, 29.5], [50.0, 50.5, 49.5]));
+        assert_eq!(same.direction, Decision::DoesNotMatch, "{}", same.evidence());
+    }
+
+    #[test]
+    fn the_headline_compares_modes_under_one_placement_with_the_thirty_percent_band() {
+        let v = verdicts(&cases([60.0, 61.0, 59.0], [66.0, 67.0, 65.0]));
+        let head = v.iter().find(|v| v.headline).unwrap();
+        assert_eq!(head.key, "eecmp-beats-pin-fragmented");
+        assert_eq!(head.direction, Decision::Matches);
+        assert_eq!(head.magnitude.as_ref().unwrap().decision, Decision::Matches, "{}", head.evidence());
+        let v = verdicts(&cases([60.0, 61.0, 59.0], [100.0, 101.0, 99.0]));
+        assert_eq!(v[0].direction, Decision::DoesNotMatch);
+        assert_eq!(v.iter().find(|v| v.key == "2x-links-relieve-pin").unwrap().direction, Decision::DoesNotMatch);
+    }
+}

@@ -194,3 +194,39 @@ fn verdicts(cases: &[Case], watchdog_wall_ms: f64) -> Vec<Verdict> {
         .judge(cases),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::verdict::Decision;
+
+    fn cases(slow_storms: [f64; 3], healthy_storms: [f64; 3], lost: [f64; 3]) -> Vec<Case> {
+        let c = |k: &str, pfc: [f64; 3], storms: [f64; 3], ms: [f64; 3], lost: [f64; 3]| {
+            Case::with(
+                k,
+                &[
+                    ("ctsw_pfc", &pfc),
+                    ("receiver_storms", &storms),
+                    ("storms", &storms),
+                    ("completion_ms", &ms),
+                    ("lost", &lost),
+                ],
+            )
+        };
+        vec![
+            c("healthy", [5.0, 6.0, 5.0], healthy_storms, [800.0, 810.0, 790.0], [0.0; 3]),
+            c("slow", [16.0, 17.0, 18.0], slow_storms, [2500.0, 2510.0, 2490.0], lost),
+        ]
+    }
+
+    #[test]
+    fn the_watchdog_must_fire_for_the_stuck_receiver_only() {
+        let v = verdicts(&cases([1.0; 3], [0.0; 3], [0.0; 3]), 200.0);
+        assert!(v.iter().all(|v| v.direction == Decision::Matches), "{v:#?}");
+        let v = verdicts(&cases([1.0; 3], [0.0, 1.0, 0.0], [0.0; 3]), 200.0);
+        assert_eq!(v[1].direction, Decision::DoesNotMatch, "a storm in a healthy run");
+        let v = verdicts(&cases([1.0, 0.0, 1.0], [0.0; 3], [0.0, 4096.0, 0.0]), 200.0);
+        assert_eq!(v[1].direction, Decision::DoesNotMatch, "a stall the watchdog missed");
+        assert_eq!(v[2].direction, Decision::DoesNotMatch, "a lost byte");
+    }
+}
