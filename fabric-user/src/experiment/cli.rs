@@ -23,8 +23,9 @@ pub struct ExperimentArgs {
     /// Testbed prefix to start from (1..=4 chars of [a-z0-9]; default x + the pid).
     #[arg(long)]
     pub prefix: Option<String>,
-    /// Time scale of the ECMP and placement experiments (default: calibrated on this machine,
-    /// from 20000 doubling until the endpoints keep 70% of their rate).
+    /// Time scale of the experiments (default: the ECMP and placement ones calibrate it on this
+    /// machine, from 20000 doubling until the endpoints keep 70% of their rate; incast and
+    /// pfc-storm run at the topology's 4000, where a small machine's endpoints may be CPU-bound).
     #[arg(long)]
     pub time_scale: Option<u64>,
     /// A line per run on stderr.

@@ -131,6 +131,12 @@ impl Ctx {
         Ok(c)
     }
 
+    /// `--time-scale` when given: the congestion scenarios (incast, pfc-storm) run at the
+    /// topology's 4000 otherwise, and a slower fabric lets a small machine's endpoints keep up.
+    pub fn explicit_time_scale(&self) -> Option<u64> {
+        self.time_scale
+    }
+
     pub fn new(opts: &Options) -> Self {
         let seeds = opts.seeds.unwrap_or(if opts.full { 5 } else { 2 }).max(1);
         let prefix_base = opts.prefix.clone().unwrap_or_else(|| format!("x{}", std::process::id() % 1000));

@@ -58,8 +58,12 @@ fn tier_pauses(state: &State) -> Result<(BTreeMap<&'static str, u64>, Storms)> {
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
     let message: u64 = ctx.pick(2 << 20, 4 << 20);
-    let stall_s: f64 = ctx.pick(1.0, 2.0);
     let mut topo = super::harness::shipped_topology(None)?;
+    let shipped_scale = topo.time_scale;
+    topo.time_scale = ctx.explicit_time_scale().unwrap_or(shipped_scale);
+    // The stall is wall time: it lasts as long, in modelled time, at any time scale.
+    let stall_s: f64 = ctx.pick(1.0, 2.0) * topo.time_scale as f64 / shipped_scale as f64;
+    let scale = topo.time_scale;
     topo.congestion.watchdog_us = 50.0;
     let watchdog_wall_ms = topo.congestion.watchdog_us * topo.time_scale as f64 / 1e3;
     let mut cases = vec![Case::new("healthy", "healthy receiver"), Case::new("slow", "slow receiver")];
@@ -105,9 +109,11 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     let verdicts = verdicts(&cases, watchdog_wall_ms);
     Ok(Outcome {
         setup: vec![
-            "Default testbed (4 racks x 2 hosts, 4 CTSWs), time scale 4000, `congestion.watchdog_us = 50` \
-             (modelled; 200 ms wall)."
-                .into(),
+            format!(
+                "Default testbed (4 racks x 2 hosts, 4 CTSWs), time scale {} (`--time-scale` sets it), \
+                 `congestion.watchdog_us = 50` (modelled; {watchdog_wall_ms:.0} ms wall).",
+                scale
+            ),
             format!(
                 "Incast of {} MiB from {} into {} with PFC only; in the slow case the receiver sends XOFF to its \
                  RTSW every half pause time for {stall_s} s from the start and reads nothing, then resumes.",
