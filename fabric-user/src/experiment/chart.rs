@@ -31,13 +31,13 @@ pub fn write_all(r: &ExperimentReport, dir: &Path) -> Result<Vec<String>> {
         let png = format!("{}.png", m.key);
         {
             let path = dir.join(&svg);
-            let root = SVGBackend::new(&path, (800, 480)).into_drawing_area();
+            let root = SVGBackend::new(&path, size(r)).into_drawing_area();
             draw(&root, r, m)?;
             root.present().map_err(|e| anyhow!("{svg}: {e}"))?;
         }
         {
             let path = dir.join(&png);
-            let root = BitMapBackend::new(&path, (800, 480)).into_drawing_area();
+            let root = BitMapBackend::new(&path, size(r)).into_drawing_area();
             draw(&root, r, m)?;
             root.present().map_err(|e| anyhow!("{png}: {e}"))?;
         }
@@ -45,6 +45,11 @@ pub fn write_all(r: &ExperimentReport, dir: &Path) -> Result<Vec<String>> {
         files.push(png);
     }
     Ok(files)
+}
+
+/// 900 px wide, a 56 px row per case.
+fn size(r: &ExperimentReport) -> (u32, u32) {
+    (900, 120 + 56 * r.outcome.cases.len().max(1) as u32)
 }
 
 fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, r: &ExperimentReport, m: &Metric) -> Result<()>
@@ -75,35 +80,43 @@ where
         Better::None => "",
     };
     let title = format!("{}: {}{}", r.name, m.label, better);
+    // Horizontal bars: each case's name reads in full at the left, whatever its length.
     let mut chart = ChartBuilder::on(root)
         .caption(title, (FAMILY, 20))
-        .margin(12)
-        .x_label_area_size(70)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..n as f64, 0f64..top)
+        .margin(14)
+        .x_label_area_size(50)
+        .y_label_area_size(LABEL_AREA_PX)
+        .build_cartesian_2d(0f64..top, 0f64..n as f64)
         .map_err(err)?;
     let labels: Vec<String> = cases.iter().map(|c| c.0.to_string()).collect();
+    let step = axis_step(top);
     chart
         .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(n * 2 + 1)
-        .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            if (x - i as f64 - 0.5).abs() < 0.01 && i < labels.len() { wrap(&labels[i], 32) } else { String::new() }
+        .disable_y_mesh()
+        .y_labels(n * 2 + 1)
+        .y_label_formatter(&|y| {
+            // Case i's bar spans i+0.2..i+0.8 from the top; its label sits at the middle.
+            let from_top = n as f64 - y;
+            let i = from_top.floor() as usize;
+            if (from_top - i as f64 - 0.5).abs() < 0.01 && i < labels.len() {
+                wrap(&labels[i], 44)
+            } else {
+                String::new()
+            }
         })
-        .y_desc(if m.unit.is_empty() { m.label.to_string() } else { format!("{} ({})", m.label, m.unit) })
+        .x_labels(((top / step).floor() as usize + 1).clamp(2, 12))
+        .x_label_formatter(&|x| axis_number(*x, step))
+        .x_desc(if m.unit.is_empty() { m.label.to_string() } else { format!("{} ({})", m.label, m.unit) })
         .label_style((FAMILY, 13))
         .axis_desc_style((FAMILY, 14))
         .draw()
         .map_err(err)?;
     for (i, (_, seeds, mean)) in cases.iter().enumerate() {
         let color = Palette99::pick(i).mix(0.75);
+        let row = (n - 1 - i) as f64;
         if mean.is_finite() {
             chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(i as f64 + 0.2, 0.0), (i as f64 + 0.8, *mean)],
-                    color.filled(),
-                )))
+                .draw_series(std::iter::once(Rectangle::new([(0.0, row + 0.2), (*mean, row + 0.8)], color.filled())))
                 .map_err(err)?;
         }
         let k = seeds.len().max(1) as f64;
@@ -112,11 +125,36 @@ where
                 seeds
                     .iter()
                     .enumerate()
-                    .map(|(j, v)| Circle::new((i as f64 + 0.3 + 0.4 * (j as f64 + 0.5) / k, *v), 4, BLACK.filled())),
+                    .map(|(j, v)| Circle::new((*v, row + 0.3 + 0.4 * (j as f64 + 0.5) / k), 4, BLACK.filled())),
             )
             .map_err(err)?;
     }
     Ok(())
+}
+
+/// Room for the case names left of the bars, px.
+const LABEL_AREA_PX: u32 = 300;
+
+/// A round step (1, 2 or 5 x 10^k) giving about six ticks up to `top`.
+fn axis_step(top: f64) -> f64 {
+    let raw = (top / 6.0).max(f64::MIN_POSITIVE);
+    let mag = 10f64.powf(raw.log10().floor());
+    let m = raw / mag;
+    mag * if m <= 1.0 {
+        1.0
+    } else if m <= 2.0 {
+        2.0
+    } else if m <= 5.0 {
+        5.0
+    } else {
+        10.0
+    }
+}
+
+/// A tick value with as many decimals as the step needs: `7000`, not `7000.0`; `0.25`, not `0.3`.
+fn axis_number(v: f64, step: f64) -> String {
+    let decimals = if step >= 1.0 { 0 } else { (-step.log10().floor()) as usize };
+    format!("{v:.decimals$}")
 }
 
 /// The label on one line, shortened to `n` characters.
@@ -165,5 +203,15 @@ mod tests {
         let png = std::fs::read(dir.join("m.png")).unwrap();
         assert_eq!(&png[1..4], b"PNG");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn axis_ticks_are_round_and_print_no_needless_decimals() {
+        assert_eq!(axis_step(8050.0), 2000.0);
+        assert_eq!(axis_number(7000.0, 2000.0), "7000");
+        assert_eq!(axis_step(1.5), 0.5);
+        assert_eq!(axis_number(0.5, 0.5), "0.5");
+        assert_eq!(axis_step(0.09), 0.02);
+        assert_eq!(axis_number(0.04, 0.02), "0.04");
     }
 }
