@@ -25,7 +25,7 @@ pub struct ExperimentArgs {
     pub prefix: Option<String>,
     /// Time scale of the experiments (default: the ECMP and placement ones calibrate it on this
     /// machine, from 20000 doubling until the endpoints keep 70% of their rate; incast and
-    /// pfc-storm run at the topology's 4000, where a small machine's endpoints may be CPU-bound).
+    /// pfc-storm run at 16000, where a 2-core machine's endpoints keep up with an incast).
     #[arg(long)]
     pub time_scale: Option<u64>,
     /// A line per run on stderr.

@@ -75,7 +75,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     let message: u64 = ctx.pick(2 << 20, 8 << 20);
     let mut cases: Vec<Case> = MODES.iter().map(|m| Case::new(m.0, m.1)).collect();
     let mut topo = super::harness::shipped_topology(None)?;
-    topo.time_scale = ctx.explicit_time_scale().unwrap_or(topo.time_scale);
+    topo.time_scale = ctx.congestion_time_scale();
     let scale = topo.time_scale;
     ctx.with_testbed(topo, |state| {
         for &seed in &ctx.seeds {
@@ -98,8 +98,8 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         setup: vec![
             format!(
                 "Default testbed (4 racks x 2 hosts, 4 CTSWs), 400 Gbit/s links, time scale {scale} ({} Mbit/s wall; \
-                 `--time-scale` sets it: on a small machine the endpoints of a line-rate incast wake late at 4000, \
-                 and the runs count as CPU-bound).",
+                 `--time-scale` sets it: at the topology's 4000 a small machine's endpoints wake late during a \
+                 line-rate incast, and the runs count as CPU-bound).",
                 400_000 / scale
             ),
             format!(

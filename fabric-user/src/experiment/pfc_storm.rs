@@ -60,7 +60,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     let message: u64 = ctx.pick(2 << 20, 4 << 20);
     let mut topo = super::harness::shipped_topology(None)?;
     let shipped_scale = topo.time_scale;
-    topo.time_scale = ctx.explicit_time_scale().unwrap_or(shipped_scale);
+    topo.time_scale = ctx.congestion_time_scale();
     // The stall is wall time: it lasts as long, in modelled time, at any time scale.
     let stall_s: f64 = ctx.pick(1.0, 2.0) * topo.time_scale as f64 / shipped_scale as f64;
     let scale = topo.time_scale;
