@@ -32,6 +32,9 @@ enum Command {
         /// Seconds one mutant's tests may run before it counts as a timeout.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
+        /// Test only the mutants that the previous run (results/mutants/CRATE/) did not catch.
+        #[arg(long)]
+        iterate: bool,
     },
     /// Setup, then every test of the workspace (host, BPF_PROG_TEST_RUN, namespaces). Needs root.
     Test,
@@ -84,8 +87,8 @@ fn main() -> Result<()> {
         Command::Bench { name } => bench::run(name.as_deref()),
         Command::Demo => demo::run(),
         Command::Fuzz { seconds, seeds, target } => fuzz::run(seconds, target.as_deref(), seeds),
-        Command::Mutants { krate, file, jobs, timeout } => {
-            mutants::run(&mutants::Options { krate: krate.as_deref(), files: &file, jobs, timeout })
+        Command::Mutants { krate, file, jobs, timeout, iterate } => {
+            mutants::run(&mutants::Options { krate: krate.as_deref(), files: &file, jobs, timeout, iterate })
         }
         Command::Lint { modules: true } => lint::modules(),
         Command::Lint { modules: false } => lint::run_all(),

@@ -26,6 +26,9 @@ pub struct Options<'a> {
     pub jobs: u32,
     /// Seconds one mutant's tests may run before it counts as a timeout.
     pub timeout: u64,
+    /// cargo-mutants `--iterate`: test only the mutants the previous run under
+    /// results/mutants/CRATE/ did not catch (after adding tests, far quicker than a full run).
+    pub iterate: bool,
 }
 
 /// The outcome counts of one crate's run, read from cargo-mutants' per-outcome lists.
@@ -35,6 +38,8 @@ pub struct Summary {
     pub missed: usize,
     pub unviable: usize,
     pub timeout: usize,
+    /// With `--iterate`: the mutants earlier runs caught or found unviable, not tested again.
+    pub previously_caught: usize,
 }
 
 impl Summary {
@@ -54,6 +59,7 @@ impl Summary {
             missed: count("missed.txt")?,
             unviable: count("unviable.txt")?,
             timeout: count("timeout.txt")?,
+            previously_caught: count("previously_caught.txt")?,
         })
     }
 
@@ -67,10 +73,17 @@ impl Summary {
 
     pub fn line(&self, krate: &str) -> String {
         let score = self.score().map_or_else(|| "n/a".to_string(), |s| format!("{:.1}%", s * 100.0));
-        format!(
+        let line = format!(
             "{krate}: {} caught, {} missed, {} unviable, {} timeout; score {score}",
             self.caught, self.missed, self.unviable, self.timeout
-        )
+        );
+        if self.previously_caught == 0 {
+            line
+        } else {
+            // cargo-mutants keeps one list of the earlier caught and unviable mutants, so the
+            // score of the whole crate cannot be told apart here: this run's counts only.
+            format!("{line} of this run; {} caught or unviable earlier, not retested", self.previously_caught)
+        }
     }
 }
 
@@ -103,6 +116,9 @@ pub fn run(options: &Options) -> Result<()> {
             .args(["--jobs", &options.jobs.to_string(), "--timeout", &options.timeout.to_string()])
             .arg("--output")
             .arg(&output);
+        if options.iterate {
+            cmd.arg("--iterate");
+        }
         for glob in options.files {
             cmd.args(["--file", glob]);
         }
@@ -130,7 +146,7 @@ mod tests {
 
     #[test]
     fn score_leaves_out_unviable_and_timed_out_mutants() {
-        let s = Summary { caught: 3, missed: 1, unviable: 10, timeout: 2 };
+        let s = Summary { caught: 3, missed: 1, unviable: 10, timeout: 2, previously_caught: 0 };
         assert_eq!(s.score(), Some(0.75));
         assert_eq!(s.line("x"), "x: 3 caught, 1 missed, 10 unviable, 2 timeout; score 75.0%");
         assert_eq!(Summary::default().score(), None);
@@ -145,6 +161,6 @@ mod tests {
         std::fs::write(out.join("missed.txt"), "a.rs:3:1: replace h\n").unwrap();
         let s = Summary::read(&dir).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(s, Summary { caught: 2, missed: 1, unviable: 0, timeout: 0 });
+        assert_eq!(s, Summary { caught: 2, missed: 1, unviable: 0, timeout: 0, previously_caught: 0 });
     }
 }
