@@ -21,10 +21,10 @@ enum Command {
     /// if missing.
     Mutants {
         /// fabric-common or fabric-roce (default: both, one after the other).
-        #[arg(long = "crate")]
+        #[arg(long = "crate", value_name = "NAME")]
         krate: Option<String>,
         /// Only mutate files matching this glob (repeatable), e.g. `fabric-roce/src/dcqcn.rs`.
-        #[arg(long)]
+        #[arg(long, value_name = "GLOB")]
         file: Vec<String>,
         /// Mutants built and tested at once; each job is a full build (2 cores here: keep it low).
         #[arg(long, short, default_value_t = 2)]
