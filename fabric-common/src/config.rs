@@ -151,3 +151,22 @@ impl GeneratorConfig {
         Self { dst_mac, src_mac, ttl, _reserved: [0; 3] }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_flags_say_present_and_host() {
+        let switch_port = PortInfo::new(3, [2; 6]);
+        assert!(switch_port.is_present() && !switch_port.is_host());
+        let host_port = PortInfo::host(4, [2; 6], [198, 18, 0, 1], [0xFD; 16]);
+        assert!(host_port.is_present() && host_port.is_host());
+        assert_eq!(host_port.flags, 0b11);
+        // An empty slot of the ports map (all zero) is not a port.
+        let empty = PortInfo { flags: 0, ..switch_port };
+        assert!(!empty.is_present() && !empty.is_host());
+        let host_only = PortInfo { flags: PortInfo::HOST, ..switch_port };
+        assert!(!host_only.is_present());
+    }
+}

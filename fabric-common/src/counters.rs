@@ -168,3 +168,20 @@ impl MemberCounters {
         self.bytes += other.bytes;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_counters_accumulate_every_field() {
+        let mut a = PortCounters { rx_pfc_frames: 2, tx_roce_packets: 5, ..PortCounters::default() };
+        a.drops[0] = 1;
+        a.passes[0] = 4;
+        let mut b = PortCounters { rx_pfc_frames: 3, tx_roce_packets: 7, ..PortCounters::default() };
+        b.drops[0] = 10;
+        b.passes[0] = 40;
+        a.accumulate(&b);
+        assert_eq!((a.rx_pfc_frames, a.tx_roce_packets, a.drops[0], a.passes[0]), (5, 12, 11, 44));
+    }
+}

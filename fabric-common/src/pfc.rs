@@ -145,4 +145,48 @@ mod tests {
         assert_eq!(quanta_to_ns(0, 1), 0);
         assert_eq!(quanta_to_ns(5, 0), u64::MAX);
     }
+
+    /// An 802.1Qbb frame written out by hand: classes 1 and 3 enabled (vector 0x000A), class 1
+    /// paused for 0x0102 quanta and class 3 for 0x1234; the other times are zero.
+    #[test]
+    fn decodes_a_hand_written_frame() {
+        let mut frame = [0u8; FRAME_LEN];
+        frame[..34].copy_from_slice(&[
+            0x01, 0x80, 0xC2, 0x00, 0x00, 0x01, // destination
+            0x02, 0x00, 0x00, 0x00, 0x00, 0x07, // source
+            0x88, 0x08, // MAC control
+            0x01, 0x01, // PFC opcode
+            0x00, 0x0A, // class-enable vector
+            0x00, 0x00, 0x01, 0x02, 0x00, 0x00, 0x12, 0x34, // times of classes 0..3
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, // times of classes 4..7
+        ]);
+        let f = PauseFrame::parse(&frame).unwrap();
+        assert_eq!(f.src, [2, 0, 0, 0, 0, 7]);
+        assert_eq!(f.class_enable, 0x0A);
+        assert_eq!(f.quanta, [0, 0x0102, 0, 0x1234, 0, 0, 0, 0]);
+        assert_eq!((f.class_quanta(1), f.class_quanta(3), f.class_quanta(0)), (Some(0x0102), Some(0x1234), None));
+        assert_eq!(f.emit(), frame, "and encodes back to the same bytes");
+    }
+
+    #[test]
+    fn class_quanta_of_a_class_past_the_eighth_is_none() {
+        let f = PauseFrame { src: [2; 6], class_enable: 0xFF, quanta: [7; CLASSES] };
+        assert_eq!(f.class_quanta(7), Some(7));
+        assert_eq!(f.class_quanta(8), None);
+        assert_eq!(f.class_quanta(usize::MAX), None);
+    }
+
+    #[test]
+    fn time_in_quanta() {
+        // 512 bit times: 5.12 ns at 100G, 51.2 ns at 10G.
+        assert_eq!(ns_to_quanta(5_120, 100_000_000_000), 1000);
+        assert_eq!(ns_to_quanta(51_200, 10_000_000_000), 1000);
+        // 5 ns at 100G is 0.98 quanta: rounded down.
+        assert_eq!(ns_to_quanta(5, 100_000_000_000), 0);
+        // The field's maximum, 65535 quanta, is 335.5392 µs at 100G; anything longer saturates.
+        assert_eq!(ns_to_quanta(335_539, 100_000_000_000), 65_534);
+        assert_eq!(ns_to_quanta(335_540, 100_000_000_000), 65_535);
+        assert_eq!(ns_to_quanta(1_000_000, 100_000_000_000), 65_535, "195312 quanta, saturated");
+        assert_eq!(ns_to_quanta(u64::MAX, u64::MAX), 65_535);
+    }
 }

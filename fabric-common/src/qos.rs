@@ -238,4 +238,66 @@ mod tests {
         assert_eq!(c.queue_limit(1 << 19), 1 << 20);
         assert_eq!(c.queue_limit(2 << 20), 0);
     }
+
+    #[test]
+    fn accumulate_adds_every_counter() {
+        let mut a = ClassCounters {
+            packets: 1,
+            bytes: 2,
+            ecn_marked: 3,
+            overflow_drops: 4,
+            over_headroom: 5,
+            sent_while_paused: 6,
+            xoff_events: 7,
+            xoff_events_lost: 8,
+        };
+        let b = ClassCounters {
+            packets: 10,
+            bytes: 20,
+            ecn_marked: 30,
+            overflow_drops: 40,
+            over_headroom: 50,
+            sent_while_paused: 60,
+            xoff_events: 70,
+            xoff_events_lost: 80,
+        };
+        a.accumulate(&b);
+        let expected = ClassCounters {
+            packets: 11,
+            bytes: 22,
+            ecn_marked: 33,
+            overflow_drops: 44,
+            over_headroom: 55,
+            sent_while_paused: 66,
+            xoff_events: 77,
+            xoff_events_lost: 88,
+        };
+        assert_eq!(a, expected);
+    }
+
+    #[test]
+    fn tos_of_reads_the_ipv4_tos_or_the_ipv6_traffic_class() {
+        let pkt = |ip| ParsedPacket {
+            dst_mac: [2; 6],
+            vlan_tci: None,
+            l3_offset: 14,
+            ip,
+            protocol: 17,
+            ports: None,
+            bth: None,
+        };
+        let v4 = IpHeader::V4 { src: [198, 18, 0, 1], dst: [198, 18, 0, 2], ttl: 64, tos: 0x6A, header_len: 20 };
+        let v6 = IpHeader::V6 { src: [0xFD; 16], dst: [0xFD; 16], hop_limit: 64, traffic_class: 0xC2 };
+        assert_eq!(tos_of(&pkt(v4)), 0x6A);
+        assert_eq!(tos_of(&pkt(v6)), 0xC2);
+    }
+
+    #[test]
+    fn over_headroom_only_past_limit_plus_headroom() {
+        // Limit 100 000 and headroom 30 000: a lossless queue may reach exactly 130 000 bytes.
+        let c = cfg();
+        let lossless = 26 << 2;
+        assert_eq!(c.verdict(lossless, 130_000, 100_000, 0), Verdict::Forward { mark: false, over_headroom: false });
+        assert_eq!(c.verdict(lossless, 130_001, 100_000, 0), Verdict::Forward { mark: false, over_headroom: true });
+    }
 }

@@ -353,4 +353,48 @@ mod tests {
         assert_eq!(marked[0] >> 4, 6, "version untouched");
         assert_eq!(marked[1] & 0x0F, 0x1, "flow label untouched");
     }
+
+    #[test]
+    fn bytes_in_over_more_than_one_8_ms_period() {
+        // 100 Gbit/s for 10 ms: 12.5 GB/s x 0.01 s.
+        assert_eq!(bytes_in(10_000_000, 100 * GBPS), 125_000_000);
+        // 1 Gbit/s for 1 s.
+        assert_eq!(bytes_in(1_000_000_000, GBPS), 125_000_000);
+    }
+
+    #[test]
+    fn wire_overhead_is_preamble_sfd_fcs_and_gap() {
+        // IEEE 802.3: preamble 7 + start delimiter 1, FCS 4, inter-frame gap 12.
+        assert_eq!(WIRE_OVERHEAD_BYTES, 24);
+        // At 1 Gbit/s a byte is 8 ns: a 1000-byte frame holds the port for 1024 x 8 ns.
+        assert_eq!(frame_transmit_ns(1_000, GBPS), 8_192);
+    }
+
+    #[test]
+    fn transmit_time_of_a_sub_kbit_port_and_of_a_huge_count() {
+        // Below 1 kbit/s: "never" (more than a century), not a small number.
+        assert!(transmit_ns(1, 999) > 1 << 61);
+        // At most 2^40 bytes count: 2^40 x 8 bits at 100 Gbit/s is 87.96 s.
+        assert_eq!(transmit_ns(u64::MAX, 100 * GBPS), 87_960_930_222);
+        assert_eq!(transmit_ns(1 << 40, 100 * GBPS), 87_960_930_222);
+    }
+
+    #[test]
+    fn an_account_long_drained_holds_nothing() {
+        let mut a = IngressAccount::default();
+        a.admit(1_000, 1_000, 2_000);
+        assert_eq!(a.held_at(1_000_000), 0);
+    }
+
+    /// Spans and byte counts past 2^47 (39 hours, 140 TB) are far beyond any queue; they are
+    /// capped so the fixed-point products cannot overflow (a panic in tests, a wrong value in BPF).
+    #[test]
+    fn absurd_accounts_saturate_instead_of_overflowing() {
+        // 2^50 bytes held, half drained: the held bytes are capped at 2^47, and half of it is 2^46.
+        let a = IngressAccount { held_bytes: 1 << 50, updated_ns: 0, drained_by_ns: 2_000, max_held_bytes: 0 };
+        assert_eq!(a.held_at(1_000), 1 << 46);
+        // A 2^50 ns span: the time left is capped at 2^47 ns, an eighth of the span.
+        let b = IngressAccount { held_bytes: 8_000, updated_ns: 0, drained_by_ns: 1 << 50, max_held_bytes: 0 };
+        assert_eq!(b.held_at(1), 1_000);
+    }
 }

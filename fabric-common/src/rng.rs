@@ -49,4 +49,18 @@ mod tests {
         assert_eq!(s, (0..20).collect::<Vec<_>>());
         assert_ne!(v, s);
     }
+
+    #[test]
+    fn below_and_shuffle_follow_the_reference_sequence() {
+        // Seed 0's outputs are 0xE220A839_..., 0x6E789E6A_..., 0x06C45D18_...: `below(n)` is
+        // floor(high 32 bits x n / 2^32), worked out by hand.
+        let mut r = SplitMix64::new(0);
+        assert_eq!(r.below(10), 8, "0xE220A839 x 10 / 2^32 = 8.83");
+        assert_eq!(r.below(10), 4, "0x6E789E6A x 10 / 2^32 = 4.32");
+        // Fisher-Yates on [0, 1, 2, 3]: j = below(4) = 3, below(3) = 1, below(2) = 0, so swap
+        // (3, 3), (2, 1), (1, 0).
+        let mut v = [0, 1, 2, 3];
+        SplitMix64::new(0).shuffle(&mut v);
+        assert_eq!(v, [2, 0, 1, 3]);
+    }
 }

@@ -29,3 +29,25 @@ pub const MAX_TE_FLOWS: u32 = 65_536;
 pub fn te_key(pkt: &ParsedPacket) -> TeKey {
     FlowKey::for_packet(HashMode::Te, pkt).to_bytes()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::{Bth, IpHeader};
+
+    #[test]
+    fn te_key_is_the_five_tuple_and_the_dest_qp_in_network_order() {
+        let pkt = ParsedPacket {
+            dst_mac: [2; 6],
+            vlan_tci: None,
+            l3_offset: 14,
+            ip: IpHeader::V4 { src: [198, 18, 0, 1], dst: [198, 18, 0, 2], ttl: 64, tos: 0, header_len: 20 },
+            protocol: 17,
+            ports: Some((0xC000, 4791)),
+            bth: Some(Bth { opcode: 4, solicited: false, ack_request: false, pkey: 0xFFFF, dest_qp: 0x12, psn: 0 }),
+        };
+        // src, dst, protocol, source port 0xC000, destination port 4791 = 0x12B7, QP 0x000012.
+        let key = [198, 18, 0, 1, 198, 18, 0, 2, 17, 0xC0, 0x00, 0x12, 0xB7, 0x00, 0x00, 0x12];
+        assert_eq!(te_key(&pkt), key);
+    }
+}

@@ -857,6 +857,77 @@ mod tests {
     }
 
     #[test]
+    fn accessors_report_the_construction_values_and_the_cnps_counted() {
+        let params = DcqcnParams { g: 1.0 / 16.0, min_rate_bps: 1_000_000, ..DcqcnParams::default() };
+        let mut rp = ReactionPoint::new(25_000_000_000, params, 0);
+        assert_eq!(rp.params(), &params);
+        assert_eq!(rp.line_rate_bps(), 25_000_000_000);
+        assert_eq!(rp.cnps_received(), 0);
+        rp.on_cnp(0);
+        rp.on_cnp(US);
+        assert_eq!(rp.cnps_received(), 2);
+    }
+
+    #[test]
+    fn a_zero_byte_counter_counts_no_bytes() {
+        // B = 0 turns the byte counter off: sent bytes are no rate-increase event, however many.
+        let params = DcqcnParams { byte_counter_bytes: 0, ..no_timer_increases() };
+        let mut rp = ReactionPoint::new(LINE, params, 0);
+        rp.on_cnp(0);
+        assert_eq!(rp.on_bytes_sent(1_000_000_000, US), None);
+        assert_eq!((rp.rate_bps(), rp.byte_events()), (50_000_000_000, 0));
+        assert!(rp.is_limited());
+    }
+
+    /// Two CNPs from 100 G with the floor at 50 G: the first cuts to 50 G (R_T 100 G), the second
+    /// sets R_T = R_C = 50 G and cannot cut below the floor. Fast recovery then has nothing to
+    /// close (R_C = R_T): its events move nothing, but they still count towards F.
+    fn pinned_at_a_50g_floor(params: DcqcnParams) -> ReactionPoint {
+        let mut rp = ReactionPoint::new(LINE, DcqcnParams { min_rate_bps: 50_000_000_000, ..params }, 0);
+        assert_eq!(rp.on_cnp(0), Some(50_000_000_000));
+        assert_eq!(rp.on_cnp(US), None);
+        assert_eq!((rp.rate_bps(), rp.target_rate_bps()), (50_000_000_000, 50_000_000_000));
+        rp
+    }
+
+    #[test]
+    fn fast_recovery_events_that_move_nothing_still_lead_to_additive_increase() {
+        let mut rp = pinned_at_a_50g_floor(DcqcnParams::default());
+        // Timer events at 56, 111, ..., 551 µs: T = 0..4 fast recovery (R_C = R_T = 50 G, no
+        // change), T = 5..9 additive: R_T = 50.04, 50.08, 50.12, 50.16, 50.20 G and R_C halfway
+        // each time: 50.02, 50.05, 50.085, 50.1225, 50.16125 G.
+        assert_eq!(rp.poll(551 * US), Some(50_161_250_000));
+        assert_eq!(rp.target_rate_bps(), 50_200_000_000);
+        assert_eq!(rp.timer_events(), 10);
+    }
+
+    #[test]
+    fn timer_events_that_move_nothing_still_lead_to_hyper_increase_after_byte_events() {
+        // No additive step: only hyper increase can raise R_T, once T and BC are both past F = 5.
+        let mut rp = pinned_at_a_50g_floor(DcqcnParams { additive_increase_bps: 0, ..DcqcnParams::default() });
+        assert_eq!(rp.on_bytes_sent(60_000_000, US), None, "six byte events (B = 10 MB), none moves");
+        assert_eq!(rp.byte_events(), 6);
+        // Timer events at 56 + 55·k µs: k = 0..5 (T = 0..5) move nothing; at T = 6, i = 6 − 5 = 1:
+        // R_T = 50 G + 100 M, R_C = (50.1 + 50)/2 G. All seven events in one poll: the first six
+        // are fixed points, but they may not be skipped past the seventh.
+        assert_eq!(rp.poll(386 * US), Some(50_050_000_000));
+        assert_eq!(rp.target_rate_bps(), 50_100_000_000);
+        assert_eq!(rp.timer_events(), 7);
+    }
+
+    #[test]
+    fn an_idle_gap_before_any_byte_event_is_skipped_when_only_hyper_increase_could_add() {
+        // R_AI = 0 and BC = 0 ≤ F: timer events alone can never reach hyper increase, so a long gap
+        // is skipped in one step (a loop over its 1.8 · 10^10 events would not finish).
+        let params = DcqcnParams { additive_increase_bps: 0, ..DcqcnParams::default() };
+        let mut rp = after_two_cnps(params);
+        let end = 1_000_000_000_000_000;
+        rp.poll(end);
+        assert_eq!(rp.timer_events(), (end - US) / (55 * US));
+        assert_eq!(rp.rate_bps(), 50_000_000_000, "converged on R_T = 50 G");
+    }
+
+    #[test]
     fn scaled_time_gives_the_same_trajectory() {
         const S: u64 = 1000;
         let base = DcqcnParams { byte_counter_bytes: 1_000, ..DcqcnParams::default() };

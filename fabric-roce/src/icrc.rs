@@ -189,6 +189,21 @@ mod tests {
         check(PacketBuilder::ethernet2([2; 6], [4; 6]).ipv6(s6.octets(), d6.octets(), 64).udp(0xC123, 4791), v6);
     }
 
+    /// The shortest packet there is: a BTH and nothing else (RC SEND Only, no payload, AckReq,
+    /// QP 0x12, PSN 7). By hand as above: CRC-32 (zlib) over
+    ///   ff ff ff ff ff ff ff ff
+    ///   45 ff 00 2c 00 00 40 00 ff 11 ff ff c6 12 00 06 c6 12 00 02   (length 44)
+    ///   c0 00 12 b7 00 18 ff ff                                      (UDP length 24)
+    ///   04 00 ff ff ff 00 00 12 80 00 00 07
+    /// = 0x1D91C97A, sent as 7a c9 91 1d.
+    #[test]
+    fn a_bare_bth_verifies() {
+        let ip = IpPair::V4 { src: A, dst: B };
+        let packet = [0x04, 0x00, 0xff, 0xff, 0x00, 0x00, 0x00, 0x12, 0x80, 0x00, 0x00, 0x07, 0x7a, 0xc9, 0x91, 0x1d];
+        assert_eq!(icrc_for(ip, 0xC000, &packet[..12]), 0x1D91_C97A);
+        assert!(verify(ip, 0xC000, &packet), "12 bytes of BTH then the ICRC: long enough");
+    }
+
     #[test]
     fn verify_rejects_impossible_lengths() {
         let ip = IpPair::V4 { src: A, dst: B };

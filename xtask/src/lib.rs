@@ -4,6 +4,7 @@ pub mod demo;
 pub mod fuzz;
 pub mod lint;
 pub mod modgraph;
+pub mod mutants;
 pub mod setup;
 pub mod test;
 pub mod testbed;

@@ -2,7 +2,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-use xtask::{bench, demo, fuzz, lint, setup, test, testbed, vm};
+use xtask::{bench, demo, fuzz, lint, mutants, setup, test, testbed, vm};
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "fabric project tasks")]
@@ -14,8 +14,28 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Install what the build and the tests need (idempotent): Debian packages, the nightly
-    /// toolchain's rust-src, and bpf-linker built against the toolchain's own libLLVM.
+    /// toolchain's rust-src, bpf-linker built against the toolchain's own libLLVM, and cargo-mutants.
     Setup,
+    /// Mutation testing (cargo-mutants) of fabric-common and fabric-roce with their host tests;
+    /// reports under results/mutants/CRATE/, one summary line per crate. Installs cargo-mutants
+    /// if missing.
+    Mutants {
+        /// fabric-common or fabric-roce (default: both, one after the other).
+        #[arg(long = "crate", value_name = "NAME")]
+        krate: Option<String>,
+        /// Only mutate files matching this glob (repeatable), e.g. `fabric-roce/src/dcqcn.rs`.
+        #[arg(long, value_name = "GLOB")]
+        file: Vec<String>,
+        /// Mutants built and tested at once; each job is a full build (2 cores here: keep it low).
+        #[arg(long, short, default_value_t = 2)]
+        jobs: u32,
+        /// Seconds one mutant's tests may run before it counts as a timeout.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+        /// Test only the mutants that the previous run (results/mutants/CRATE/) did not catch.
+        #[arg(long)]
+        iterate: bool,
+    },
     /// Setup, then every test of the workspace (host, BPF_PROG_TEST_RUN, namespaces). Needs root.
     Test,
     /// Benchmarks; each prints a table and writes JSON under results/bench/.
@@ -67,6 +87,9 @@ fn main() -> Result<()> {
         Command::Bench { name } => bench::run(name.as_deref()),
         Command::Demo => demo::run(),
         Command::Fuzz { seconds, seeds, target } => fuzz::run(seconds, target.as_deref(), seeds),
+        Command::Mutants { krate, file, jobs, timeout, iterate } => {
+            mutants::run(&mutants::Options { krate: krate.as_deref(), files: &file, jobs, timeout, iterate })
+        }
         Command::Lint { modules: true } => lint::modules(),
         Command::Lint { modules: false } => lint::run_all(),
         Command::Testbed { args } => testbed::run(&args),

@@ -1,5 +1,7 @@
 //! `cargo xtask setup`: everything a fresh Debian/Ubuntu machine needs, idempotently.
 //!
+//! cargo-mutants (for `cargo xtask mutants`) is a plain `cargo install --locked` from crates.io.
+//!
 //! bpf-linker is built against the nightly toolchain's own libLLVM: no LLVM download is needed
 //! (or possible on a closed network), and the linker's LLVM then matches rustc's exactly.
 use std::{
@@ -18,6 +20,9 @@ const APT_PACKAGES: &[&str] = &["iproute2", "tshark", "tcpdump", "ethtool"];
 const NIGHTLY: &str = "nightly";
 /// The bpf-linker release whose `llvm-NN` features match the nightly toolchains we build with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// The cargo-mutants release for `cargo xtask mutants`, checked to build with the stable 1.95
+/// toolchain of rust-toolchain.toml (it needs rustc 1.88 or later).
+const CARGO_MUTANTS_VERSION: &str = "27.1.0";
 
 pub fn run() -> Result<()> {
     let start = Instant::now();
@@ -25,6 +30,7 @@ pub fn run() -> Result<()> {
     apt(&mut did)?;
     nightly(&mut did)?;
     bpf_linker(&mut did)?;
+    cargo_mutants(&mut did)?;
     if did.is_empty() {
         println!("setup: everything was already in place ({:.1?})", start.elapsed());
     } else {
@@ -142,5 +148,27 @@ fn bpf_linker(did: &mut Vec<String>) -> Result<()> {
         bail!("bpf-linker was built but `rustup run {NIGHTLY} bpf-linker --version` fails (is ~/.cargo/bin on PATH?)");
     }
     did.push(format!("built bpf-linker against LLVM {major}"));
+    Ok(())
+}
+
+/// cargo-mutants (mutation testing of fabric-common and fabric-roce), from crates.io with its own
+/// lock file; skipped when `cargo mutants --version` already works.
+pub fn cargo_mutants(did: &mut Vec<String>) -> Result<()> {
+    if succeeds(Command::new("cargo").args(["mutants", "--version"])) {
+        return Ok(());
+    }
+    println!("setup: installing cargo-mutants {CARGO_MUTANTS_VERSION} (cargo install --locked; a few minutes)");
+    run_cmd(Command::new("cargo").current_dir(crate::util::workspace_root()).args([
+        "install",
+        "--locked",
+        "cargo-mutants",
+        "--version",
+        CARGO_MUTANTS_VERSION,
+    ]))
+    .context("installing cargo-mutants")?;
+    if !succeeds(Command::new("cargo").args(["mutants", "--version"])) {
+        bail!("cargo-mutants was installed but `cargo mutants --version` fails (is ~/.cargo/bin on PATH?)");
+    }
+    did.push(format!("installed cargo-mutants {CARGO_MUTANTS_VERSION}"));
     Ok(())
 }

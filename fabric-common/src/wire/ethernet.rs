@@ -43,3 +43,32 @@ pub const fn is_group_address(mac: &[u8; 6]) -> bool {
 }
 
 const _: () = assert!(HEADER_LEN == 14 && VLAN_TAG_LEN == 4 && ETHERTYPE.start == 12 && VLAN_TCI.start == 14);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// IEEE 802.1Q: the TCI is PCP (3 bits), DEI (1 bit), VID (12 bits), most significant first.
+    /// 0xB064 = 101 1 0000_0110_0100: PCP 5, DEI set, VID 100.
+    #[test]
+    fn tci_splits_into_pcp_and_vid_as_in_802_1q() {
+        assert_eq!(tci_pcp(0xB064), 5);
+        assert_eq!(tci_vid(0xB064), 100);
+        // The extremes: every PCP bit and no VID bit, and the reverse.
+        assert_eq!((tci_pcp(0xE000), tci_vid(0xE000)), (7, 0));
+        assert_eq!((tci_pcp(0x0FFF), tci_vid(0x0FFF)), (0, 4095));
+    }
+
+    #[test]
+    fn vlan_tci_follows_the_tpid_of_a_tagged_frame() {
+        // dst(6) src(6) TPID 0x8100 (2), then the TCI: bytes 14..16.
+        assert_eq!(VLAN_TCI, 14..16);
+    }
+
+    #[test]
+    fn group_address_is_the_low_bit_of_the_first_octet() {
+        assert!(is_group_address(&[0xFF; 6]));
+        assert!(is_group_address(&[0x01, 0x80, 0xC2, 0, 0, 0x01])); // the PFC/pause address
+        assert!(!is_group_address(&[0x02, 0, 0, 0, 0, 0x01]));
+    }
+}

@@ -48,3 +48,26 @@ impl PacketBytes for [u8] {
         self.get(offset..end)?.try_into().ok()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Slices have inherent `len`/`is_empty`: the trait's are called by path.
+    #[test]
+    fn is_empty_only_for_a_packet_of_no_bytes() {
+        assert!(PacketBytes::is_empty(&[][..]));
+        assert!(!PacketBytes::is_empty(&[0u8][..]));
+    }
+
+    #[test]
+    fn accessors_read_big_endian_within_bounds_and_none_past_the_end() {
+        let p: &[u8] = &[0x12, 0x34, 0x56];
+        assert_eq!(p.u8_at(0), Some(0x12));
+        assert_eq!(p.u8_at(2), Some(0x56));
+        assert_eq!(p.u8_at(3), None);
+        assert_eq!(p.u16_at(1), Some(0x3456));
+        assert_eq!(p.u16_at(2), None);
+        assert_eq!(p.bytes::<2>(usize::MAX), None, "offset + N overflows: no panic, None");
+    }
+}

@@ -150,6 +150,18 @@ mod tests {
     }
 
     #[test]
+    fn bytes_sent_while_limited_feed_the_byte_counter() {
+        let mut cc = Dcqcn::new(DcqcnParams::default(), LINE);
+        cc.add_sender(0x11, 1 << 30, 0);
+        assert_eq!(cc.on_cnp(0x11, 0), Some(LINE / 2), "R_C 5 G, R_T 10 G");
+        // B = 10 MB sent before the timer's first event: one fast-recovery step, R_C = (10 + 5)/2 G.
+        assert_eq!(cc.on_sent(0x11, 9_999_999, 1_000), None, "one byte short of B");
+        assert_eq!(cc.on_sent(0x11, 1, 2_000), Some(7_500_000_000));
+        assert_eq!(cc.reaction_point(0x11).unwrap().byte_events(), 1);
+        assert_eq!(cc.on_sent(0x99, 10_000_000, 3_000), None, "no such sender");
+    }
+
+    #[test]
     fn ce_marks_earn_one_cnp_per_interval_and_unmarked_packets_none() {
         let mut cc = Dcqcn::new(DcqcnParams::default(), LINE);
         cc.add_receiver(&receiver(0x12), 1 << 20);
