@@ -435,40 +435,25 @@ mod tests {
         assert!(one.reason.unwrap().contains("1 seed"));
     }
 
-    #[test]
-    fn a_cpu_bound_run_never_matches_but_a_miss_stands() {
-        let mut a = case("a", "t", &[100.0, 100.0]);
+    /// "a faster than b (100 ms)", with a's second seed CPU-bound (40% of its sleeps late).
+    fn faster_with_a_cpu_bound_seed(a_ms: &[f64]) -> Verdict {
+        let mut a = case("a", "t", a_ms);
         a.values.insert(LATE_WAKES.into(), vec![0.01, 0.4]);
         let cases = [a, case("b", "t", &[100.0, 100.0])];
-        let v = Comparison {
-            key: "k",
-            claim: "",
-            metric: "t",
-            unit: "",
-            cases: ("a", "b"),
-            better: Better::Lower,
-            margin_pct: 5.0,
-        }
-        .judge(&cases);
+        let (metric, better) = ("t", Better::Lower);
+        Comparison { key: "k", claim: "", metric, unit: "", cases: ("a", "b"), better, margin_pct: 5.0 }.judge(&cases)
+    }
+
+    #[test]
+    fn a_cpu_bound_run_never_matches_but_a_miss_stands() {
+        let v = faster_with_a_cpu_bound_seed(&[100.0, 100.0]);
         assert_eq!(v.direction, Decision::DoesNotMatch);
         assert!(v.evidence().contains("CPU-bound"), "{}", v.evidence());
     }
 
     #[test]
     fn a_cpu_bound_run_makes_even_a_clear_gain_inconclusive() {
-        let mut a = case("a", "t", &[60.0, 61.0]);
-        a.values.insert(LATE_WAKES.into(), vec![0.01, 0.4]);
-        let cases = [a, case("b", "t", &[100.0, 100.0])];
-        let v = Comparison {
-            key: "k",
-            claim: "",
-            metric: "t",
-            unit: "",
-            cases: ("a", "b"),
-            better: Better::Lower,
-            margin_pct: 5.0,
-        }
-        .judge(&cases);
+        let v = faster_with_a_cpu_bound_seed(&[60.0, 61.0]);
         assert_eq!(v.direction, Decision::Inconclusive);
         assert!(v.reason.unwrap().contains("CPU-bound"));
     }
