@@ -154,6 +154,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
             Metric::new("cnps", "CNPs received by senders", "", Better::None, false),
             Metric::new("retransmitted", "retransmitted packets", "", Better::Lower, false),
             Metric::new("socket_drops", "host socket drops", "datagrams", Better::Lower, false),
+            Metric::new("timeouts", "retransmission timeouts", "", Better::Lower, false),
         ],
         cases,
         verdicts,
@@ -174,12 +175,19 @@ fn push_metrics(c: &mut Case, r: &RunResult, o: &RunOptions, max_queue: u64, dro
     c.push("lossless_lost", (drops + g.over_headroom) as f64);
     c.push("max_queue_kib", max_queue as f64 / 1024.0);
     c.push("cnps", r.flows.iter().map(|f| f.cnps_received).sum::<u64>() as f64);
-    let retransmitted = r.flows.iter().map(|f| f.retransmitted).sum::<u64>();
+    let sum = |f: fn(&crate::endpoint::engine::FlowResult) -> u64| r.flows.iter().map(f).sum::<u64>();
+    let (retransmitted, naks, timeouts) = (sum(|f| f.retransmitted), sum(|f| f.naks), sum(|f| f.timeouts));
     let socket_drops = r.hosts.iter().map(|h| h.udp_receive_drops).sum::<u64>();
     c.push("retransmitted", retransmitted as f64);
     c.push("socket_drops", socket_drops as f64);
-    // Go-back-N resends at most a window per lost packet: beyond that, something else was lost.
-    c.push("unexplained_resends", retransmitted.saturating_sub(socket_drops * u64::from(o.endpoint.window)) as f64);
+    c.push("timeouts", timeouts as f64);
+    // A NAK says a packet went missing; with no switch drop only a host socket can have lost it,
+    // one NAK per lost packet at most.
+    c.push("unexplained_naks", naks.saturating_sub(socket_drops) as f64);
+    // Go-back-N resends at most a window per NAK or timeout (a timeout without loss is the
+    // sender's timer firing before a coalesced ACK came back).
+    let explained = u64::from(o.endpoint.window) * (naks + timeouts);
+    c.push("unexplained_resends", retransmitted.saturating_sub(explained) as f64);
     c.push("delivered", (r.bytes_delivered == r.bytes_needed) as u8 as f64);
     c.push("cts_bound_kib", (o.endpoint.cts_channels as u64 * o.endpoint.cts_buffer_bytes) as f64 / 1024.0);
     c.push_host(r);
@@ -270,22 +278,25 @@ fn cts_bound(cases: &[Case]) -> Verdict {
     )
 }
 
-/// Lossless: no lossless packet dropped (or over headroom) anywhere, every byte delivered, and
-/// every retransmission explained by the hosts' own socket drops (a window per drop).
+/// Lossless: no lossless packet dropped (or over headroom) anywhere, every byte delivered, every
+/// NAK (a packet missing at a receiver) explained by a host socket drop, and every resend by a
+/// NAK or a timeout (a window each).
 fn lossless(cases: &[Case]) -> Verdict {
     let sum = |m: &str| cases.iter().map(|c| c.values_of(m).iter().sum::<f64>()).sum::<f64>();
     let delivered = cases.iter().all(|c| c.values_of("delivered").iter().all(|&x| x == 1.0));
-    let (lost, unexplained) = (sum("lossless_lost"), sum("unexplained_resends"));
+    let (lost, naks, resends) = (sum("lossless_lost"), sum("unexplained_naks"), sum("unexplained_resends"));
     Verdict::fact(
         "lossless",
         "PFC keeps the lossless class lossless under every scheme",
         format!(
-            "{lost:.0} lossless packets dropped or over headroom in the switches; {:.0} retransmitted, {:.0} host \
-             socket drops, {unexplained:.0} resends beyond a window per socket drop; every byte delivered: {delivered}",
+            "{lost:.0} lossless packets dropped or over headroom in the switches; {:.0} retransmitted after {:.0} \
+             timeouts, {:.0} host socket drops, {naks:.0} NAKs and {resends:.0} resends unexplained by them; every \
+             byte delivered: {delivered}",
             sum("retransmitted"),
+            sum("timeouts"),
             sum("socket_drops")
         ),
-        lost == 0.0 && unexplained == 0.0 && delivered,
+        lost == 0.0 && naks == 0.0 && resends == 0.0 && delivered,
     )
 }
 
@@ -305,6 +316,8 @@ mod tests {
                     ("cts_bound_kib", &[256.0; 3]),
                     ("lossless_lost", &lost),
                     ("unexplained_resends", &unexplained),
+                    ("unexplained_naks", &[0.0; 3]),
+                    ("timeouts", &[0.0; 3]),
                     ("delivered", &[1.0; 3]),
                     ("retransmitted", &[0.0; 3]),
                     ("socket_drops", &[0.0; 3]),
@@ -341,6 +354,13 @@ mod tests {
             decision(&verdicts(&cases([256.0; 3], [256.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
             Decision::DoesNotMatch
         );
+    }
+
+    #[test]
+    fn a_nak_no_socket_drop_explains_breaks_losslessness() {
+        let mut c = cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3]);
+        c[2].values.insert("unexplained_naks".into(), vec![0.0, 1.0, 0.0]);
+        assert_eq!(decision(&verdicts(&c), "lossless"), Decision::DoesNotMatch);
     }
 
     #[test]
