@@ -70,3 +70,8 @@ impl Case {
 pub fn mean(v: &[f64]) -> f64 {
     if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 }
 }
+
+/// The case named `key` of a scenario (a scenario's verdicts name only cases it ran).
+pub fn find<'a>(cases: &'a [Case], key: &str) -> &'a Case {
+    cases.iter().find(|c| c.key == key).unwrap_or_else(|| panic!("no case {key}"))
+}

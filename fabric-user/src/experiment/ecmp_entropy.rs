@@ -169,7 +169,7 @@ fn verdicts(cases: &[Case]) -> Vec<Verdict> {
 /// With one five-tuple per host pair, eight QPs on a fixed source port hash exactly like one:
 /// true by construction, so shown as an identity (a check of the testbed), not a reproduced claim.
 fn fixed_sport_identity(cases: &[Case]) -> Verdict {
-    let find = |k: &str| cases.iter().find(|c| c.key == k).expect("case");
+    let find = |k: &str| super::case::find(cases, k);
     let (fixed, one) = (find("ft-8qp-fixed").values_of("max_over_mean"), find("ft-1qp").values_of("max_over_mean"));
     let same = fixed.len() == one.len() && fixed.iter().zip(&one).all(|(a, b)| (a - b).abs() <= 0.05 * b);
     Verdict::identity(

@@ -254,7 +254,7 @@ pub struct Table {
 
 impl Outcome {
     pub fn case(&self, key: &str) -> &Case {
-        self.cases.iter().find(|c| c.key == key).unwrap_or_else(|| panic!("no case {key}"))
+        super::case::find(&self.cases, key)
     }
 }
 

@@ -1,6 +1,7 @@
 //! `incast`: a 4-to-1 incast under PFC only, DCQCN and receiver-driven admission (CTS).
 use anyhow::Result;
 
+use super::case::find as case;
 use super::{
     harness::{
         Better, Case, Ctx, DepthSnapshot, Metric, Outcome, Scenario, base_options, completion_ms, log2_bucket_top,
@@ -191,10 +192,6 @@ fn push_metrics(c: &mut Case, r: &RunResult, o: &RunOptions, max_queue: u64, dro
     c.push("delivered", (r.bytes_delivered == r.bytes_needed) as u8 as f64);
     c.push("cts_bound_kib", (o.endpoint.cts_channels as u64 * o.endpoint.cts_buffer_bytes) as f64 / 1024.0);
     c.push_host(r);
-}
-
-fn case<'a>(cases: &'a [Case], key: &str) -> &'a Case {
-    cases.iter().find(|c| c.key == key).expect("case")
 }
 
 fn fewer(key: &'static str, claim: &str, metric: &str, (a, b): (&str, &str), margin: f64, cases: &[Case]) -> Verdict {

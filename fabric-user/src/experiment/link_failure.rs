@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use fabric_common::config::HashMode;
 
+use super::case::find as case;
 use super::{
     harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, base_options, completion_ms},
     verdict::{Verdict, cpu_bound, gain_pct, per_seed},
@@ -178,11 +179,6 @@ fn uplink_shares(r: &RunResult) -> String {
         .map(|(p, b)| format!("{p} {:.0}%", *b as f64 * 100.0 / total as f64))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// The case `key` (every mode has its two).
-fn case<'a>(cases: &'a [Case], key: &str) -> &'a Case {
-    cases.iter().find(|c| c.key == key).unwrap()
 }
 
 /// Mode `k`'s failed-uplink share per seed (%): healthy, with the failure.

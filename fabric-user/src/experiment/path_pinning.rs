@@ -199,7 +199,7 @@ fn verdicts(cases: &[Case]) -> Vec<Verdict> {
 /// penalty (gain of whole racks over fragmented, %) under pinning minus that under E-ECMP. The
 /// extra cross-rack hops of a fragmented ring cost both modes alike and cancel out.
 fn fragmentation_interaction(cases: &[Case]) -> Verdict {
-    let v = |k: &str| cases.iter().find(|c| c.key == k).expect("case").values_of("completion_ms");
+    let v = |k: &str| super::case::find(cases, k).values_of("completion_ms");
     let penalty = |contig: Vec<f64>, frag: Vec<f64>| -> Vec<f64> {
         contig.iter().zip(&frag).map(|(&c, &f)| gain_pct(c, f, Better::Lower)).collect()
     };

@@ -28,7 +28,7 @@
 use serde::Serialize;
 
 pub use super::case::LATE_WAKES;
-use super::case::{Better, Case};
+use super::case::{Better, Case, find};
 
 /// One verdict's outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -313,8 +313,7 @@ pub struct Comparison<'a> {
 
 impl Comparison<'_> {
     pub fn judge(&self, cases: &[Case]) -> Verdict {
-        let find = |k: &str| cases.iter().find(|c| c.key == k).unwrap_or_else(|| panic!("no case {k}"));
-        let (a, b) = (find(self.cases.0), find(self.cases.1));
+        let (a, b) = (find(cases, self.cases.0), find(cases, self.cases.1));
         let (va, vb) = (a.values_of(self.metric), b.values_of(self.metric));
         let gains: Vec<f64> = va.iter().zip(&vb).map(|(&x, &y)| gain_pct(x, y, self.better)).collect();
         let measured = format!(

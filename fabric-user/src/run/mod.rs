@@ -312,6 +312,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     std::thread::sleep(std::time::Duration::from_millis(250));
     let congestion = crate::telemetry::stats::congestion_totals(state)?.since(&congestion_before);
     let host_cpu_busy = crate::sys::cpu::CpuTimes::read()?.busy_since(&cpu_before);
+    let late_share = late_wake_share(&hosts_result);
     let achieved_over_intended = achieved.iter().sum::<f64>() / achieved.len().max(1) as f64;
     let stats_after = crate::telemetry::stats::collect(state)?;
     let mut result = RunResult {
@@ -329,8 +330,8 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         uplinks,
         flows,
         achieved_over_intended: Some(achieved_over_intended),
-        cpu_limited: late_wake_share(&hosts_result).map(|l| l > CPU_BOUND_LATE_SHARE),
-        late_wake_share: late_wake_share(&hosts_result),
+        cpu_limited: late_share.map(|l| l > CPU_BOUND_LATE_SHARE),
+        late_wake_share: late_share,
         host_cpu_busy,
         congestion,
         te_flows,
