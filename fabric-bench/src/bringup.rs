@@ -273,6 +273,9 @@ pub fn bringup(opts: &BringupOptions) -> Result<BringupReport> {
             "bringup: {} ({} links): {}/{} up, median {:.2} s",
             row.topology, row.links, row.reps_ok, row.reps, row.up_s
         );
+        for e in &row.errors {
+            eprintln!("    failed: {e}");
+        }
         rows.push(row);
     }
     let small: Vec<(f64, f64)> =

@@ -28,10 +28,13 @@ pub enum DropReason {
     /// A MAC control frame (EtherType 0x8808) that is not a valid PFC frame. MAC control frames
     /// are link-local: a valid one is consumed (it pauses the port), never forwarded.
     BadMacControl = 15,
+    /// Lost on a link given injected loss (`fabric link degrade --loss`): the frame was queued
+    /// and sent, and the link lost it (see [`crate::fault`]).
+    LinkLoss = 16,
 }
 
 impl DropReason {
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 17;
 
     pub const ALL: [DropReason; Self::COUNT] = [
         Self::TruncatedEthernet,
@@ -50,6 +53,7 @@ impl DropReason {
         Self::SpoofedSource,
         Self::BufferOverflow,
         Self::BadMacControl,
+        Self::LinkLoss,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -70,6 +74,7 @@ impl DropReason {
             Self::SpoofedSource => "spoofed_source",
             Self::BufferOverflow => "buffer_overflow",
             Self::BadMacControl => "bad_mac_control",
+            Self::LinkLoss => "link_loss",
         }
     }
 }

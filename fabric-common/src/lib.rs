@@ -13,6 +13,7 @@
 //! - [`forward`]: the forwarding decision built from the above;
 //! - [`checksum`]: incremental Internet checksum updates;
 //! - [`counters`]: per-port counters and drop reasons;
+//! - [`fault`]: injected link loss, a seeded draw per frame;
 //! - [`icrc`]: the RoCEv2 invariant CRC;
 //! - [`queue`]: the modelled (phantom) egress queue, ingress accounting, RED/ECN marking;
 //! - [`qos`]: priority classes, buffer limits, thresholds and the per-packet queue verdict;
@@ -22,6 +23,7 @@
 pub mod checksum;
 pub mod config;
 pub mod counters;
+pub mod fault;
 pub mod forward;
 pub mod hash;
 pub mod icrc;

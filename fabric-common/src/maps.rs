@@ -20,6 +20,8 @@ pub const POOL_USED: &str = "POOL_USED";
 pub const CLASS_COUNTERS: &str = "CLASS_COUNTERS";
 pub const PFC_EVENTS: &str = "PFC_EVENTS";
 pub const TE_FLOWS: &str = "TE_FLOWS";
+/// Injected loss per port (a [`crate::fault::PortLoss`] each).
+pub const PORT_LOSS: &str = "PORT_LOSS";
 /// The slow-path log records of the switch program: a ring buffer that `aya-log-ebpf` defines
 /// (not a static of `fabric-ebpf/src/maps.rs`) and `aya-log` reads; pinned with the others so the
 /// switch agent can reopen it and forward the records into its log.
@@ -29,7 +31,7 @@ pub const AYA_LOGS: &str = "AYA_LOGS";
 pub const GENERATOR: &str = "GENERATOR";
 
 /// Every map a switch has, in the order the controller pins them.
-pub const SWITCH: [&str; 18] = [
+pub const SWITCH: [&str; 19] = [
     CONFIG,
     PORTS,
     EGRESS,
@@ -47,5 +49,6 @@ pub const SWITCH: [&str; 18] = [
     CLASS_COUNTERS,
     PFC_EVENTS,
     TE_FLOWS,
+    PORT_LOSS,
     AYA_LOGS,
 ];

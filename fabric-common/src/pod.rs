@@ -1,6 +1,7 @@
 //! `aya::Pod` for the map value types: all are `repr(C)`, padding-free and valid for any bytes.
 use crate::config::{GeneratorConfig, PortInfo, SwitchConfig};
 use crate::counters::{MemberCounters, PortCounters};
+use crate::fault::PortLoss;
 use crate::qos::{ClassCounters, PfcEvent, QosConfig};
 use crate::queue::{EgressQueue, IngressAccount};
 use crate::route::{EcmpGroup, GroupMember};
@@ -33,3 +34,5 @@ unsafe impl aya::Pod for EgressQueue {}
 unsafe impl aya::Pod for IngressAccount {}
 // SAFETY: as above.
 unsafe impl aya::Pod for TeEntry {}
+// SAFETY: as above.
+unsafe impl aya::Pod for PortLoss {}

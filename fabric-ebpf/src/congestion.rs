@@ -35,7 +35,7 @@ const BPF_RB_FORCE_WAKEUP: u64 = 2;
 /// passes a `u64` field of a map value (`#[repr(C)]`, kernel-allocated, 8-aligned).
 #[cfg(target_arch = "bpf")]
 #[inline(always)]
-fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
+pub(crate) fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
     // SAFETY: `ptr` points at a u64 field of a map value the program looked up, valid and
     // aligned for the program's run (see above); BPF_CMPXCHG.
     unsafe { atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(ptr, old, new) }
@@ -44,7 +44,7 @@ fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
 /// The host build (clippy, unit tests): the same operation through `AtomicU64`.
 #[cfg(not(target_arch = "bpf"))]
 #[inline(always)]
-fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
+pub(crate) fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
     // SAFETY: as for the bpf `cas`: `ptr` is valid and 8-byte aligned (the alignment
     // `AtomicU64` needs), and every concurrent access to it is atomic or volatile.
     let atomic = unsafe { AtomicU64::from_ptr(ptr) };

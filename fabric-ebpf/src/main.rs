@@ -22,6 +22,7 @@
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
 
 mod congestion;
+mod fault;
 mod generator;
 mod maps;
 mod packet;
@@ -102,6 +103,10 @@ fn switch_packet(ctx: &XdpContext, pkt: &mut XdpPacket, port: &PortInfo, rx: &mu
     // rewrite, which reads the checksum that marking updates.
     if let Err(reason) = congestion::offer(pkt, &parsed, port.index, member.port, len) {
         return drop(rx, reason);
+    }
+    // Injected loss: the frame was queued and sent, and the link lost it.
+    if fault::link_loses(member.port) {
+        return drop(rx, DropReason::LinkLoss);
     }
 
     // Rewrite: MACs, then TTL / hop limit (IPv4 checksum updated incrementally).

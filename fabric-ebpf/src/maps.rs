@@ -11,6 +11,7 @@ use aya_ebpf::{
 use fabric_common::{
     config::{MAX_IFINDEX, MAX_PORTS, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
+    fault::PortLoss,
     forward::ForwardingTables,
     pfc::CLASSES,
     qos::{ClassCounters, QosConfig},
@@ -92,6 +93,10 @@ pub static QOS: Array<QosConfig> = Array::with_max_entries(1, 0);
 /// Port index -> modelled (time-scaled) line rate in bit/s.
 #[map]
 pub static PORT_RATE: Array<u64> = Array::with_max_entries(MAX_PORTS, 0);
+
+/// Port index -> injected loss on the link it sends into (`fabric_common::fault`).
+#[map]
+pub static PORT_LOSS: Array<PortLoss> = Array::with_max_entries(MAX_PORTS, 0);
 
 /// Egress port/class -> modelled queue, shared by all CPUs (updated atomically).
 #[map]

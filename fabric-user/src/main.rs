@@ -44,6 +44,48 @@ enum LinkAction {
     Down { link: String },
     /// Bring a link back and restore the groups.
     Up { link: String },
+    /// A gray failure: lower the link's modelled rate and/or make it lose frames (at its switch
+    /// ends, on what they send): `fabric link degrade z0r0:z0c1 --rate 100 --loss 0.1%`.
+    Degrade {
+        link: String,
+        /// Modelled rate in Gbit/s, above 0 and at most the link's own.
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Share of frames lost, in percent (0%..=100%), by a seeded draw per frame.
+        #[arg(long, value_parser = parse_loss_arg)]
+        loss: Option<u32>,
+        /// Seed of the loss draws.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Give a degraded link back its own rate and no loss.
+    Restore { link: String },
+    /// Take a link down and up repeatedly, routing repaired each time.
+    Flap {
+        link: String,
+        /// One down-and-up cycle, half down and half up (e.g. 200ms, 2s; at least 10ms).
+        #[arg(long, default_value = "200ms", value_parser = parse_period_arg)]
+        period: std::time::Duration,
+        /// Cycles.
+        #[arg(long, default_value_t = 3)]
+        count: u32,
+    },
+}
+
+#[derive(Subcommand)]
+enum SwitchAction {
+    /// Every link of the switch down at once (a reboot, a drain), routing repaired around it.
+    Down { switch: String },
+    /// Bring every link of the switch back.
+    Up { switch: String },
+}
+
+fn parse_loss_arg(s: &str) -> Result<u32, String> {
+    fabric_user::model::fault::parse_loss(s).map_err(|e| e.to_string())
+}
+
+fn parse_period_arg(s: &str) -> Result<std::time::Duration, String> {
+    fabric_user::model::fault::parse_period(s).map_err(|e| e.to_string())
 }
 
 #[derive(Subcommand)]
@@ -88,6 +130,13 @@ enum Command {
     Link {
         #[command(subcommand)]
         action: LinkAction,
+        #[command(flatten)]
+        which: Which,
+    },
+    /// Take a whole switch down or up: `fabric switch down z0c1`.
+    Switch {
+        #[command(subcommand)]
+        action: SwitchAction,
         #[command(flatten)]
         which: Which,
     },
@@ -198,13 +247,19 @@ fn run() -> Result<()> {
         Command::Down { which } => down(&which.prefix()?)?,
         Command::Agent { prefix } => fabric_user::agent::run(&prefix)?,
         Command::Status { which, json } => status(&which.prefix()?, json)?,
-        Command::Link { action, which } => {
-            let (spec, up) = match &action {
-                LinkAction::Down { link } => (link, false),
-                LinkAction::Up { link } => (link, true),
+        Command::Link { action, which } => link(&which.prefix()?, action)?,
+        Command::Switch { action, which } => {
+            let (name, up) = match &action {
+                SwitchAction::Down { switch } => (switch, false),
+                SwitchAction::Up { switch } => (switch, true),
             };
-            let label = testbed::set_link(&which.prefix()?, spec, up)?;
-            println!("link {label} is {}; ECMP groups reprogrammed", if up { "up" } else { "down" });
+            let links = testbed::fault::set_switch(&which.prefix()?, name, up)?;
+            let state = if up { "up" } else { "down" };
+            println!(
+                "switch {name} is {state}: {} links {state} ({}); ECMP groups reprogrammed",
+                links.len(),
+                links.join(", ")
+            );
         }
         Command::Exporter { which, listen } => {
             let state = State::load(&which.prefix()?)?;
@@ -277,6 +332,35 @@ fn down(prefix: &str) -> Result<()> {
     Ok(())
 }
 
+/// `fabric link ...`: one link's faults.
+fn link(prefix: &str, action: LinkAction) -> Result<()> {
+    match action {
+        LinkAction::Down { link } => {
+            let label = testbed::set_link(prefix, &link, false)?;
+            println!("link {label} is down; ECMP groups reprogrammed");
+        }
+        LinkAction::Up { link } => {
+            let label = testbed::set_link(prefix, &link, true)?;
+            println!("link {label} is up; ECMP groups reprogrammed");
+        }
+        LinkAction::Degrade { link, rate, loss, seed } => {
+            let what = testbed::fault::degrade(prefix, &link, rate, loss, seed)?;
+            println!("link {what}");
+        }
+        LinkAction::Restore { link } => {
+            let label = testbed::fault::restore(prefix, &link)?;
+            println!("link {label}: its own rate again, no loss");
+        }
+        LinkAction::Flap { link, period, count } => {
+            let label = testbed::fault::flap(prefix, &link, period, count)?;
+            println!(
+                "link {label} flapped {count} times ({period:?} per cycle); it is up, ECMP groups repaired each time"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `fabric status`: exits 1 when the testbed is not healthy.
 fn status(prefix: &str, json: bool) -> Result<()> {
     let s = testbed::status(prefix)?;
@@ -301,6 +385,11 @@ fn status_line(s: &testbed::Status) -> String {
     };
     let down =
         if s.down_links.is_empty() { String::new() } else { format!("; links down: {}", s.down_links.join(", ")) };
+    let degraded = if s.degraded_links.is_empty() {
+        String::new()
+    } else {
+        format!("; links degraded: {}", s.degraded_links.join(", "))
+    };
     let missing = if s.missing_namespaces.is_empty() {
         String::new()
     } else {
@@ -313,7 +402,7 @@ fn status_line(s: &testbed::Status) -> String {
         (false, false) => "",
     };
     format!(
-        "testbed {}: {health} ({} of {} namespaces, {} of {} XDP links pinned{down}{missing}{agent})",
+        "testbed {}: {health} ({} of {} namespaces, {} of {} XDP links pinned{down}{degraded}{missing}{agent})",
         s.prefix, s.namespaces_present, s.namespaces_expected, s.xdp_links_pinned, s.xdp_links_expected
     )
 }

@@ -14,6 +14,7 @@ use aya::{
 use fabric_common::{
     config::{MAX_IFINDEX, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
+    fault::PortLoss,
     maps,
     pfc::CLASSES,
     qos::{ClassCounters, QosConfig, class_slot},
@@ -224,6 +225,19 @@ impl SwitchDataplane {
 
     pub fn port_rate(&mut self, port: u32) -> Result<u64> {
         let m: Array<&mut MapData, u64> = self.map(maps::PORT_RATE)?;
+        Ok(m.get(&port, 0)?)
+    }
+
+    /// Sets the injected loss of the link port `port` sends into (zero threshold: none). The
+    /// entry is written whole, so the draw counter restarts with the new seed.
+    pub fn set_port_loss(&mut self, port: u32, loss: PortLoss) -> Result<()> {
+        let mut m: Array<&mut MapData, PortLoss> = self.map(maps::PORT_LOSS)?;
+        m.set(port, loss, 0).with_context(|| format!("loss of port {port}"))?;
+        Ok(())
+    }
+
+    pub fn port_loss(&mut self, port: u32) -> Result<PortLoss> {
+        let m: Array<&mut MapData, PortLoss> = self.map(maps::PORT_LOSS)?;
         Ok(m.get(&port, 0)?)
     }
 

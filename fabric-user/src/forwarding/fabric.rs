@@ -13,7 +13,10 @@
 use std::collections::{BTreeSet, HashMap};
 
 use anyhow::{Result, ensure};
-use fabric_common::config::{HashMode, SwitchConfig};
+use fabric_common::{
+    config::{HashMode, SwitchConfig},
+    route::ROUTE_LOCAL,
+};
 
 use crate::{
     model::plan::{LinkId, NodeId, Plan, Role, switch_seed},
@@ -67,15 +70,21 @@ impl SimFabric {
     /// The controller's tables with `down` links out of service; group ids are the controller's.
     pub fn from_controller(plan: &Plan, down: &BTreeSet<LinkId>) -> Self {
         let tables = routing::compute(plan, down);
-        let by_ip: HashMap<std::net::Ipv4Addr, NodeId> = plan.hosts().map(|h| (plan.host_ipv4(h), h)).collect();
+        // Hosts by address, so that each route (a prefix) finds the hosts it holds.
+        let mut by_ip: Vec<(u32, NodeId)> = plan.hosts().map(|h| (u32::from(plan.host_ipv4(h)), h)).collect();
+        by_ip.sort_unstable();
         let mut groups = Vec::new();
         let mut lookups = Vec::new();
         for t in &tables {
             let mut map = HashMap::new();
             match t {
                 Some(t) => {
-                    for &(addr, len, target) in &t.routes_v4 {
-                        if let (32, Some(&h)) = (len, by_ip.get(&addr)) {
+                    // Host routes never overlap (`routing::aggregate`); local routes hold no host.
+                    for &(addr, len, target) in t.routes_v4.iter().filter(|r| r.2 != ROUTE_LOCAL) {
+                        let first = u32::from(addr);
+                        let last = first | u32::MAX.checked_shr(u32::from(len)).unwrap_or(0);
+                        let from = by_ip.partition_point(|&(a, _)| a < first);
+                        for &(_, h) in by_ip[from..].iter().take_while(|&&(a, _)| a <= last) {
                             map.insert(h, target);
                         }
                     }

@@ -109,13 +109,13 @@ mod tests {
 
     /// A switch's controller tables as the XDP program's maps would hold them.
     struct Tables {
-        v4: Vec<(Ipv4Addr, RouteTarget)>,
+        v4: SwitchTables,
         groups: Vec<EcmpGroup>,
     }
 
     impl ForwardingTables for Tables {
         fn route_v4(&self, dst: &[u8; 4]) -> Option<RouteTarget> {
-            self.v4.iter().find(|(a, _)| a.octets() == *dst).map(|r| r.1)
+            self.v4.route_v4(Ipv4Addr::from(*dst))
         }
         fn route_v6(&self, _: &[u8; 16]) -> Option<RouteTarget> {
             None
@@ -126,10 +126,7 @@ mod tests {
     }
 
     fn tables(plan: &Plan, sw: NodeId, t: &SwitchTables) -> Tables {
-        Tables {
-            v4: t.routes_v4.iter().map(|&(a, _, g)| (a, g)).collect(),
-            groups: (0..t.groups.len()).map(|g| t.ecmp_group(plan, sw, g)).collect(),
-        }
+        Tables { v4: t.clone(), groups: (0..t.groups.len()).map(|g| t.ecmp_group(plan, sw, g)).collect() }
     }
 
     #[test]

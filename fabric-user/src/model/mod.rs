@@ -2,6 +2,7 @@
 //! addresses derived from it, the central ECMP computation, workloads, placements and the
 //! min-cut partitioner. No I/O beyond reading a file.
 pub mod balance;
+pub mod fault;
 pub mod partition;
 pub mod placement;
 pub mod plan;

@@ -34,10 +34,18 @@ impl SwitchTables {
         EcmpGroup::from_members(&members).expect("validated topologies keep groups within 64 members")
     }
 
+    /// The route a packet to `dst` takes here: the longest prefix that holds it, as the XDP
+    /// program's LPM trie finds it.
+    pub fn route_v4(&self, dst: Ipv4Addr) -> Option<RouteTarget> {
+        let dst = u32::from(dst);
+        let holds = |a: Ipv4Addr, len: u8| len == 0 || (u32::from(a) ^ dst) >> (32 - u32::from(len)) == 0;
+        self.routes_v4.iter().filter(|&&(a, len, _)| holds(a, len)).max_by_key(|r| r.1).map(|r| r.2)
+    }
+
     /// The group ports a destination host's traffic may take from this switch.
     pub fn next_hops_v4(&self, dst: Ipv4Addr) -> Option<&[usize]> {
-        let (_, _, target) = self.routes_v4.iter().find(|(a, len, _)| *len == 32 && *a == dst)?;
-        self.groups.get(*target as usize).map(Vec::as_slice)
+        let target = self.route_v4(dst).filter(|&t| t != ROUTE_LOCAL)?;
+        self.groups.get(target as usize).map(Vec::as_slice)
     }
 }
 
@@ -64,10 +72,20 @@ fn distances(plan: &Plan, dst: NodeId, down: &BTreeSet<LinkId>) -> Vec<Option<u3
 }
 
 /// Tables for every node (`None` for hosts), with the links in `down` out of service.
+///
+/// Each switch routes the address block of a host link (the host's address and its gateway's,
+/// a /31 and a /127) towards the group of next hops to that host, and blocks of neighbouring
+/// host links that share a group as one prefix ([`aggregate`]): a rack's hosts, which the plan
+/// numbers consecutively, become one route on every switch outside the rack, as a rack's prefix
+/// is advertised in a real fabric. A switch then holds routes for its racks, not for every host:
+/// the tables of a 4,096-host testbed shrink 16-fold and bring-up stops growing with
+/// switches x hosts. Exactly the host links' addresses are routed, no others.
 pub fn compute(plan: &Plan, down: &BTreeSet<LinkId>) -> Vec<Option<SwitchTables>> {
     let mut tables: Vec<Option<SwitchTables>> =
         plan.nodes.iter().map(|n| n.role.is_switch().then(SwitchTables::default)).collect();
     let mut group_ids: Vec<HashMap<Vec<usize>, u32>> = vec![HashMap::new(); plan.nodes.len()];
+    // Per switch, each reachable host's group, by host.
+    let mut host_groups: Vec<Vec<(NodeId, u32)>> = vec![Vec::new(); plan.nodes.len()];
 
     for host in plan.hosts() {
         let dist = distances(plan, host, down);
@@ -86,18 +104,51 @@ pub fn compute(plan: &Plan, down: &BTreeSet<LinkId>) -> Vec<Option<SwitchTables>
                 t.groups.push(hops);
                 next
             });
-            t.routes_v4.push((plan.host_ipv4(host), 32, id));
-            t.routes_v6.push((plan.host_ipv6(host), 128, id));
+            host_groups[sw].push((host, id));
         }
     }
     for sw in plan.switches() {
         let t = tables[sw].as_mut().expect("switches have tables");
+        let v4: Vec<(u128, RouteTarget)> =
+            host_groups[sw].iter().map(|&(h, g)| (u128::from(u32::from(plan.host_ipv4(h)) & !1), g)).collect();
+        let v6: Vec<(u128, RouteTarget)> =
+            host_groups[sw].iter().map(|&(h, g)| (u128::from(plan.host_ipv6(h)) & !1, g)).collect();
+        t.routes_v4 = aggregate(v4, 32).into_iter().map(|(a, len, g)| (Ipv4Addr::from(a as u32), len, g)).collect();
+        t.routes_v6 = aggregate(v6, 128).into_iter().map(|(a, len, g)| (Ipv6Addr::from(a), len, g)).collect();
         for port in &plan.nodes[sw].ports {
             t.routes_v4.push((port.ipv4, 32, ROUTE_LOCAL));
             t.routes_v6.push((port.ipv6, 128, ROUTE_LOCAL));
         }
     }
     tables
+}
+
+/// The fewest prefixes that route every block (a /`bits - 1` pair of addresses, given by its
+/// even address) to its group and hold no other address: a prefix is taken whole only when
+/// every block in it is listed and all share one group, otherwise its halves are tried.
+pub fn aggregate(mut blocks: Vec<(u128, RouteTarget)>, bits: u8) -> Vec<(u128, u8, RouteTarget)> {
+    fn cover(blocks: &[(u128, RouteTarget)], base: u128, len: u8, bits: u8, out: &mut Vec<(u128, u8, RouteTarget)>) {
+        let size_in_blocks = 1u128 << (bits - len - 1);
+        let group = blocks[0].1;
+        if blocks.len() as u128 == size_in_blocks && blocks.iter().all(|b| b.1 == group) {
+            out.push((base, len, group));
+            return;
+        }
+        let half = base + (1u128 << (bits - len - 1));
+        let split = blocks.partition_point(|b| b.0 < half);
+        for (part, base) in [(&blocks[..split], base), (&blocks[split..], half)] {
+            if !part.is_empty() {
+                cover(part, base, len + 1, bits, out);
+            }
+        }
+    }
+    blocks.sort_unstable();
+    blocks.dedup_by_key(|b| b.0);
+    let mut out = Vec::new();
+    if !blocks.is_empty() {
+        cover(&blocks, 0, 0, bits, &mut out);
+    }
+    out
 }
 
 /// Where each of a switch's groups lives in its `GROUPS` map (slot per group, in the order of
@@ -237,6 +288,70 @@ mod tests {
                 assert_eq!(m.src_mac, port.mac);
                 assert_eq!(m.dst_mac, plan.nodes[port.peer_node].ports[port.peer_port].mac);
             }
+        }
+    }
+
+    /// LPM over aggregated prefixes, as a list (the XDP trie's rule).
+    fn lookup(routes: &[(u128, u8, RouteTarget)], bits: u8, addr: u128) -> Option<RouteTarget> {
+        let holds = |base: u128, len: u8| len == 0 || (base ^ addr) >> (bits - len) == 0;
+        routes.iter().filter(|r| holds(r.0, r.1)).max_by_key(|r| r.1).map(|r| r.2)
+    }
+
+    /// Random sets of blocks and groups: every listed block's two addresses route to its group,
+    /// every unlisted address routes nowhere, and no prefix overlaps another.
+    #[test]
+    fn aggregated_prefixes_route_exactly_the_listed_blocks() {
+        let mut rng = fabric_common::rng::SplitMix64::new(5);
+        for trial in 0..300 {
+            let groups = 1 + rng.below(3) as u32;
+            let mut blocks: Vec<(u128, RouteTarget)> = Vec::new();
+            for b in 0..128u128 {
+                if rng.below(4) != 0 {
+                    blocks.push((2 * b, rng.below(groups as usize) as u32));
+                }
+            }
+            let routes = aggregate(blocks.clone(), 8);
+            for addr in 0..256u128 {
+                let want = blocks.iter().find(|b| b.0 == addr & !1).map(|b| b.1);
+                assert_eq!(lookup(&routes, 8, addr), want, "trial {trial}, address {addr}: {routes:?}");
+            }
+            for (i, a) in routes.iter().enumerate() {
+                for b in &routes[i + 1..] {
+                    let (short, long) = if a.1 <= b.1 { (a, b) } else { (b, a) };
+                    assert!(short.1 > 0 && (short.0 ^ long.0) >> (8 - short.1) != 0, "{a:?} overlaps {b:?}");
+                }
+            }
+        }
+    }
+
+    /// One group for every block makes one prefix when the blocks fill it, and a gap splits it.
+    #[test]
+    fn full_runs_of_one_group_become_one_prefix() {
+        let run = |n: u128, from: u128| (from..from + n).map(|b| (2 * b, 7)).collect::<Vec<_>>();
+        assert_eq!(aggregate(run(16, 16), 32), [(32, 27, 7)]);
+        assert_eq!(aggregate(run(2, 0), 128), [(0, 126, 7)]);
+        let mut gap = run(16, 16);
+        gap.remove(3);
+        assert_eq!(aggregate(gap, 32).len(), 4, "a 32-address block missing one pair: /28 + /29 + /30 + /31");
+        assert!(aggregate(Vec::new(), 32).is_empty());
+    }
+
+    /// On a zone of 16 hosts and 16 spines per rack (a rack's links fill an aligned block of 64
+    /// addresses) every switch outside a rack routes it with one prefix per family, and every
+    /// host still gets the group `routing` chose for it.
+    #[test]
+    fn a_rack_is_one_route_outside_it() {
+        let topo = crate::forwarding::fabric::synthetic(1, 4, 16, 16, 1);
+        let plan = Plan::new(&topo);
+        let t = compute(&plan, &BTreeSet::new());
+        let spine = plan.switches().find(|&s| plan.nodes[s].role == Role::Ctsw).unwrap();
+        let st = t[spine].as_ref().unwrap();
+        let host_routes = st.routes_v4.iter().filter(|r| r.2 != ROUTE_LOCAL).count();
+        assert_eq!(host_routes, 4, "one per rack: {:?}", st.routes_v4);
+        assert_eq!(st.routes_v6.iter().filter(|r| r.2 != ROUTE_LOCAL).count(), 4);
+        for h in plan.hosts() {
+            let hops = st.next_hops_v4(plan.host_ipv4(h)).unwrap();
+            assert_eq!(hops, [plan.nodes[spine].ports.iter().position(|p| p.peer_node == plan.rtsw_of(h)).unwrap()]);
         }
     }
 }

@@ -10,6 +10,7 @@ use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    model::fault::{FaultEvent, FaultKind, during},
     model::plan::Plan,
     run::result::RunResult,
     telemetry::stats::{StatsReport, UplinkLoad},
@@ -67,7 +68,22 @@ pub struct JobRecord {
     pub ports: Vec<PortDelta>,
     pub retransmitted_packets: u64,
     pub cnps: u64,
+    /// Faults injected while the job ran (`fabric link`, `fabric switch`), with their times.
+    #[serde(default)]
+    pub faults: Vec<FaultEvent>,
+    /// Links already down or degraded when the job started.
+    #[serde(default)]
+    pub faulty_at_start: Vec<String>,
     pub diagnosis: Vec<String>,
+}
+
+/// What a job's record needs to know of the testbed's faults.
+#[derive(Debug, Default)]
+pub struct JobFaults {
+    /// The testbed's fault log as it stands when the job ends.
+    pub log: Vec<FaultEvent>,
+    /// Links down or degraded when the job started (labels).
+    pub at_start: Vec<String>,
 }
 
 /// Started when a run starts.
@@ -93,7 +109,9 @@ impl JobClock {
         before: &StatsReport,
         after: &StatsReport,
         step_uplinks: Vec<Vec<UplinkLoad>>,
+        faults: &JobFaults,
     ) -> JobRecord {
+        let ended_unix_ms = unix_ms();
         let ports = port_deltas(before, after);
         let last = r.iterations.last();
         let steps = step_uplinks
@@ -113,13 +131,15 @@ impl JobClock {
             hash: r.hash.clone(),
             placement: r.placement.clone(),
             started_unix_ms: self.started_unix_ms,
-            ended_unix_ms: unix_ms(),
+            ended_unix_ms,
             time_scale: r.time_scale,
             completion_ns: r.iterations.iter().map(|i| i.completion_ns).collect(),
             steps,
             ports,
             retransmitted_packets: r.flows.iter().map(|f| f.retransmitted).sum(),
             cnps: r.flows.iter().map(|f| f.cnps_received).sum(),
+            faults: during(&faults.log, self.started_unix_ms, ended_unix_ms),
+            faulty_at_start: faults.at_start.clone(),
             diagnosis: Vec::new(),
         };
         rec.diagnosis = diagnose(&rec);
@@ -191,6 +211,17 @@ pub fn diagnose(rec: &JobRecord) -> Vec<String> {
             p.drops
         ));
     }
+    if !rec.faulty_at_start.is_empty() {
+        out.push(format!("links already faulty when the job started: {}", rec.faulty_at_start.join(", ")));
+    }
+    if !rec.faults.is_empty() {
+        let at = |f: &FaultEvent| {
+            let t = f.at_unix_ms.saturating_sub(rec.started_unix_ms) as f64 / 1e3;
+            let detail = if f.detail.is_empty() { String::new() } else { format!(" ({})", f.detail) };
+            format!("{} {}{detail} at +{t:.2} s", f.target, fault_verb(f.kind))
+        };
+        out.push(format!("faults during the job: {}", rec.faults.iter().map(at).collect::<Vec<_>>().join(", ")));
+    }
     if rec.retransmitted_packets > 0 {
         out.push(format!("{} packets were retransmitted: something was lost", rec.retransmitted_packets));
     }
@@ -261,5 +292,14 @@ pub fn print(rec: &JobRecord) {
     println!("diagnosis:");
     for d in &rec.diagnosis {
         println!("  - {d}");
+    }
+}
+
+fn fault_verb(kind: FaultKind) -> &'static str {
+    match kind {
+        FaultKind::LinkDown | FaultKind::SwitchDown => "down",
+        FaultKind::LinkUp | FaultKind::SwitchUp => "up",
+        FaultKind::LinkDegraded => "degraded",
+        FaultKind::LinkRestored => "restored",
     }
 }

@@ -347,10 +347,26 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         diagnosis: Vec::new(),
     };
     // Every run is a job: its counters over its lifetime, joined with its completion times.
-    let record = job.finish(&result, &stats_before, &stats_after, last_step_uplinks);
+    let faults = crate::run::job::JobFaults {
+        // Re-read: `fabric link` and `fabric switch` log faults from other processes meanwhile.
+        log: State::load(&plan.topology.prefix).map(|s| s.faults).unwrap_or_default(),
+        at_start: faulty_links(state),
+    };
+    let record = job.finish(&result, &stats_before, &stats_after, last_step_uplinks, &faults);
     result.diagnosis = record.diagnosis.clone();
     record.save()?;
     Ok(result)
+}
+
+/// Labels of the links down or degraded in `state`.
+fn faulty_links(state: &State) -> Vec<String> {
+    let label = |l| crate::testbed::link_label(&state.plan, l);
+    let down = state.down_links.iter().map(|&l| format!("{} down", label(l)));
+    let degraded = state
+        .degraded
+        .iter()
+        .map(|(&l, d)| format!("{} degraded ({})", label(l), d.describe(state.plan.links[l].rate_gbps)));
+    down.chain(degraded).collect()
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     dataplane::SwitchDataplane,
+    model::fault::{Degradation, FaultEvent},
     model::plan::{LinkId, NodeId, Plan},
 };
 
@@ -48,6 +49,12 @@ pub struct State {
     /// `routing::assign_slots`); a switch not listed has group `i` in slot `i`.
     #[serde(default)]
     pub group_slots: BTreeMap<NodeId, Vec<u32>>,
+    /// Links given a gray failure with `fabric link degrade`.
+    #[serde(default)]
+    pub degraded: BTreeMap<LinkId, Degradation>,
+    /// Every fault injected since `up`, oldest first (job records pick theirs from it).
+    #[serde(default)]
+    pub faults: Vec<FaultEvent>,
 }
 
 impl State {

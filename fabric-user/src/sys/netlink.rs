@@ -14,7 +14,7 @@ use rtnetlink::{
     Handle, LinkMessageBuilder, LinkUnspec, LinkVeth, RouteMessageBuilder,
     packet_route::{
         address::{AddressAttribute, AddressFlags, AddressHeaderFlags},
-        link::{InfoData, InfoKind, InfoVeth},
+        link::{AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoVeth, LinkAttribute},
         neighbour::NeighbourState,
     },
 };
@@ -91,13 +91,27 @@ pub async fn set_up(h: &Handle, index: u32, up: bool) -> Result<()> {
         .with_context(|| format!("setting link {index} {}", if up { "up" } else { "down" }))
 }
 
+/// Tells the kernel to generate no IPv6 address of its own on a link (IFLA_INET6_ADDR_GEN_MODE
+/// none): no link-local address, hence no duplicate address detection, router solicitation or
+/// link-local traffic of the kernel's making. Must precede the link's first `up`, which is when
+/// the kernel would generate it.
+pub async fn disable_ipv6_address_generation(h: &Handle, index: u32) -> Result<()> {
+    let spec = vec![AfSpecUnspec::Inet6(vec![AfSpecInet6::AddrGenMode(In6AddrGenMode::None)])];
+    let msg = LinkUnspec::new_with_index(index).append_extra_attribute(LinkAttribute::AfSpecUnspec(spec)).build();
+    h.link().set(msg).execute().await.with_context(|| format!("turning off IPv6 address generation on link {index}"))
+}
+
+/// Adds (or replaces) an address. An IPv6 address skips duplicate address detection
+/// (IFA_F_NODAD): every address of a testbed is the plan's, on a point-to-point link, and
+/// asking per address needs no per-namespace sysctl (whose first touch costs O(namespaces)).
 pub async fn add_address(h: &Handle, index: u32, addr: IpAddr, prefix_len: u8) -> Result<()> {
-    h.address()
-        .add(index, addr, prefix_len)
-        .replace()
-        .execute()
-        .await
-        .with_context(|| format!("adding {addr}/{prefix_len} to link {index}"))
+    let mut req = h.address().add(index, addr, prefix_len).replace();
+    if addr.is_ipv6() {
+        let msg = req.message_mut();
+        msg.header.flags |= AddressHeaderFlags::Nodad;
+        msg.attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
+    }
+    req.execute().await.with_context(|| format!("adding {addr}/{prefix_len} to link {index}"))
 }
 
 /// One address of the handle's namespace, as the kernel reports it.

@@ -201,6 +201,51 @@ pub fn sysctl(key: &str, value: &str) -> Result<()> {
     std::fs::write(&path, value).with_context(|| format!("writing {} = {value}", path.display()))
 }
 
+/// The two IP families, for their per-namespace forwarding switches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    /// The family's forwarding switch under /proc/sys.
+    pub const fn forwarding_key(self) -> &'static str {
+        match self {
+            IpFamily::V4 => "net/ipv4/ip_forward",
+            IpFamily::V6 => "net/ipv6/conf/all/forwarding",
+        }
+    }
+}
+
+/// Whether a namespace created now starts with `family` forwarding on, given
+/// `net.core.devconf_inherit_init_net` and whether the creating (root) namespace forwards.
+/// The kernel's rule: 0 (its default) copies IPv4's settings and gives IPv6 compiled-in
+/// defaults; 1 and 3 copy both (from init_net, from the creator: the same namespace here);
+/// 2 gives both defaults. The compiled-in default is off. An unknown mode counts as copying, so
+/// that the caller turns forwarding off rather than trusting it is off.
+pub const fn new_namespace_forwards(inherit_mode: u32, family: IpFamily, creator_forwards: bool) -> bool {
+    let copies = !matches!((inherit_mode, family), (2, _) | (0, IpFamily::V6));
+    copies && creator_forwards
+}
+
+/// For each family, whether a new namespace will start forwarding (read from this process's
+/// namespace: the mode, and its own forwarding switches). Lets the testbed skip touching a
+/// new namespace's /proc/sys/net, whose first access costs more the more namespaces exist.
+pub fn inherited_forwarding() -> Result<[(IpFamily, bool); 2]> {
+    let read = |key: &str| -> Result<String> {
+        let path = Path::new("/proc/sys").join(key);
+        Ok(std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?.trim().to_owned())
+    };
+    // Kernels before 5.1 have no such switch and behave as mode 0.
+    let mode = read("net/core/devconf_inherit_init_net").ok().and_then(|m| m.parse().ok()).unwrap_or(0);
+    let mut out = [(IpFamily::V4, false), (IpFamily::V6, false)];
+    for (family, forwards) in &mut out {
+        *forwards = new_namespace_forwards(mode, *family, read(family.forwarding_key())? != "0");
+    }
+    Ok(out)
+}
+
 /// Turns off transmit checksum offload on `ifname` (in the calling thread's namespace). A veth
 /// hands its peer packets whose L4 checksum is still to be filled in; once XDP redirects such a
 /// frame, that promise is lost and the receiver sees a bad checksum. Software checksums avoid it.
@@ -306,4 +351,27 @@ unsafe fn ethtool(ifname: &str, data: *mut libc::c_char) -> Result<()> {
         return Err(err.into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{IpFamily, new_namespace_forwards};
+
+    /// The kernel's devconf_inherit_init_net table: which new namespaces copy the creator's
+    /// forwarding switch, per family and mode.
+    #[test]
+    fn new_namespaces_forward_only_where_the_mode_copies_a_forwarding_creator() {
+        let copies = |mode, family| new_namespace_forwards(mode, family, true);
+        assert!(copies(0, IpFamily::V4), "mode 0 copies IPv4");
+        assert!(!copies(0, IpFamily::V6), "mode 0 resets IPv6 to defaults");
+        assert!(copies(1, IpFamily::V4) && copies(1, IpFamily::V6));
+        assert!(!copies(2, IpFamily::V4) && !copies(2, IpFamily::V6));
+        assert!(copies(3, IpFamily::V4) && copies(3, IpFamily::V6));
+        assert!(copies(7, IpFamily::V6), "an unknown mode is assumed to copy");
+        for mode in 0..4 {
+            for family in [IpFamily::V4, IpFamily::V6] {
+                assert!(!new_namespace_forwards(mode, family, false), "a creator that does not forward");
+            }
+        }
+    }
 }

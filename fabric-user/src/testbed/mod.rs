@@ -1,6 +1,7 @@
 //! A testbed's life: `up` builds the Clos of namespaces and veths from a topology, loads and
 //! programs the XDP switches and pins them; `down` removes everything with the testbed's prefix
 //! (also after a crash or a half-finished `up`); `link` fails and repairs links.
+pub mod fault;
 pub mod probe;
 pub mod rxe;
 
@@ -21,6 +22,7 @@ use serde::Serialize;
 
 use crate::{
     dataplane::{PROGRAM_PASS, PROGRAM_SWITCH, SwitchDataplane},
+    model::fault::{FaultEvent, FaultKind},
     model::plan::{LinkId, NodeId, Plan, Role},
     model::routing::{self, SwitchTables},
     model::topology::Topology,
@@ -197,33 +199,35 @@ fn build(plan: &Plan, quiet: bool) -> Result<Vec<(String, f64)>> {
     let hosts: Vec<NodeId> = plan.hosts().collect();
     let bar = progress(nodes.len() * 4 + switches.len() + hosts.len(), quiet);
     // Saved first, so that `status` and `down` know about a half-built testbed.
-    State { plan: plan.clone(), down_links: BTreeSet::new(), group_slots: Default::default() }.save()?;
+    State {
+        plan: plan.clone(),
+        down_links: BTreeSet::new(),
+        group_slots: Default::default(),
+        degraded: Default::default(),
+        faults: Vec::new(),
+    }
+    .save()?;
     let mut phase = Phase::new(&bar);
 
     phase.start("namespaces");
     // A new namespace's forwarding switches are either the kernel's default (off) or copied from
-    // the root namespace, depending on net.core.devconf_inherit_init_net; when the root's are off,
-    // every new namespace's are too, and the first touch of a namespace's /proc/sys/net/ipv4 is
-    // skipped (it costs O(namespaces): 1.6 ms each at 4,000 namespaces, measured).
-    let root_ipv4_forwarding = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward")?.trim() != "0";
+    // the root namespace, depending on net.core.devconf_inherit_init_net. Only where one would
+    // start on is it written: the first touch of a namespace's /proc/sys/net costs more the more
+    // namespaces exist (1.6 ms each at 4,000, measured), which would make bring-up quadratic.
+    // Nothing else is set per namespace: IPv6's duplicate address detection and link-local
+    // addresses are turned off per port and per address, over netlink (`configure_port`).
+    let inherited: Vec<&str> = netns::inherited_forwarding()?
+        .into_iter()
+        .filter_map(|(family, on)| on.then_some(family.forwarding_key()))
+        .collect();
     parallel(&nodes, &bar, |&n| {
         let ns = plan.netns(n);
         netns::create_named(&ns)?;
-        netns::in_named(&ns, || {
-            // Switches forward only through XDP. No address goes through duplicate address
-            // detection (point-to-point links whose every address the plan assigns).
-            if root_ipv4_forwarding {
-                netns::sysctl("net/ipv4/ip_forward", "0")?;
-            }
-            netns::sysctl("net/ipv6/conf/all/forwarding", "0")?;
-            netns::sysctl("net/ipv6/conf/default/accept_dad", "0")?;
-            netns::sysctl("net/ipv6/conf/all/accept_dad", "0")?;
-            netns::sysctl("net/ipv6/conf/default/accept_ra", "0")?;
-            // `fabric link down` / `up` must not cost a port its IPv6 address (and a host its
-            // default route): the kernel removes a down interface's addresses unless told not to.
-            netns::sysctl("net/ipv6/conf/default/keep_addr_on_down", "1")?;
-            netns::sysctl("net/ipv6/conf/all/keep_addr_on_down", "1")
-        })
+        if inherited.is_empty() {
+            return Ok(());
+        }
+        // Switches forward only through XDP; hosts not at all.
+        netns::in_named(&ns, || inherited.iter().try_for_each(|key| netns::sysctl(key, "0")))
     })?;
 
     phase.start("links");
@@ -286,37 +290,48 @@ fn configure_node(plan: &Plan, n: NodeId) -> Result<()> {
     in_netns(&plan.netns(n), |h| async move {
         let lo = netlink::ifindex(&h, "lo").await?;
         netlink::set_up(&h, lo, true).await?;
-        for port in &node.ports {
+        for (p, port) in node.ports.iter().enumerate() {
             let idx = netlink::ifindex(&h, &port.ifname).await?;
-            let peer = &plan.nodes[port.peer_node].ports[port.peer_port];
-            // The port goes up *before* it gets its addresses. An IPv6 address added to a down
-            // interface has no routes yet: when the interface comes up, the kernel re-creates its
-            // host and prefix routes (addrconf_permanent_addr -> fixup_permanent_addr) with
-            // GFP_ATOMIC allocations, and each route needs a per-CPU allocation. Atomic per-CPU
-            // allocations only succeed from the already-populated reserve, which the kernel
-            // refills in the background; thousands of interfaces coming up at once drain it
-            // (dmesg: "percpu: allocation failed, ... atomic alloc failed") and the kernel then
-            // *deletes* the address ("IPv6: z0r3: Failed to add prefix route for address
-            // fd00:fab::dd; dropping"). A host left without its /127 cannot reach its gateway:
-            // its IPv6 default route failed with EHOSTUNREACH in up to two of three 2,048-host
-            // bring-ups, and switch ports lost addresses silently. (A tentative address is not
-            // the cause: the kernel accepts a route via the peer of a tentative address.)
-            // On an interface that is up, an address is added through inet6_addr_add, which
-            // allocates with GFP_KERNEL (it may wait for memory, it does not fail for want of the
-            // atomic reserve), so no address depends on timing. `check_node_addresses` verifies it.
-            netlink::set_up(&h, idx, true).await?;
-            netlink::add_address(&h, idx, IpAddr::V4(port.ipv4), 31).await?;
-            netlink::add_address(&h, idx, IpAddr::V6(port.ipv6), 127).await?;
-            netlink::add_neighbour(&h, idx, IpAddr::V4(peer.ipv4), peer.mac).await?;
-            netlink::add_neighbour(&h, idx, IpAddr::V6(peer.ipv6), peer.mac).await?;
+            // Before the first `up`: the kernel then never makes a link-local address of its own.
+            netlink::disable_ipv6_address_generation(&h, idx).await?;
+            configure_port(&h, plan, n, p, idx).await?;
             netns::disable_tx_checksum(&port.ifname)?;
-            if node.role == Role::Host {
-                netlink::add_default_route_v4(&h, peer.ipv4, idx).await?;
-                netlink::add_default_route_v6(&h, peer.ipv6, idx).await?;
-            }
         }
         Ok(())
     })
+}
+
+/// Brings port `p` of node `n` up with everything the plan gives it: its addresses, a permanent
+/// neighbour entry for its peer, and on a host the default routes through it. Used at `up` and
+/// when `fabric link up` repairs a link, since taking a link down costs it its IPv6 address,
+/// its neighbours and the routes through it.
+///
+/// The port goes up *before* it gets its addresses. An IPv6 address added to a down interface
+/// has no routes yet: when the interface comes up, the kernel re-creates its host and prefix
+/// routes (addrconf_permanent_addr -> fixup_permanent_addr) with GFP_ATOMIC allocations, and each
+/// route needs a per-CPU allocation. Atomic per-CPU allocations only succeed from the
+/// already-populated reserve, which the kernel refills in the background; thousands of
+/// interfaces coming up at once drain it (dmesg: "percpu: allocation failed, ... atomic alloc
+/// failed") and the kernel then *deletes* the address ("IPv6: z0r3: Failed to add prefix route
+/// for address fd00:fab::dd; dropping"). A host left without its /127 cannot reach its gateway:
+/// its IPv6 default route failed with EHOSTUNREACH in up to two of three 2,048-host bring-ups.
+/// On an interface that is up, an address is added through inet6_addr_add, which allocates with
+/// GFP_KERNEL (it may wait for memory, it does not fail for want of the atomic reserve), so no
+/// address depends on timing. `check_node_addresses` verifies it.
+async fn configure_port(h: &rtnetlink::Handle, plan: &Plan, n: NodeId, p: usize, idx: u32) -> Result<()> {
+    let node = &plan.nodes[n];
+    let port = &node.ports[p];
+    let peer = &plan.nodes[port.peer_node].ports[port.peer_port];
+    netlink::set_up(h, idx, true).await?;
+    netlink::add_address(h, idx, IpAddr::V4(port.ipv4), 31).await?;
+    netlink::add_address(h, idx, IpAddr::V6(port.ipv6), 127).await?;
+    netlink::add_neighbour(h, idx, IpAddr::V4(peer.ipv4), peer.mac).await?;
+    netlink::add_neighbour(h, idx, IpAddr::V6(peer.ipv6), peer.mac).await?;
+    if node.role == Role::Host {
+        netlink::add_default_route_v4(h, peer.ipv4, idx).await?;
+        netlink::add_default_route_v6(h, peer.ipv6, idx).await?;
+    }
+    Ok(())
 }
 
 /// Fails unless every port of the testbed holds its addresses (see [`check_node_addresses`]).
@@ -329,7 +344,7 @@ pub fn check_addresses(plan: &Plan) -> Result<()> {
 const ADDRESS_SETTLE: Duration = Duration::from_secs(10);
 
 /// Fails unless every port of node `n` holds its IPv4 and IPv6 address, the IPv6 one usable
-/// (not tentative). DAD is off in the testbed's namespaces, so an address is tentative only
+/// (not tentative). IPv6 addresses are added without DAD, so an address is tentative only
 /// until the kernel's addrconf work has run for it (the same work installs its local route);
 /// with thousands of addresses queued that can lag, so this waits for it, bounded by
 /// ADDRESS_SETTLE. A missing address is an error at once: the kernel dropped it.
@@ -345,7 +360,8 @@ fn check_node_addresses(plan: &Plan, n: NodeId) -> Result<()> {
                 for want in [IpAddr::V4(port.ipv4), IpAddr::V6(port.ipv6)] {
                     match present.iter().find(|a| a.index == idx && a.addr == want) {
                         None => bail!(
-                            "port {} has lost its address {want}: the kernel dropped it                              (dmesg may say \"Failed to add prefix route for address {want}; dropping\")",
+                            "port {} has lost its address {want}: the kernel dropped it \
+                             (dmesg may say \"Failed to add prefix route for address {want}; dropping\")",
                             port.ifname
                         ),
                         Some(a) if a.dad_failed => {
@@ -537,6 +553,8 @@ pub struct Status {
     pub xdp_links_expected: usize,
     pub xdp_links_pinned: usize,
     pub down_links: Vec<String>,
+    /// Degraded links (`fabric link degrade`): label and what was set.
+    pub degraded_links: Vec<String>,
     /// The switch agent (PFC frames, watchdog) runs when the congestion model is on.
     pub agent_expected: bool,
     pub agent_running: bool,
@@ -568,6 +586,12 @@ pub fn status(prefix: &str) -> Result<Status> {
         }
         None => (Vec::new(), 0, 0, Vec::new()),
     };
+    let degraded_links = state.as_ref().map_or(Vec::new(), |s| {
+        let describe = |(&l, d): (&LinkId, &crate::model::fault::Degradation)| {
+            format!("{} ({})", link_label(&s.plan, l), d.describe(s.plan.links[l].rate_gbps))
+        };
+        s.degraded.iter().map(describe).collect()
+    });
     let missing: Vec<String> = expected.iter().filter(|n| !present.contains(n)).cloned().collect();
     let unexpected: Vec<String> = present.iter().filter(|n| !expected.contains(n)).cloned().collect();
     let agent_expected = state.as_ref().is_some_and(|s| s.plan.topology.congestion.enabled);
@@ -582,6 +606,7 @@ pub fn status(prefix: &str) -> Result<Status> {
         state_file: state.is_some(),
         namespaces_expected: expected.len(),
         namespaces_present: present.len(),
+        degraded_links,
         missing_namespaces: missing,
         unexpected_namespaces: unexpected,
         xdp_links_expected: links_expected,
@@ -623,6 +648,8 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     } else {
         down_links.insert(l);
     }
+    let kind = if up { FaultKind::LinkUp } else { FaultKind::LinkDown };
+    state.faults.push(FaultEvent::now(kind, link_label(&state.plan, l), ""));
     // Order matters for packets in flight. Down: reroute around the link first, then take it
     // down, so nothing is redirected into a dead veth. Up: bring it up first, then route onto
     // it.
@@ -638,23 +665,15 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     Ok(link_label(&state.plan, l))
 }
 
-/// Sets both ends of link `l` up or down. Addresses survive a down (`keep_addr_on_down`), but
-/// routes through the port do not: a host whose link comes back gets its default routes again.
+/// Sets both ends of link `l` up or down. A down link loses its IPv6 addresses, its neighbour
+/// entries and the routes through it (the kernel's doing); up restores them all.
 fn set_link_carrier(plan: &Plan, l: LinkId, up: bool) -> Result<()> {
     let link = &plan.links[l];
     for (node, port) in [(link.a, link.a_port), (link.b, link.b_port)] {
-        let p = &plan.nodes[node].ports[port];
-        let ifname = p.ifname.clone();
-        let gateway = &plan.nodes[p.peer_node].ports[p.peer_port];
-        let host_routes = (up && plan.nodes[node].role == Role::Host).then_some((gateway.ipv4, gateway.ipv6));
+        let ifname = &plan.nodes[node].ports[port].ifname;
         in_netns(&plan.netns(node), |h| async move {
-            let idx = netlink::ifindex(&h, &ifname).await?;
-            netlink::set_up(&h, idx, up).await?;
-            if let Some((v4, v6)) = host_routes {
-                netlink::add_default_route_v4(&h, v4, idx).await?;
-                netlink::add_default_route_v6(&h, v6, idx).await?;
-            }
-            Ok(())
+            let idx = netlink::ifindex(&h, ifname).await?;
+            if up { configure_port(&h, plan, node, port, idx).await } else { netlink::set_up(&h, idx, false).await }
         })?;
     }
     Ok(())
