@@ -50,6 +50,10 @@ fn the_job_report_names_the_uplink_a_test_congested_on_purpose() {
         "the diagnosis must name z0r1's only uplink: {:?}",
         rec.diagnosis
     );
+    // The record says which links were already down, and its diagnosis repeats it.
+    assert_eq!(rec.faulty_at_start, ["z0r1:z0c0 down", "z0r1:z0c1 down", "z0r1:z0c2 down"]);
+    assert!(rec.faults.is_empty(), "no fault was injected while it ran: {:?}", rec.faults);
+    assert!(rec.diagnosis.iter().any(|d| d.starts_with("links already faulty when the job started: z0r1:z0c0 down")));
     // The job's port deltas saw the traffic on that uplink and none on the failed ones.
     let up = rec.ports.iter().find(|p| p.switch == "z0r1" && p.port == "z0c3").expect("z0r1:z0c3 moved");
     assert!(up.tx_bytes > 0);

@@ -15,7 +15,7 @@ use fabric_user::{
     agent,
     endpoint::{CcMode, EndpointOptions, SportPolicy},
     model::{placement::Placement, workload::Collective},
-    run::{RunOptions, run},
+    run::{RunOptions, job::JobRecord, run},
     state::State,
     telemetry::stats,
     testbed,
@@ -109,9 +109,22 @@ fn jobs_survive_link_faults_an_agent_restart_and_concurrent_stats() {
         jobs.len()
     );
 
+    let mut faults_seen = 0;
     for (i, (c, r)) in jobs.iter().enumerate() {
         assert_eq!(r.bytes_delivered, r.bytes_needed, "job {i} ({c:?}) lost bytes");
+        // Its record lists the link changes the fault thread made while it ran: one every
+        // 300 ms, so a job of a second or more saw some.
+        let id = r.job_id.as_ref().expect("a run on our endpoints is a job");
+        let rec = JobRecord::load(id).unwrap();
+        let (start, end) = (rec.started_unix_ms, rec.ended_unix_ms);
+        assert!(rec.faults.iter().all(|f| (start..=end).contains(&f.at_unix_ms)), "job {i}: {:?}", rec.faults);
+        if end - start >= 1000 {
+            assert!(!rec.faults.is_empty(), "job {i} ran {} ms and its record lists no fault", end - start);
+        }
+        faults_seen += rec.faults.len();
+        let _ = std::fs::remove_file(JobRecord::path(id));
     }
+    assert!(faults_seen > 0, "no job record saw a fault");
     let state = State::load(&prefix).unwrap();
     assert!(state.down_links.is_empty());
     assert!(agent::running(&prefix).is_some(), "the restarted agent still runs");
