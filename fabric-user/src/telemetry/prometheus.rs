@@ -244,7 +244,7 @@ pub fn serve(prefix: &str, listen: SocketAddr, allow_remote: bool, max_requests:
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::telemetry::stats::{ClassStats, CongestionTotals, PortStats, StatsReport, SwitchStats, UplinkLoad};
 
