@@ -15,8 +15,9 @@ use anyhow::{Context as _, Result, bail};
 use crate::util::{output, run as run_cmd, succeeds};
 
 /// Debian packages the build and tests use: `ip` for fixtures, tshark as the reference decoder,
-/// tcpdump and ethtool for inspecting a testbed.
-const APT_PACKAGES: &[&str] = &["iproute2", "tshark", "tcpdump", "ethtool"];
+/// tcpdump and ethtool for inspecting a testbed, and headless Chromium for the live view's
+/// browser test (`fabric-user/tests/ui.rs`).
+const APT_PACKAGES: &[&str] = &["iproute2", "tshark", "tcpdump", "ethtool", "chromium"];
 const NIGHTLY: &str = "nightly";
 /// The bpf-linker release whose `llvm-NN` features match the nightly toolchains we build with.
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -44,13 +44,29 @@ fn direction_line(layout: &Layout, e: &Edge, upward: bool) -> (f64, f64, f64, f6
     (x1 + nx * off, y1 + ny * off, x2 + nx * off, y2 + ny * off)
 }
 
-/// Where an edge's label goes: a quarter of the way up, staggered among the edges leaving the
-/// same box so that the labels of a fan of uplinks do not sit on each other.
+/// Where an edge's label goes. A host link's label sits near the host (the links of a rack's
+/// hosts converge on their RTSW). Between switch tiers the links cross: links of the same slope
+/// (the same sideways offset) are parallel and never meet, so each slope gets a height of its
+/// own and the labels of crossing links sit a line apart.
 fn label_point(layout: &Layout, i: usize) -> (f64, f64) {
     let e = &layout.edges[i];
-    let k = layout.edges[..i].iter().filter(|o| o.lower == e.lower).count();
-    let t = 0.22 + 0.14 * (k % 4) as f64;
     let (a, b) = (&layout.boxes[e.lower], &layout.boxes[e.upper]);
+    let t = if a.role == Role::Host {
+        0.1
+    } else {
+        let offset = |e: &Edge| (layout.boxes[e.upper].x - layout.boxes[e.lower].x).round() as i64;
+        let mut slopes: Vec<i64> = layout
+            .edges
+            .iter()
+            .filter(|o| layout.boxes[o.lower].role == a.role && layout.boxes[o.upper].role == b.role)
+            .map(offset)
+            .collect();
+        slopes.sort_unstable();
+        slopes.dedup();
+        let k = slopes.iter().position(|&s| s == offset(e)).unwrap_or(0);
+        let level = 0.12 + 0.64 * k as f64 / (slopes.len().max(2) - 1) as f64;
+        level + 0.05 * e.lane as f64
+    };
     let (x1, y1, x2, y2) = (a.x, a.y - BOX_H / 2.0, b.x, b.y + BOX_H / 2.0);
     (x1 + (x2 - x1) * t, y1 + (y2 - y1) * t)
 }

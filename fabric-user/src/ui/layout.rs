@@ -9,10 +9,10 @@ use crate::model::plan::{LinkId, NodeId, Plan, Role};
 /// Above this many hosts, hosts are drawn one node per rack.
 pub const HOST_DETAIL_LIMIT: usize = 64;
 
-const HOST_W: f64 = 80.0;
+const HOST_W: f64 = 96.0;
 const SWITCH_W: f64 = 84.0;
 const ZONE_GAP: f64 = 40.0;
-const ROW_GAP: f64 = 150.0;
+const ROW_GAP: f64 = 180.0;
 const MARGIN: f64 = 50.0;
 
 /// A node of the picture: one switch, one host, or a rack's hosts.
