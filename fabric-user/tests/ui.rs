@@ -161,7 +161,7 @@ fn the_live_view_shows_the_fabric_its_load_and_its_failures_in_a_browser() {
         std::fs::create_dir_all(shots).unwrap();
         let shot = format!("{shots}/fabric-ui.png");
         let _ = std::fs::remove_file(&shot);
-        chromium(&[&format!("--screenshot={shot}"), "--window-size=1400,860", "--hide-scrollbars", &url]);
+        chromium(&[&format!("--screenshot={shot}"), "--window-size=1400,660", "--hide-scrollbars", &url]);
         assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000), "no screenshot at {shot}");
         let r = job.join().unwrap();
         assert_eq!(r.bytes_delivered, r.bytes_needed);
