@@ -116,6 +116,27 @@ fn the_live_view_shows_the_fabric_its_load_and_its_failures_in_a_browser() {
         .expect("fabric ui starts"));
     wait_for(addr, 100, "the testbed up", |v| v["status"] == "up");
     let url = format!("http://{addr}/");
+    // A switch's ports and queues (what hovering shows), and the Prometheus text beside the page.
+    let detail: serde_json::Value = serde_json::from_str(&get(addr, "/api/switch/z0r1").unwrap()).unwrap();
+    let ports: Vec<&str> =
+        detail["stats"]["ports"].as_array().unwrap().iter().map(|p| p["port"].as_str().unwrap()).collect();
+    assert_eq!(ports, ["z0r1h0", "z0r1h1", "z0c0", "z0c1", "z0c2", "z0c3"]);
+    assert!(get(addr, "/api/switch/nonesuch").is_none(), "an unknown switch is a 404");
+    let metrics = get(addr, "/metrics").unwrap();
+    assert!(
+        metrics.contains(&format!("fabric_port_tx_bytes_total{{testbed=\"{prefix}\",switch=\"z0r1\",port=\"z0c3\"}}"))
+    );
+    // A second view on the same address, and one on another host's address, are refused.
+    let refused = |listen: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_fabric"))
+            .args(["ui", "--prefix", &prefix, "--listen", listen])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "fabric ui --listen {listen} must fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(refused(&addr.to_string()).contains("already in use"));
+    assert!(refused("198.18.0.1:8080").contains("--allow-remote"));
 
     // Idle: every switch and link of the topology is in the DOM, the hot uplink idle-coloured.
     let dom = chromium(&["--dump-dom", &url]);

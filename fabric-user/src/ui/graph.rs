@@ -273,4 +273,22 @@ mod tests {
         // Tiers are ranks.
         assert_eq!(d.matches("rank=same").count(), 3);
     }
+
+    #[test]
+    fn a_2048_host_fabric_stays_a_picture_of_a_few_hundred_links() {
+        let toml = "name = \"big\"\nprefix = \"big\"\n[[zones]]\nname = \"z0\"\nracks = 32\nhosts_per_rack = 32\n\
+                    spines = 8\nuplinks_per_spine = 1\n[[zones]]\nname = \"z1\"\nracks = 32\nhosts_per_rack = 32\n\
+                    spines = 8\nuplinks_per_spine = 1\n[atsw]\ncount = 2\nuplinks_per_ctsw = 1\n";
+        let plan = crate::model::plan::Plan::new(&crate::model::topology::Topology::parse(toml, "big").unwrap());
+        let layout = Layout::of(&plan);
+        let (v, _) = view::build(&plan, &layout, &view::tests::reading(&plan, 0), None, 0.0);
+        let s = svg(&layout, Some(&v));
+        let t = tags(&s);
+        // 64 rack edges, 512 RTSW uplinks, 32 CTSW uplinks; two lines each.
+        assert_eq!(t.iter().filter(|t| *t == "line").count(), 2 * (64 + 512 + 32));
+        assert_eq!(v.links.len(), 64 + 512 + 32);
+        assert_eq!(v.switches.len(), 64 + 16 + 2);
+        let json = serde_json::to_string(&v).unwrap();
+        assert!(json.len() < 1 << 20 && s.len() < 1 << 20, "view {} bytes, picture {} bytes", json.len(), s.len());
+    }
 }
