@@ -182,7 +182,18 @@ fn the_live_view_shows_the_fabric_its_load_and_its_failures_in_a_browser() {
         std::fs::create_dir_all(shots).unwrap();
         let shot = format!("{shots}/fabric-ui.png");
         let _ = std::fs::remove_file(&shot);
-        chromium(&[&format!("--screenshot={shot}"), "--window-size=1400,660", "--hide-scrollbars", &url]);
+        // With z0r1 selected, as a click would: the script fetches and lists its ports (virtual
+        // time lets the page's requests finish before the DOM is taken).
+        let selected = format!("{url}?switch=z0r1");
+        let dom = chromium(&["--virtual-time-budget=3000", "--dump-dom", &selected]);
+        assert!(dom.contains("Switch z0r1</h2>") && dom.contains("<td>z0c3</td>"), "no port table for z0r1");
+        chromium(&[
+            &format!("--screenshot={shot}"),
+            "--window-size=1400,660",
+            "--hide-scrollbars",
+            "--virtual-time-budget=3000",
+            &selected,
+        ]);
         assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000), "no screenshot at {shot}");
         let r = job.join().unwrap();
         assert_eq!(r.bytes_delivered, r.bytes_needed);

@@ -1,5 +1,7 @@
 //! The HTTP side of `fabric exporter` and `fabric ui`: where they may listen, and serving an
-//! axum router on a small tokio runtime of its own.
+//! axum router on a small tokio runtime of its own. axum because it is the tokio project's own
+//! HTTP framework (hyper underneath), on the tokio the endpoints already use: routing, HTTP/1.0
+//! and 1.1 and keep-alive done right, for a handful of routes, without a second async runtime.
 use std::{
     net::SocketAddr,
     sync::{

@@ -207,7 +207,7 @@ impl View {
         View {
             testbed: testbed.into(),
             status: Status::Down,
-            message: format!("testbed {testbed} is down or being rebuilt ({why}); the view recovers when it is back"),
+            message: format!("testbed {testbed} is down or being rebuilt: {why}. The view recovers when it is back."),
             layout_key: layout_key.into(),
             interval_s: 0.0,
             time_scale: 1,

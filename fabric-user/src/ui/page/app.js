@@ -152,16 +152,26 @@ function showSwitch(name) {
       }
       for (const p of d.health.problems) box.appendChild(el("div", { class: "problem" }, p));
       if (!d.stats) return;
-      const t = el("table");
-      t.appendChild(row(["port", "up", "rx pkts", "tx pkts", "tx MB", "drops", "PFC rx", "ECN", "depth KiB", "pauses"], true));
+      const t = el("table", { class: "ports" });
+      t.appendChild(row(["port", "up", "rx MB", "tx MB", "drops", "ECN", "PFC rx", "queue KiB"], true));
       for (const p of d.stats.ports) {
         const sum = (f) => p.classes.reduce((a, c) => a + c[f], 0);
         const drops = Object.values(p.drops).reduce((a, b) => a + b, 0) + sum("overflow_drops");
-        t.appendChild(row([p.port, p.up ? "yes" : "DOWN", p.rx_packets, p.tx_packets, fmt(p.tx_bytes / 1e6, 1), drops, p.rx_pfc_frames, sum("ecn_marked"), fmt(sum("depth_bytes") / 1024, 1), sum("pauses_received")]));
+        const up = p.up ? "yes" : el("span", { class: "bad" }, "DOWN");
+        t.appendChild(row([p.port, up, fmt(p.rx_bytes / 1e6, 1), fmt(p.tx_bytes / 1e6, 1), drops, sum("ecn_marked"), p.rx_pfc_frames, fmt(sum("depth_bytes") / 1024, 1)]));
       }
       box.appendChild(t);
     })
     .catch(() => {});
+}
+
+// Clicking a switch keeps its ports shown (and refreshed) until it is clicked again.
+function select(name) {
+  for (const s of document.querySelectorAll(".node.selected")) s.classList.remove("selected");
+  selected = selected === name ? null : name;
+  const g = byId("node-" + name);
+  if (selected && g) g.classList.add("selected");
+  showSwitch(name);
 }
 
 function hookSwitches() {
@@ -169,12 +179,7 @@ function hookSwitches() {
     const name = g.getAttribute("data-name");
     if (g.getAttribute("data-role") === "host") continue;
     g.addEventListener("mouseenter", () => { if (!selected) showSwitch(name); });
-    g.addEventListener("click", () => {
-      for (const s of document.querySelectorAll(".node.selected")) s.classList.remove("selected");
-      selected = selected === name ? null : name;
-      if (selected) g.classList.add("selected");
-      showSwitch(name);
-    });
+    g.addEventListener("click", () => select(name));
   }
 }
 
@@ -192,4 +197,7 @@ function poll() {
 
 render(JSON.parse(byId("initial-view").textContent));
 hookSwitches();
+// `?switch=NAME` opens with that switch selected (a link to it, and the browser test).
+const preselected = new URLSearchParams(location.search).get("switch");
+if (preselected) select(preselected);
 setTimeout(poll, POLL_MS);
