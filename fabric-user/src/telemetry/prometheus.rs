@@ -81,79 +81,13 @@ pub fn families(r: &StatsReport) -> Vec<Family> {
             s.ports.iter().map(move |p| (labels(&[("testbed", tb), ("switch", &s.switch), ("port", &p.port)]), p))
         })
         .collect();
-    let per_port = |f: fn(&PortStats) -> u64| -> Vec<(Labels, Value)> {
-        ports.iter().map(|(l, p)| (l.clone(), Value::Int(f(p)))).collect()
-    };
-    let classes: Vec<(Labels, &ClassStats)> =
-        ports.iter().flat_map(|(l, p)| p.classes.iter().map(move |c| (with(l.clone(), "class", c.class), c))).collect();
-    let per_class = |f: fn(&ClassStats) -> Value| -> Vec<(Labels, Value)> {
-        classes.iter().map(|(l, c)| (l.clone(), f(c))).collect()
-    };
-    let drops = ports
-        .iter()
-        .flat_map(|(l, p)| p.drops.iter().map(move |(reason, n)| (with(l.clone(), "reason", reason), Value::Int(*n))))
-        .collect();
-    let mut pfc = Vec::new();
-    for a in &r.agents {
-        for p in &a.pfc {
-            let l = labels(&[("testbed", tb), ("switch", &a.node), ("port", &p.ifname)]);
-            let l = with(l, "class", p.class);
-            for (kind, n) in [("xoff", p.xoff_sent), ("refresh", p.refresh_sent), ("xon", p.xon_sent)] {
-                pfc.push((with(l.clone(), "kind", kind), Value::Int(n)));
-            }
-        }
-    }
-    let storms =
-        r.agents.iter().map(|a| (labels(&[("testbed", tb), ("switch", &a.node)]), Value::Int(a.storms.len() as u64)));
+    let mut out = port_families(&ports);
+    out.extend(class_families(&ports));
+    out.extend(agent_families(r));
     let balance = |f: fn(&crate::telemetry::stats::UplinkLoad) -> f64| -> Vec<(Labels, Value)> {
         r.uplinks.iter().map(|u| (labels(&[("testbed", tb), ("switch", &u.rtsw)]), Value::Float(f(u)))).collect()
     };
-    vec![
-        counter("port_rx_packets", "Frames received on a switch port.", per_port(|p| p.rx_packets)),
-        counter("port_rx_bytes", "Bytes received on a switch port.", per_port(|p| p.rx_bytes)),
-        counter("port_tx_packets", "Frames forwarded out of a switch port.", per_port(|p| p.tx_packets)),
-        counter("port_tx_bytes", "Bytes forwarded out of a switch port.", per_port(|p| p.tx_bytes)),
-        counter("port_rx_pfc_frames", "PFC frames received (consumed) on a port.", per_port(|p| p.rx_pfc_frames)),
-        counter("port_drops", "Frames dropped on ingress, by reason.", drops),
-        counter(
-            "queue_packets",
-            "Packets through a modelled egress queue.",
-            per_class(|c| Value::Int(c.queued_packets)),
-        ),
-        counter("queue_ecn_marked", "Packets marked CE by a queue.", per_class(|c| Value::Int(c.ecn_marked))),
-        counter(
-            "queue_overflow_drops",
-            "Lossy packets dropped on a full queue.",
-            per_class(|c| Value::Int(c.overflow_drops)),
-        ),
-        gauge("queue_depth_bytes", "Modelled egress queue depth now.", per_class(|c| Value::Int(c.depth_bytes))),
-        gauge(
-            "queue_max_depth_bytes",
-            "Deepest the modelled queue has been.",
-            per_class(|c| Value::Int(c.max_depth_bytes)),
-        ),
-        counter(
-            "queue_pauses_received",
-            "PFC frames that paused this egress class.",
-            per_class(|c| Value::Int(c.pauses_received)),
-        ),
-        counter(
-            "queue_paused_seconds",
-            "Wall time this egress class was paused.",
-            per_class(|c| Value::Float(c.paused_ns as f64 / 1e9)),
-        ),
-        counter(
-            "queue_sent_while_paused",
-            "Packets forwarded into a paused class (model error).",
-            per_class(|c| Value::Int(c.sent_while_paused)),
-        ),
-        counter(
-            "ingress_xoff_events",
-            "Times an ingress class crossed Xoff.",
-            per_class(|c| Value::Int(c.xoff_events)),
-        ),
-        counter("pfc_frames_sent", "PFC frames a switch agent sent, by kind.", pfc),
-        counter("pfc_watchdog_storms", "PFC watchdog events per switch.", storms.collect()),
+    out.extend([
         gauge(
             "uplink_max_over_mean",
             "Busiest RTSW uplink over the mean (bytes since up).",
@@ -165,6 +99,71 @@ pub fn families(r: &StatsReport) -> Vec<Family> {
             "Modelled time = wall time / this.",
             vec![(labels(&[("testbed", tb)]), Value::Int(r.time_scale))],
         ),
+    ]);
+    out
+}
+
+/// Per switch port: frames, bytes, PFC frames received, drops by reason.
+fn port_families(ports: &[(Labels, &PortStats)]) -> Vec<Family> {
+    let per_port = |f: fn(&PortStats) -> u64| -> Vec<(Labels, Value)> {
+        ports.iter().map(|(l, p)| (l.clone(), Value::Int(f(p)))).collect()
+    };
+    let drops = ports
+        .iter()
+        .flat_map(|(l, p)| p.drops.iter().map(move |(reason, n)| (with(l.clone(), "reason", reason), Value::Int(*n))))
+        .collect();
+    vec![
+        counter("port_rx_packets", "Frames received on a switch port.", per_port(|p| p.rx_packets)),
+        counter("port_rx_bytes", "Bytes received on a switch port.", per_port(|p| p.rx_bytes)),
+        counter("port_tx_packets", "Frames forwarded out of a switch port.", per_port(|p| p.tx_packets)),
+        counter("port_tx_bytes", "Bytes forwarded out of a switch port.", per_port(|p| p.tx_bytes)),
+        counter("port_rx_pfc_frames", "PFC frames received (consumed) on a port.", per_port(|p| p.rx_pfc_frames)),
+        counter("port_drops", "Frames dropped on ingress, by reason.", drops),
+    ]
+}
+
+/// Per port and priority class: the congestion model's queues.
+fn class_families(ports: &[(Labels, &PortStats)]) -> Vec<Family> {
+    let classes: Vec<(Labels, &ClassStats)> =
+        ports.iter().flat_map(|(l, p)| p.classes.iter().map(move |c| (with(l.clone(), "class", c.class), c))).collect();
+    let int = |f: fn(&ClassStats) -> u64| -> Vec<(Labels, Value)> {
+        classes.iter().map(|(l, c)| (l.clone(), Value::Int(f(c)))).collect()
+    };
+    let paused = classes.iter().map(|(l, c)| (l.clone(), Value::Float(c.paused_ns as f64 / 1e9))).collect();
+    vec![
+        counter("queue_packets", "Packets through a modelled egress queue.", int(|c| c.queued_packets)),
+        counter("queue_ecn_marked", "Packets marked CE by a queue.", int(|c| c.ecn_marked)),
+        counter("queue_overflow_drops", "Lossy packets dropped on a full queue.", int(|c| c.overflow_drops)),
+        gauge("queue_depth_bytes", "Modelled egress queue depth now.", int(|c| c.depth_bytes)),
+        gauge("queue_max_depth_bytes", "Deepest the modelled queue has been.", int(|c| c.max_depth_bytes)),
+        counter("queue_pauses_received", "PFC frames that paused this egress class.", int(|c| c.pauses_received)),
+        counter("queue_paused_seconds", "Wall time this egress class was paused.", paused),
+        counter(
+            "queue_sent_while_paused",
+            "Packets forwarded into a paused class (model error).",
+            int(|c| c.sent_while_paused),
+        ),
+        counter("ingress_xoff_events", "Times an ingress class crossed Xoff.", int(|c| c.xoff_events)),
+    ]
+}
+
+/// What the switch agents report: PFC frames sent by kind, watchdog storms.
+fn agent_families(r: &StatsReport) -> Vec<Family> {
+    let tb = r.testbed.as_str();
+    let mut pfc = Vec::new();
+    for a in &r.agents {
+        for p in &a.pfc {
+            let l = with(labels(&[("testbed", tb), ("switch", &a.node), ("port", &p.ifname)]), "class", p.class);
+            for (kind, n) in [("xoff", p.xoff_sent), ("refresh", p.refresh_sent), ("xon", p.xon_sent)] {
+                pfc.push((with(l.clone(), "kind", kind), Value::Int(n)));
+            }
+        }
+    }
+    let storms =
+        r.agents.iter().map(|a| (labels(&[("testbed", tb), ("switch", &a.node)]), Value::Int(a.storms.len() as u64)));
+    vec![
+        counter("pfc_frames_sent", "PFC frames a switch agent sent, by kind.", pfc),
+        counter("pfc_watchdog_storms", "PFC watchdog events per switch.", storms.collect()),
     ]
 }
 

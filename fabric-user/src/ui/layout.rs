@@ -62,83 +62,110 @@ impl Layout {
 
     pub fn with_detail(plan: &Plan, every_host: bool) -> Layout {
         let has_atsw = plan.nodes.iter().any(|n| n.role == Role::Atsw);
-        let row_y = |role: Role| {
-            let row = match role {
-                Role::Atsw => 0.0,
-                Role::Ctsw => 1.0,
-                Role::Rtsw => 2.0,
-                Role::Host => 3.0,
-            } - if has_atsw { 0.0 } else { 1.0 };
-            MARGIN + row * ROW_GAP
+        let mut p = Placer {
+            plan,
+            every_host,
+            top_row: if has_atsw { 0.0 } else { 1.0 },
+            x: MARGIN,
+            boxes: Vec::new(),
+            box_of: vec![usize::MAX; plan.nodes.len()],
         };
-        let mut boxes: Vec<Box2> = Vec::new();
-        let mut box_of = vec![usize::MAX; plan.nodes.len()];
-        let mut put = |b: Box2, boxes: &mut Vec<Box2>| {
-            for &m in &b.members {
-                box_of[m] = boxes.len();
-            }
-            boxes.push(b);
-        };
-        let mut x = MARGIN;
         let zones = plan.nodes.iter().filter_map(|n| n.zone).max().map_or(0, |z| z + 1);
         for zone in 0..zones {
-            let zone_start = x;
-            for rtsw in
-                plan.switches().filter(|&n| plan.nodes[n].role == Role::Rtsw && plan.nodes[n].zone == Some(zone))
-            {
-                let hosts: Vec<NodeId> = plan.hosts().filter(|&h| plan.rtsw_of(h) == rtsw).collect();
-                let rack_start = x;
-                if every_host {
-                    for &h in &hosts {
-                        let b = node_box(plan, h, x + HOST_W / 2.0, row_y(Role::Host));
-                        put(b, &mut boxes);
-                        x += HOST_W;
-                    }
-                } else if !hosts.is_empty() {
-                    let name = format!("{}/hosts", plan.nodes[rtsw].name);
-                    let label = format!("{} hosts", hosts.len());
-                    let b = Box2 {
-                        name,
-                        label,
-                        role: Role::Host,
-                        x: x + SWITCH_W / 2.0,
-                        y: row_y(Role::Host),
-                        members: hosts,
-                    };
-                    put(b, &mut boxes);
-                }
-                let rack_w = if every_host { (x - rack_start).max(SWITCH_W) } else { SWITCH_W };
-                x = rack_start + rack_w;
-                put(node_box(plan, rtsw, rack_start + rack_w / 2.0, row_y(Role::Rtsw)), &mut boxes);
-            }
-            let ctsws: Vec<NodeId> = plan
-                .switches()
-                .filter(|&n| plan.nodes[n].role == Role::Ctsw && plan.nodes[n].zone == Some(zone))
-                .collect();
-            x = x.max(zone_start + ctsws.len() as f64 * SWITCH_W);
-            for (i, c) in ctsws.iter().enumerate() {
-                put(node_box(plan, *c, spread(zone_start, x, i, ctsws.len()), row_y(Role::Ctsw)), &mut boxes);
-            }
-            x += ZONE_GAP;
+            p.zone(zone);
         }
         let atsws: Vec<NodeId> = plan.switches().filter(|&n| plan.nodes[n].role == Role::Atsw).collect();
-        let right = (x - ZONE_GAP).max(MARGIN + atsws.len() as f64 * SWITCH_W);
+        let right = (p.x - ZONE_GAP).max(MARGIN + atsws.len() as f64 * SWITCH_W);
         for (i, a) in atsws.iter().enumerate() {
-            put(node_box(plan, *a, spread(MARGIN, right, i, atsws.len()), row_y(Role::Atsw)), &mut boxes);
+            p.put(node_box(plan, *a, spread(MARGIN, right, i, atsws.len()), p.row_y(Role::Atsw)));
         }
-        let edges = edges(plan, &boxes, &box_of);
+        let edges = edges(plan, &p.boxes, &p.box_of);
         Layout {
             testbed: plan.topology.prefix.clone(),
             width: right + MARGIN,
-            height: row_y(Role::Host) + MARGIN + 10.0,
+            height: p.row_y(Role::Host) + MARGIN + 10.0,
             racks_aggregated: !every_host,
-            boxes,
+            boxes: p.boxes,
             edges,
         }
     }
 
     pub fn box_named(&self, name: &str) -> Option<&Box2> {
         self.boxes.iter().find(|b| b.name == name)
+    }
+}
+
+/// Places boxes left to right, zone by zone.
+struct Placer<'p> {
+    plan: &'p Plan,
+    every_host: bool,
+    /// The row of the highest tier present (ATSWs if any, else CTSWs).
+    top_row: f64,
+    /// Where the next rack starts.
+    x: f64,
+    boxes: Vec<Box2>,
+    /// The box of each plan node.
+    box_of: Vec<usize>,
+}
+
+impl Placer<'_> {
+    fn row_y(&self, role: Role) -> f64 {
+        let row = match role {
+            Role::Atsw => 0.0,
+            Role::Ctsw => 1.0,
+            Role::Rtsw => 2.0,
+            Role::Host => 3.0,
+        };
+        MARGIN + (row - self.top_row) * ROW_GAP
+    }
+
+    fn put(&mut self, b: Box2) {
+        for &m in &b.members {
+            self.box_of[m] = self.boxes.len();
+        }
+        self.boxes.push(b);
+    }
+
+    fn in_zone(&self, role: Role, zone: usize) -> Vec<NodeId> {
+        let plan = self.plan;
+        plan.switches().filter(|&n| plan.nodes[n].role == role && plan.nodes[n].zone == Some(zone)).collect()
+    }
+
+    /// A zone's racks side by side, its CTSWs spread over them.
+    fn zone(&mut self, zone: usize) {
+        let start = self.x;
+        for rtsw in self.in_zone(Role::Rtsw, zone) {
+            self.rack(rtsw);
+        }
+        let ctsws = self.in_zone(Role::Ctsw, zone);
+        self.x = self.x.max(start + ctsws.len() as f64 * SWITCH_W);
+        for (i, &c) in ctsws.iter().enumerate() {
+            self.put(node_box(self.plan, c, spread(start, self.x, i, ctsws.len()), self.row_y(Role::Ctsw)));
+        }
+        self.x += ZONE_GAP;
+    }
+
+    /// An RTSW over its hosts (or over its rack's one box of hosts).
+    fn rack(&mut self, rtsw: NodeId) {
+        let plan = self.plan;
+        let hosts: Vec<NodeId> = plan.hosts().filter(|&h| plan.rtsw_of(h) == rtsw).collect();
+        let start = self.x;
+        let width = if self.every_host {
+            for (i, &h) in hosts.iter().enumerate() {
+                self.put(node_box(plan, h, start + (i as f64 + 0.5) * HOST_W, self.row_y(Role::Host)));
+            }
+            (hosts.len() as f64 * HOST_W).max(SWITCH_W)
+        } else {
+            if !hosts.is_empty() {
+                let name = format!("{}/hosts", plan.nodes[rtsw].name);
+                let label = format!("{} hosts", hosts.len());
+                let (x, y) = (start + SWITCH_W / 2.0, self.row_y(Role::Host));
+                self.put(Box2 { name, label, role: Role::Host, x, y, members: hosts });
+            }
+            SWITCH_W
+        };
+        self.put(node_box(plan, rtsw, start + width / 2.0, self.row_y(Role::Rtsw)));
+        self.x = start + width;
     }
 }
 
