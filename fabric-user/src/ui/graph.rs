@@ -22,6 +22,8 @@ const BOX_H: f64 = 26.0;
 /// The two directions of a link are drawn this far apart, each side of the centre line.
 const DIR_OFFSET: f64 = 2.5;
 const LANE_GAP: f64 = 8.0;
+/// The smallest scale a page may draw the picture at.
+const MIN_SCALE: f64 = 0.7;
 
 fn fill(role: Role) -> &'static str {
     match role {
@@ -76,9 +78,15 @@ pub fn svg(layout: &Layout, view: Option<&View>) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" id="fabric" viewBox="0 0 {w:.0} {h:.0}" width="{w:.0}" height="{h:.0}" data-testbed="{tb}" font-family="DejaVu Sans, Arial, sans-serif">"#,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" id="fabric" class="{dense}" viewBox="0 0 {w:.0} {h:.0}" width="{w:.0}" height="{h:.0}" style="min-width:{min:.0}px" data-testbed="{tb}" font-family="DejaVu Sans, Arial, sans-serif">"#,
         w = layout.width,
         h = layout.height,
+        // A page shrinks the picture to its width, but not below this: a large fabric scrolls
+        // sideways rather than shrinking its names out of sight.
+        min = layout.width * MIN_SCALE,
+        // Hundreds of crossing links leave no room for their labels: the page hides them (the
+        // colours and each link's tooltip remain).
+        dense = if layout.racks_aggregated { "dense" } else { "" },
         tb = esc(&layout.testbed)
     );
     let _ = writeln!(o, r##"<rect width="100%" height="100%" fill="#ffffff"/>"##);
@@ -213,6 +221,7 @@ mod tests {
         let plan = view::tests::default_plan();
         let layout = Layout::of(&plan);
         let s = svg(&layout, None);
+        assert!(s.contains(r#"id="fabric" class="""#), "a small fabric's links keep their labels");
         let tags = tags(&s);
         assert_eq!(tags.iter().filter(|t| *t == "line").count(), 2 * plan.links.len(), "two directions per link");
         assert_eq!(tags.iter().filter(|t| *t == "rect").count(), plan.nodes.len() + 1);
@@ -284,6 +293,7 @@ mod tests {
         let (v, _) = view::build(&plan, &layout, &view::tests::reading(&plan, 0), None, 0.0);
         let s = svg(&layout, Some(&v));
         let t = tags(&s);
+        assert!(s.contains(r#"id="fabric" class="dense""#), "a large fabric's page hides the link labels");
         // 64 rack edges, 512 RTSW uplinks, 32 CTSW uplinks; two lines each.
         assert_eq!(t.iter().filter(|t| *t == "line").count(), 2 * (64 + 512 + 32));
         assert_eq!(v.links.len(), 64 + 512 + 32);
