@@ -20,6 +20,7 @@
 //! | [`run`] | runs on a testbed: collectives, job records, traces, rxe runs |
 //! | [`sim`] | the flow-level simulator |
 //! | [`experiment`], [`analyze`] | the paper's claims measured; captures analysed |
+//! | [`ui`] | the live web view (`fabric ui`) and topology pictures (`fabric graph`) |
 
 pub mod agent;
 pub mod analyze;
@@ -35,6 +36,7 @@ pub mod sys;
 pub mod te;
 pub mod telemetry;
 pub mod testbed;
+pub mod ui;
 
 /// How the binaries end: success, or the error and its causes on stderr, one per line.
 pub fn exit_code(result: anyhow::Result<()>) -> std::process::ExitCode {

@@ -88,6 +88,12 @@ fn parse_period_arg(s: &str) -> Result<std::time::Duration, String> {
     fabric_user::model::fault::parse_period(s).map_err(|e| e.to_string())
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum GraphFormat {
+    Svg,
+    Dot,
+}
+
 #[derive(Subcommand)]
 #[expect(clippy::large_enum_variant, reason = "parsed once per process; boxing would buy nothing")]
 enum Command {
@@ -160,6 +166,36 @@ enum Command {
         which: Which,
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: std::net::SocketAddr,
+        /// Listen on a non-loopback address too (the counters are then visible to the network).
+        #[arg(long)]
+        allow_remote: bool,
+    },
+    /// A live web view of a testbed: its topology by tier, every link coloured by its load in each
+    /// direction, ECN marks, PFC pauses and drops, uplink balance, unhealthy switches, the job
+    /// running. Served at http://ADDR/ (loopback unless --allow-remote), with /metrics too.
+    Ui {
+        #[command(flatten)]
+        which: Which,
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// Listen on a non-loopback address too (the counters are then visible to the network).
+        #[arg(long)]
+        allow_remote: bool,
+        /// Milliseconds between two readings of the counters.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..))]
+        interval_ms: u64,
+    },
+    /// The topology as a picture (SVG or Graphviz DOT), nodes and links named as the CLI names
+    /// them: `fabric graph --topology testbed/two-zones.toml > fabric.svg`.
+    Graph {
+        /// Topology file (default: the embedded default topology).
+        #[arg(long)]
+        topology: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "svg")]
+        format: GraphFormat,
+        /// Draw every host even above 64 hosts (else one box per rack).
+        #[arg(long)]
+        every_host: bool,
     },
     /// A job's report: its completion times joined with the network's counters over its
     /// lifetime, and a short diagnosis (JOB: an id from `fabric run`, or a job JSON file).
@@ -261,10 +297,18 @@ fn run() -> Result<()> {
                 links.join(", ")
             );
         }
-        Command::Exporter { which, listen } => {
-            let state = State::load(&which.prefix()?)?;
-            fabric_user::telemetry::prometheus::serve(&state, listen, None)?;
+        Command::Exporter { which, listen, allow_remote } => {
+            fabric_user::telemetry::prometheus::serve(&which.prefix()?, listen, allow_remote, None)?;
         }
+        Command::Ui { which, listen, allow_remote, interval_ms } => {
+            fabric_user::ui::server::serve(&fabric_user::ui::server::UiOptions {
+                prefix: which.prefix()?,
+                listen,
+                allow_remote,
+                interval: std::time::Duration::from_millis(interval_ms),
+            })?
+        }
+        Command::Graph { topology, format, every_host } => graph(topology, format, every_host)?,
         Command::Report { job } => fabric_user::run::job::print(&fabric_user::run::job::JobRecord::load(&job)?),
         Command::Stats { which, json, watch, prometheus } => {
             stats(&State::load(&which.prefix()?)?, json, watch, prometheus)?
@@ -315,6 +359,18 @@ fn up(
         "testbed {:?} (prefix {}) is up: {} switches, {} hosts, {} links in {:.2} s",
         s.name, s.prefix, s.switches, s.hosts, s.links, s.seconds
     );
+    Ok(())
+}
+
+/// `fabric graph`: the topology's picture on stdout.
+fn graph(topology: Option<PathBuf>, format: GraphFormat, every_host: bool) -> Result<()> {
+    use fabric_user::ui::{graph, layout::Layout};
+    let plan = fabric_user::model::plan::Plan::new(&Topology::load(topology.as_deref())?);
+    let layout = if every_host { Layout::with_detail(&plan, true) } else { Layout::of(&plan) };
+    match format {
+        GraphFormat::Svg => print!("{}", graph::svg(&layout, None)),
+        GraphFormat::Dot => print!("{}", graph::dot(&layout)),
+    }
     Ok(())
 }
 

@@ -70,7 +70,7 @@ fn the_job_report_names_the_uplink_a_test_congested_on_purpose() {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
         std::thread::scope(|s| {
-            let server = s.spawn(|| fabric_user::telemetry::prometheus::serve(&state, addr, Some(1)));
+            let server = s.spawn(|| fabric_user::telemetry::prometheus::serve(&prefix, addr, false, Some(1)));
             let mut conn = loop {
                 match std::net::TcpStream::connect(addr) {
                     Ok(c) => break c,
@@ -85,13 +85,14 @@ fn the_job_report_names_the_uplink_a_test_congested_on_purpose() {
         })
     })
     .unwrap_or_else(|e| panic!("{e:#}"));
-    assert!(text.starts_with("HTTP/1.0 200 OK"), "{text}");
+    assert!(text.starts_with("HTTP/1.") && text.lines().next().unwrap().contains(" 200 OK"), "{text}");
     let line = text
         .lines()
         .find(|l| l.starts_with("fabric_port_tx_bytes_total{") && l.contains("switch=\"z0r1\",port=\"z0c3\""))
         .expect("the uplink's counter");
     let v: f64 = line.rsplit_once(' ').unwrap().1.parse().unwrap();
     assert!(v >= up.tx_bytes as f64, "{line}");
-    let refused = fabric_user::telemetry::prometheus::serve(&state, "198.18.0.1:9464".parse().unwrap(), Some(1));
+    let refused =
+        fabric_user::telemetry::prometheus::serve(&prefix, "198.18.0.1:9464".parse().unwrap(), false, Some(1));
     assert!(refused.unwrap_err().to_string().contains("loopback"));
 }

@@ -47,6 +47,7 @@ const FABRIC_USER_LAYERS: &[&str] = &[
     "sim",
     "experiment",
     "analyze",
+    "ui",
 ];
 
 /// Prints each crate's top-level module graph and fails on any cycle, between folders or files.

@@ -17,6 +17,9 @@ use crate::util::{output, run as run_cmd, succeeds};
 /// Debian packages the build and tests use: `ip` for fixtures, tshark as the reference decoder,
 /// tcpdump and ethtool for inspecting a testbed.
 const APT_PACKAGES: &[&str] = &["iproute2", "tshark", "tcpdump", "ethtool"];
+/// Headless Chromium for the live view's browser test (`fabric-user/tests/ui.rs`): Debian's
+/// package of this name.
+const BROWSER_PACKAGE: &str = "chromium";
 const NIGHTLY: &str = "nightly";
 /// The bpf-linker release whose `llvm-NN` features match the nightly toolchains we build with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -40,7 +43,13 @@ pub fn run() -> Result<()> {
 }
 
 fn apt(did: &mut Vec<String>) -> Result<()> {
-    apt_install(APT_PACKAGES, did)
+    apt_install(APT_PACKAGES, did)?;
+    // A `chromium` that already runs will do: some CI images ship one outside apt, and on
+    // Ubuntu the package of that name is only a wrapper around a snap.
+    if !succeeds(Command::new("chromium").arg("--version")) {
+        apt_install(&[BROWSER_PACKAGE], did)?;
+    }
+    Ok(())
 }
 
 /// Installs whichever of `packages` are missing (apt-get update first, non-interactive).

@@ -24,11 +24,15 @@ pub struct Case {
     pub label: String,
     /// metric key -> value per seed (in seed order).
     pub values: std::collections::BTreeMap<String, Vec<f64>>,
+    /// Bytes each RTSW sent on each of its uplinks, over every run of the case (the report's
+    /// heat map).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub uplinks: std::collections::BTreeMap<String, Vec<(String, u64)>>,
 }
 
 impl Case {
     pub fn new(key: &str, label: &str) -> Self {
-        Case { key: key.into(), label: label.into(), values: Default::default() }
+        Case { key: key.into(), label: label.into(), values: Default::default(), uplinks: Default::default() }
     }
 
     /// A case with the given per-seed values (tests of verdict functions), on a machine that
@@ -59,11 +63,26 @@ impl Case {
         self.values.get(metric).cloned().unwrap_or_default()
     }
 
-    /// Records what the host did during `r`: how punctually its endpoints woke (see
-    /// `super::verdict::cpu_bound`) and how busy the machine was.
-    pub fn push_host(&mut self, r: &RunResult) {
+    /// Records what every run of a case records besides its metrics: what the host did during
+    /// `r` (how punctually its endpoints woke, see `super::verdict::cpu_bound`, and how busy the
+    /// machine was) and the bytes on each RTSW uplink.
+    pub fn push_run(&mut self, r: &RunResult) {
         self.push(LATE_WAKES, r.late_wake_share.unwrap_or(f64::NAN));
         self.push("cpu_busy", r.host_cpu_busy.unwrap_or(f64::NAN));
+        self.add_uplinks(&r.uplinks);
+    }
+
+    /// Adds one run's bytes per RTSW uplink to the case's.
+    pub fn add_uplinks(&mut self, loads: &[crate::telemetry::stats::UplinkLoad]) {
+        for u in loads {
+            let sum = self.uplinks.entry(u.rtsw.clone()).or_default();
+            for (port, bytes) in &u.tx_bytes {
+                match sum.iter_mut().find(|(p, _)| p == port) {
+                    Some((_, b)) => *b += bytes,
+                    None => sum.push((port.clone(), *bytes)),
+                }
+            }
+        }
     }
 }
 

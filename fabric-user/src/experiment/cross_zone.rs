@@ -67,7 +67,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 );
                 c.push("completion_ms", completion_ms(&r));
                 c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
-                c.push_host(&r);
+                c.push_run(&r);
             }
         }
         Ok(())

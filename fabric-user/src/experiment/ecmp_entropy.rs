@@ -60,7 +60,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 c.push("modelled_us", modelled_us(&r));
                 c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
                 c.push("achieved_over_intended", r.achieved_over_intended.unwrap_or(f64::NAN));
-                c.push_host(&r);
+                c.push_run(&r);
             }
         }
         Ok(())

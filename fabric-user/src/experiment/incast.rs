@@ -191,7 +191,7 @@ fn push_metrics(c: &mut Case, r: &RunResult, o: &RunOptions, max_queue: u64, dro
     c.push("unexplained_resends", retransmitted.saturating_sub(explained) as f64);
     c.push("delivered", (r.bytes_delivered == r.bytes_needed) as u8 as f64);
     c.push("cts_bound_kib", (o.endpoint.cts_channels as u64 * o.endpoint.cts_buffer_bytes) as f64 / 1024.0);
-    c.push_host(r);
+    c.push_run(r);
 }
 
 fn fewer(key: &'static str, claim: &str, metric: &str, (a, b): (&str, &str), margin: f64, cases: &[Case]) -> Verdict {

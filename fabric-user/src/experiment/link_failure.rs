@@ -150,7 +150,7 @@ fn push_metrics(c: &mut Case, r: &RunResult, victim: &str) {
     c.push("max_over_mean", r.balance.mean_max_over_mean);
     c.push("retransmitted", r.flows.iter().map(|f| f.retransmitted).sum::<u64>() as f64);
     c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
-    c.push_host(r);
+    c.push_run(r);
 }
 
 impl Runs {

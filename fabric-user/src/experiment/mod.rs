@@ -12,6 +12,7 @@ pub mod cli;
 pub mod cross_zone;
 pub mod ecmp_entropy;
 pub mod harness;
+pub mod heatmap;
 pub mod incast;
 pub mod link_failure;
 pub mod path_pinning;
@@ -76,6 +77,8 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
         files: Vec::new(),
     };
     report.files = chart::write_all(&report, &dir)?;
+    let heatmap = heatmap::write(&report, &dir)?;
+    report.files.extend(heatmap);
     report::write(&mut report, &dir)?;
     Ok((report, dir))
 }

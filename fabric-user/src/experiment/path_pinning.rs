@@ -86,7 +86,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                     c.push("jain", r.balance.mean_jain);
                     c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
                     c.push("paused_ms", r.congestion.paused_ns as f64 / 1e6);
-                    c.push_host(&r);
+                    c.push_run(&r);
                 }
             }
             Ok(())

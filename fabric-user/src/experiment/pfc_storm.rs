@@ -92,7 +92,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 c.push("completion_ms", completion_ms(&r));
                 c.push("host_paused_ms", r.hosts.iter().map(|h| h.paused_ns).sum::<u64>() as f64 / 1e6);
                 c.push("lost", (r.bytes_needed - r.bytes_delivered.min(r.bytes_needed)) as f64);
-                c.push_host(&r);
+                c.push_run(&r);
                 rows.push(vec![
                     seed.to_string(),
                     c.label.clone(),

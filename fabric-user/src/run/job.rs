@@ -250,6 +250,51 @@ impl JobRecord {
     }
 }
 
+/// The job running on a testbed and how far it got, for the live view (`fabric ui`): written
+/// by `fabric run` at its start and after every step, removed when it ends.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct JobProgress {
+    pub job_id: String,
+    pub collective: String,
+    /// 1-based iteration and steps done in it.
+    pub iteration: u32,
+    pub iterations: u32,
+    pub step: usize,
+    pub steps: usize,
+    pub started_unix_ms: u64,
+    /// The running `fabric run`: a record whose process is gone is stale.
+    pub pid: u32,
+}
+
+impl JobProgress {
+    fn path(prefix: &str) -> PathBuf {
+        crate::state::state_dir(prefix).join("job.json")
+    }
+
+    /// Done share over all iterations, 0..=1.
+    pub fn fraction(&self) -> f64 {
+        let total = self.iterations as f64 * self.steps.max(1) as f64;
+        ((self.iteration.saturating_sub(1) as f64 * self.steps as f64 + self.step as f64) / total).clamp(0.0, 1.0)
+    }
+
+    /// Best effort: a view that misses one update loses nothing that matters to the run.
+    pub fn write(&self, prefix: &str) {
+        if let Ok(bytes) = serde_json::to_vec(self) {
+            let _ = std::fs::write(Self::path(prefix), bytes);
+        }
+    }
+
+    pub fn clear(prefix: &str) {
+        let _ = std::fs::remove_file(Self::path(prefix));
+    }
+
+    /// The job running on a testbed, if its process still runs.
+    pub fn read(prefix: &str) -> Option<JobProgress> {
+        let p: JobProgress = serde_json::from_slice(&std::fs::read(Self::path(prefix)).ok()?).ok()?;
+        std::path::Path::new(&format!("/proc/{}", p.pid)).exists().then_some(p)
+    }
+}
+
 /// `fabric report JOB`.
 pub fn print(rec: &JobRecord) {
     println!(

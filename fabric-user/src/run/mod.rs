@@ -265,6 +265,20 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     let stats_before = crate::telemetry::stats::collect(state)?;
     let congestion_before = stats_before.congestion.clone();
     let job = crate::run::job::JobClock::start(plan);
+    let mut progress = crate::run::job::JobProgress {
+        job_id: job.id.clone(),
+        collective: opts.collective.as_str().to_string(),
+        iteration: 1,
+        iterations: opts.iterations,
+        step: 0,
+        steps: steps.len(),
+        started_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+        pid: std::process::id(),
+    };
+    let prefix = &plan.topology.prefix;
+    progress.write(prefix);
     let link_rate = crate::endpoint::engine::host_link_rate_bps(plan, plan.topology.time_scale);
     // Per flow: achieved goodput over what the flow could get, i.e. its intended rate capped by
     // a fair share of the busier of its two host links.
@@ -277,6 +291,8 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     let cpu_before = crate::sys::cpu::CpuTimes::read()?;
     for it in 0..opts.iterations {
         bar.set_message(format!("iteration {}", it + 1));
+        progress.iteration = it + 1;
+        progress.step = 0;
         let mut step_ns = Vec::new();
         flows.clear();
         let mut step_uplinks = Vec::new();
@@ -300,6 +316,8 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
             step_uplinks.push(now.since(&step_before));
             step_before = now;
             bar.inc(1);
+            progress.step += 1;
+            progress.write(prefix);
         }
         last_step_uplinks = step_uplinks;
         let completion_ns: u64 = step_ns.iter().sum();
@@ -307,6 +325,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         iterations.push(IterationResult { completion_ns, modelled_completion_ns, step_ns });
     }
     bar.finish_and_clear();
+    crate::run::job::JobProgress::clear(prefix);
     let uplinks = UplinkBytes::read(state)?.since(&before);
     // The agents write their telemetry every 100 ms: wait for the last of this run.
     std::thread::sleep(std::time::Duration::from_millis(250));

@@ -154,44 +154,30 @@ pub struct StatsReport {
 }
 
 pub fn collect(state: &State) -> Result<StatsReport> {
+    let (report, unreadable) = collect_each(state);
+    match unreadable.into_iter().next() {
+        Some((switch, e)) => Err(e.context(format!("reading the counters of switch {switch}"))),
+        None => Ok(report),
+    }
+}
+
+/// [`collect`], carrying on past a switch whose maps cannot be read (its namespace or pins gone):
+/// the report of the switches that could be read, and the error of each one that could not. The
+/// live view draws such a switch as unhealthy rather than losing the whole picture.
+pub fn collect_each(state: &State) -> (StatsReport, Vec<(String, anyhow::Error)>) {
     let plan = &state.plan;
     let mut switches = Vec::new();
     let mut uplinks = Vec::new();
+    let mut unreadable = Vec::new();
     for sw in plan.switches() {
         let node = &plan.nodes[sw];
-        let mut dp = state.dataplane(sw)?;
-        let mut ports = Vec::new();
-        let now = crate::agent::monotonic_ns();
-        for (i, port) in node.ports.iter().enumerate() {
-            let c = dp.port_counters(i as u32)?;
-            let mut p = PortStats::new(&port.ifname, !state.down_links.contains(&port.link), &c);
-            let rate = dp.port_rate(i as u32)?;
-            for class in 0..fabric_common::pfc::CLASSES {
-                let (cc, q, acc) =
-                    (dp.class_counters(i as u32, class)?, dp.queue(i as u32, class)?, dp.account(i as u32, class)?);
-                // A pause still in force counts up to now.
-                let pending = q.paused_until_ns.saturating_sub(now);
-                let cs = ClassStats {
-                    class,
-                    queued_packets: cc.packets,
-                    queued_bytes: cc.bytes,
-                    ecn_marked: cc.ecn_marked,
-                    overflow_drops: cc.overflow_drops,
-                    over_headroom: cc.over_headroom,
-                    sent_while_paused: cc.sent_while_paused,
-                    depth_bytes: fabric_common::queue::depth_bytes(q.tail_ns, q.paused_until_ns, now, rate),
-                    max_depth_bytes: q.max_depth_bytes,
-                    pauses_received: q.pauses_received,
-                    paused_ns: q.paused_total_ns.saturating_sub(pending),
-                    xoff_events: cc.xoff_events,
-                    max_held_bytes: acc.max_held_bytes,
-                };
-                if !cs.is_idle() {
-                    p.classes.push(cs);
-                }
+        let ports = match switch_ports(state, sw) {
+            Ok(p) => p,
+            Err(e) => {
+                unreadable.push((node.name.clone(), e));
+                continue;
             }
-            ports.push(p);
-        }
+        };
         if node.role == Role::Rtsw {
             let up = plan.uplinks(sw);
             let tx: Vec<(String, u64)> = up.iter().map(|&p| (ports[p].port.clone(), ports[p].tx_bytes)).collect();
@@ -203,14 +189,54 @@ pub fn collect(state: &State) -> Result<StatsReport> {
     }
     let agents = crate::agent::read_telemetry(&plan.topology.prefix);
     let congestion = totals(&switches, &agents);
-    Ok(StatsReport {
+    let report = StatsReport {
         testbed: plan.topology.prefix.clone(),
         time_scale: plan.topology.time_scale,
         switches,
         uplinks,
         congestion,
         agents,
-    })
+    };
+    (report, unreadable)
+}
+
+/// Every port of one switch: its counters and the congestion model's classes that saw anything.
+fn switch_ports(state: &State, sw: crate::model::plan::NodeId) -> Result<Vec<PortStats>> {
+    let node = &state.plan.nodes[sw];
+    let mut dp = state.dataplane(sw)?;
+    let mut ports = Vec::new();
+    let now = crate::agent::monotonic_ns();
+    for (i, port) in node.ports.iter().enumerate() {
+        let c = dp.port_counters(i as u32)?;
+        let mut p = PortStats::new(&port.ifname, !state.down_links.contains(&port.link), &c);
+        let rate = dp.port_rate(i as u32)?;
+        for class in 0..fabric_common::pfc::CLASSES {
+            let (cc, q, acc) =
+                (dp.class_counters(i as u32, class)?, dp.queue(i as u32, class)?, dp.account(i as u32, class)?);
+            // A pause still in force counts up to now.
+            let pending = q.paused_until_ns.saturating_sub(now);
+            let cs = ClassStats {
+                class,
+                queued_packets: cc.packets,
+                queued_bytes: cc.bytes,
+                ecn_marked: cc.ecn_marked,
+                overflow_drops: cc.overflow_drops,
+                over_headroom: cc.over_headroom,
+                sent_while_paused: cc.sent_while_paused,
+                depth_bytes: fabric_common::queue::depth_bytes(q.tail_ns, q.paused_until_ns, now, rate),
+                max_depth_bytes: q.max_depth_bytes,
+                pauses_received: q.pauses_received,
+                paused_ns: q.paused_total_ns.saturating_sub(pending),
+                xoff_events: cc.xoff_events,
+                max_held_bytes: acc.max_held_bytes,
+            };
+            if !cs.is_idle() {
+                p.classes.push(cs);
+            }
+        }
+        ports.push(p);
+    }
+    Ok(ports)
 }
 
 fn totals(switches: &[SwitchStats], agents: &[crate::agent::SwitchTelemetry]) -> CongestionTotals {

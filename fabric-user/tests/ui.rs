@@ -1,0 +1,219 @@
+//! The live view in a real browser: the default testbed, `fabric ui` serving it, traffic forced
+//! through one known uplink, and headless Chromium (Debian's `chromium`) reading the page. The
+//! DOM must show every switch and link, the loaded uplink's colour and label must change while
+//! the traffic runs, and a screenshot is kept under `results/ui/`. Then the view must follow a
+//! dead switch agent and a testbed taken down and built again. Needs root.
+mod common;
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use fabric_common::config::HashMode;
+use fabric_user::{
+    endpoint::{EndpointOptions, SportPolicy},
+    model::{placement::Placement, workload::Collective},
+    run::{RunOptions, run},
+    state::State,
+    testbed,
+    ui::{layout::Layout, load},
+};
+
+/// The uplink that carries all of rack z0r1's traffic once its other three are down.
+const HOT: &str = "z0r1:z0c3";
+
+/// `fabric ui` as a child process, stopped when dropped.
+struct Ui(Child);
+
+impl Drop for Ui {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An HTTP GET on the view's address: the body, or None while it does not answer.
+fn get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut conn = TcpStream::connect(addr).ok()?;
+    conn.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(conn, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut text = String::new();
+    conn.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.contains(" 200 ").then(|| body.to_string())
+}
+
+fn view(addr: SocketAddr) -> serde_json::Value {
+    serde_json::from_str(&get(addr, "/api/view").expect("the view answers")).expect("the view is JSON")
+}
+
+/// Polls the view (every 200 ms, at most `tries` times) until `ok` holds; panics with the last
+/// view otherwise.
+fn wait_for(addr: SocketAddr, tries: u32, what: &str, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    for _ in 0..tries {
+        if let Some(v) = get(addr, "/api/view").and_then(|b| serde_json::from_str(&b).ok()) {
+            if ok(&v) {
+                return v;
+            }
+            last = v;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("the view never showed {what}; last view: {}", serde_json::to_string_pretty(&last).unwrap());
+}
+
+fn link<'v>(v: &'v serde_json::Value, id: &str) -> &'v serde_json::Value {
+    v["links"].as_array().unwrap().iter().find(|l| l["id"] == id).unwrap_or_else(|| panic!("no link {id}"))
+}
+
+/// Headless Chromium with its own profile folder (concurrent runs must not share one).
+fn chromium(args: &[&str]) -> String {
+    let profile = std::env::temp_dir().join(format!("fabric-ui-chromium-{}", std::process::id()));
+    let out = Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .stderr(Stdio::null())
+        .output()
+        .expect("chromium runs (installed by `cargo xtask setup`)");
+    assert!(out.status.success(), "chromium failed: {}", out.status);
+    String::from_utf8(out.stdout).expect("UTF-8 DOM")
+}
+
+/// The `stroke` and `data-util` of one direction's line, and the text of a link's label, in a DOM.
+fn line_attr(dom: &str, id: &str, attr: &str) -> String {
+    let start = dom.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no element {id} in the DOM"));
+    let tag = &dom[dom[..start].rfind('<').unwrap()..];
+    let tag = &tag[..tag.find('>').unwrap()];
+    let at = tag.find(&format!(" {attr}=\"")).unwrap_or_else(|| panic!("{id} has no {attr}: {tag}"));
+    tag[at + attr.len() + 3..].split('"').next().unwrap().to_string()
+}
+
+fn text_of(dom: &str, id: &str) -> String {
+    let start = dom.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("no element {id} in the DOM"));
+    let rest = &dom[start..];
+    rest[rest.find('>').unwrap() + 1..rest.find("</text>").unwrap()].to_string()
+}
+
+#[test]
+fn the_live_view_shows_the_fabric_its_load_and_its_failures_in_a_browser() {
+    let prefix = common::unique_prefix('u', 0);
+    let (guard, state) = common::up(None, &prefix);
+    // Rack z0r1 keeps one uplink of four: all its traffic crowds onto z0r1 -> z0c3.
+    for spine in ["z0c0", "z0c1", "z0c2"] {
+        testbed::set_link(&prefix, &format!("z0r1:{spine}"), false).unwrap();
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let _ui = Ui(Command::new(env!("CARGO_BIN_EXE_fabric"))
+        .args(["ui", "--prefix", &prefix, "--listen", &addr.to_string(), "--interval-ms", "300"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("fabric ui starts"));
+    wait_for(addr, 100, "the testbed up", |v| v["status"] == "up");
+    let url = format!("http://{addr}/");
+    // A switch's ports and queues (what hovering shows), and the Prometheus text beside the page.
+    let detail: serde_json::Value = serde_json::from_str(&get(addr, "/api/switch/z0r1").unwrap()).unwrap();
+    let ports: Vec<&str> =
+        detail["stats"]["ports"].as_array().unwrap().iter().map(|p| p["port"].as_str().unwrap()).collect();
+    assert_eq!(ports, ["z0r1h0", "z0r1h1", "z0c0", "z0c1", "z0c2", "z0c3"]);
+    assert!(get(addr, "/api/switch/nonesuch").is_none(), "an unknown switch is a 404");
+    let metrics = get(addr, "/metrics").unwrap();
+    assert!(
+        metrics.contains(&format!("fabric_port_tx_bytes_total{{testbed=\"{prefix}\",switch=\"z0r1\",port=\"z0c3\"}}"))
+    );
+    // A second view on the same address, and one on another host's address, are refused.
+    let refused = |listen: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_fabric"))
+            .args(["ui", "--prefix", &prefix, "--listen", listen])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "fabric ui --listen {listen} must fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(refused(&addr.to_string()).contains("already in use"));
+    assert!(refused("198.18.0.1:8080").contains("--allow-remote"));
+
+    // Idle: every switch and link of the topology is in the DOM, the hot uplink idle-coloured.
+    let dom = chromium(&["--dump-dom", &url]);
+    let plan = &state.plan;
+    for n in &plan.nodes {
+        assert!(dom.contains(&format!("id=\"node-{}\"", n.name)), "{} is not on the page", n.name);
+    }
+    let layout = Layout::of(plan);
+    assert_eq!(layout.edges.len(), plan.links.len());
+    for e in &layout.edges {
+        assert!(dom.contains(&format!("id=\"link-{}\"", e.id)), "link {} is not on the page", e.id);
+    }
+    assert_eq!(line_attr(&dom, &format!("{HOT}/up"), "stroke"), load::BANDS[0].colour);
+    assert_eq!(text_of(&dom, &format!("{HOT}/label")), "");
+    assert_eq!(line_attr(&dom, "z0r1:z0c0/up", "stroke"), load::DOWN_COLOUR, "a failed link is drawn apart");
+
+    // Traffic through the hot uplink, long enough to be seen by a few readings.
+    let state = State::load(&prefix).unwrap();
+    let opts = RunOptions {
+        collective: Collective::Allreduce,
+        ranks: None,
+        message_bytes: 4 << 20,
+        iterations: 20,
+        placement: Placement::Contiguous,
+        hash: Some(HashMode::Eecmp),
+        hash_seed: Some(3),
+        seed: 1,
+        endpoint: EndpointOptions { qps: 8, sport: SportPolicy::PerQp, ..Default::default() },
+    };
+    std::thread::scope(|s| {
+        let job = s.spawn(|| run(&state, &opts, true).unwrap_or_else(|e| panic!("{e:#}")));
+        let busy = wait_for(addr, 300, "load on the hot uplink and the job", |v| {
+            link(v, HOT)["up_dir"]["util"].as_f64().unwrap() > 0.005 && !v["job"].is_null()
+        });
+        assert!(!job.is_finished(), "the run ended before the view was read: make it longer");
+        assert!(busy["job"]["collective"] == "allreduce", "{}", busy["job"]);
+        let dom = chromium(&["--dump-dom", &url]);
+        let colour = line_attr(&dom, &format!("{HOT}/up"), "stroke");
+        assert_ne!(colour, load::BANDS[0].colour, "the loaded uplink must change colour");
+        assert!(line_attr(&dom, &format!("{HOT}/up"), "data-util").parse::<f64>().unwrap() > 0.005);
+        assert!(text_of(&dom, &format!("{HOT}/label")).starts_with('\u{2191}'), "the loaded uplink gets a label");
+        let shots = concat!(env!("CARGO_MANIFEST_DIR"), "/../results/ui");
+        std::fs::create_dir_all(shots).unwrap();
+        let shot = format!("{shots}/fabric-ui.png");
+        let _ = std::fs::remove_file(&shot);
+        // With z0r1 selected, as a click would: the script fetches and lists its ports (virtual
+        // time lets the page's requests finish before the DOM is taken).
+        let selected = format!("{url}?switch=z0r1");
+        let dom = chromium(&["--virtual-time-budget=3000", "--dump-dom", &selected]);
+        assert!(dom.contains("Switch z0r1</h2>") && dom.contains("<td>z0c3</td>"), "no port table for z0r1");
+        chromium(&[
+            &format!("--screenshot={shot}"),
+            "--window-size=1400,660",
+            "--hide-scrollbars",
+            "--virtual-time-budget=3000",
+            &selected,
+        ]);
+        assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000), "no screenshot at {shot}");
+        let r = job.join().unwrap();
+        assert_eq!(r.bytes_delivered, r.bytes_needed);
+        let _ = std::fs::remove_file(fabric_user::run::job::JobRecord::path(&r.job_id.unwrap()));
+    });
+    wait_for(addr, 100, "the job gone", |v| v["job"].is_null());
+
+    // A dead switch agent: its switches are shown unhealthy.
+    assert!(fabric_user::agent::stop(&prefix).unwrap(), "the agent was running");
+    let v = wait_for(addr, 100, "unhealthy switches", |v| v["status"] == "degraded");
+    assert!(v["switches"].as_array().unwrap().iter().all(|s| s["healthy"] == false));
+    assert!(get(addr, "/").unwrap().contains("unhealthy"));
+
+    // The testbed goes down: the view says so; it is built again: the view recovers.
+    testbed::down(&prefix).unwrap();
+    let v = wait_for(addr, 100, "the testbed down", |v| v["status"] == "down");
+    assert!(v["message"].as_str().unwrap().contains("down"));
+    assert!(get(addr, "/").unwrap().contains("class=\"status down\""));
+    testbed::up(&common::topology(None, &prefix), true).unwrap_or_else(|e| panic!("{e:#}"));
+    wait_for(addr, 150, "the rebuilt testbed up", |v| v["status"] == "up");
+    assert_eq!(link(&view(addr), HOT)["up"], true, "the rebuilt testbed has all its links");
+    drop(guard);
+}
