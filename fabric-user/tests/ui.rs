@@ -107,6 +107,8 @@ fn the_live_view_shows_the_fabric_its_load_and_its_failures_in_a_browser() {
     for spine in ["z0c0", "z0c1", "z0c2"] {
         testbed::set_link(&prefix, &format!("z0r1:{spine}"), false).unwrap();
     }
+    // A gray failure elsewhere, which the picture must tell apart from a healthy link.
+    testbed::fault::degrade(&prefix, "z0r2:z0c0", Some(100.0), None, 0).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let _ui = Ui(Command::new(env!("CARGO_BIN_EXE_fabric"))
@@ -152,6 +154,8 @@ fn the_live_view_shows_the_fabric_its_load_and_its_failures_in_a_browser() {
     assert_eq!(line_attr(&dom, &format!("{HOT}/up"), "stroke"), load::BANDS[0].colour);
     assert_eq!(text_of(&dom, &format!("{HOT}/label")), "");
     assert_eq!(line_attr(&dom, "z0r1:z0c0/up", "stroke"), load::DOWN_COLOUR, "a failed link is drawn apart");
+    assert!(dom.contains(r#"<g class="link degraded" id="link-z0r2:z0c0""#), "a degraded link is drawn apart");
+    assert_eq!(text_of(&dom, "z0r2:z0c0/label"), "degraded");
 
     // Traffic through the hot uplink, long enough to be seen by a few readings.
     let state = State::load(&prefix).unwrap();

@@ -262,6 +262,7 @@ pub(crate) mod tests {
             to_kernel: Default::default(),
             rx_pfc_frames: 5,
             classes: Vec::new(),
+            degraded: None,
         };
         p.classes.push(ClassStats { class: 3, ecn_marked: 7, paused_ns: 2_500_000_000, ..Default::default() });
         let agent = crate::agent::SwitchTelemetry {

@@ -26,6 +26,9 @@ pub struct PortStats {
     pub rx_pfc_frames: u64,
     /// The congestion model per priority class (classes that saw anything).
     pub classes: Vec<ClassStats>,
+    /// What `fabric link degrade` set on the port's link (rate, loss), if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
 }
 
 /// One port and priority class of the congestion model: the egress queue's counters and depth,
@@ -117,6 +120,7 @@ impl PortStats {
             to_kernel: nonzero(&pass_names, &c.passes),
             rx_pfc_frames: c.rx_pfc_frames,
             classes: Vec::new(),
+            degraded: None,
         }
     }
 }
@@ -209,6 +213,7 @@ fn switch_ports(state: &State, sw: crate::model::plan::NodeId) -> Result<Vec<Por
     for (i, port) in node.ports.iter().enumerate() {
         let c = dp.port_counters(i as u32)?;
         let mut p = PortStats::new(&port.ifname, !state.down_links.contains(&port.link), &c);
+        p.degraded = state.degraded.get(&port.link).map(|d| d.describe(state.plan.links[port.link].rate_gbps));
         let rate = dp.port_rate(i as u32)?;
         for class in 0..fabric_common::pfc::CLASSES {
             let (cc, q, acc) =

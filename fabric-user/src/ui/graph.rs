@@ -119,17 +119,23 @@ pub fn svg(layout: &Layout, view: Option<&View>) -> String {
 fn edge_svg(o: &mut String, layout: &Layout, i: usize, e: &Edge, live: Option<&LinkView>) {
     let id = esc(&e.id);
     let up = live.is_none_or(|l| l.up);
-    let _ = write!(
-        o,
-        r#"<g class="link{}" id="link-{id}" data-link="{id}"><title>{id}</title>"#,
-        if up { "" } else { " down" }
-    );
+    let degraded = live.is_some_and(|l| !l.degraded.is_empty());
+    let class = match (up, degraded) {
+        (false, _) => " down",
+        (true, true) => " degraded",
+        (true, false) => "",
+    };
+    let _ = write!(o, r#"<g class="link{class}" id="link-{id}" data-link="{id}"><title>{id}</title>"#);
     for (upward, name) in [(true, "up"), (false, "down")] {
         let (x1, y1, x2, y2) = direction_line(layout, e, upward);
         let dir = live.map(|l| if upward { &l.up_dir } else { &l.down_dir });
         let colour = dir.map_or(load::BANDS[0].colour, |d| d.colour);
         let util = dir.map_or(0.0, |d| d.util);
-        let dash = if up { "" } else { r#" stroke-dasharray="6 4""# };
+        let dash = match (up, degraded) {
+            (false, _) => r#" stroke-dasharray="6 4""#,
+            (true, true) => r#" stroke-dasharray="2 3""#,
+            (true, false) => "",
+        };
         let _ = write!(
             o,
             r#"<line class="dir {name}" id="{id}/{name}" data-util="{util:.3}" x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" stroke="{colour}" stroke-width="3"{dash}/>"#

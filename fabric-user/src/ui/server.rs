@@ -162,12 +162,14 @@ fn status_class(v: &View) -> &'static str {
     }
 }
 
-/// The colour key of the load bands, and the down link.
+/// The colour key of the load bands, the down link, and the degraded link's dash.
 pub fn legend() -> String {
     let mut out = String::new();
     for b in load::BANDS.iter().map(|b| (b.colour, b.label)).chain([(load::DOWN_COLOUR, "down")]) {
         out.push_str(&format!(r#"<span class="key"><i style="background:{}"></i>{}</span>"#, b.0, graph::esc(b.1)));
     }
+    // A degraded link keeps its load colour; its dash says it is degraded.
+    out.push_str(r##"<span class="key"><svg width="22" height="8"><line x1="0" y1="4" x2="22" y2="4" stroke="#888" stroke-width="3" stroke-dasharray="2 3"/></svg>degraded</span>"##);
     out
 }
 

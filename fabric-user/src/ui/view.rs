@@ -122,6 +122,8 @@ pub struct LinkView {
     pub id: String,
     /// False when any of its links is down.
     pub up: bool,
+    /// What `fabric link degrade` set on it (rate, loss), or empty.
+    pub degraded: String,
     /// Upward (towards the spine) and downward.
     pub up_dir: Dir,
     pub down_dir: Dir,
@@ -136,10 +138,14 @@ impl LinkView {
         if !self.up {
             return "down".into();
         }
-        if self.up_dir.label == "0" && self.down_dir.label == "0" {
-            return String::new();
+        let idle = self.up_dir.label == "0" && self.down_dir.label == "0";
+        let load =
+            if idle { String::new() } else { format!("\u{2191}{} \u{2193}{}", self.up_dir.label, self.down_dir.label) };
+        match (self.degraded.is_empty(), idle) {
+            (true, _) => load,
+            (false, true) => "degraded".into(),
+            (false, false) => format!("{load} degraded"),
         }
-        format!("\u{2191}{} \u{2193}{}", self.up_dir.label, self.down_dir.label)
     }
 
     /// CE marks, PFC pauses and drops of the last interval, both ways: `E12 P3 D1`, or nothing.
@@ -333,22 +339,24 @@ fn link_view(
         up_dir.colour = load::DOWN_COLOUR;
         down_dir.colour = load::DOWN_COLOUR;
     }
-    let mut l = LinkView { id: e.id.clone(), up, up_dir, down_dir, label: String::new(), marks: String::new() };
+    let degraded = e.links.iter().filter_map(|&l| port_of(report, plan, l).and_then(|p| p.degraded.clone())).collect();
+    let (label, marks) = (String::new(), String::new());
+    let mut l = LinkView { id: e.id.clone(), up, degraded, up_dir, down_dir, label, marks };
     (l.label, l.marks) = (l.label(), l.marks());
     l
 }
 
 /// A link is up unless the switch end's port says down.
 fn port_up(report: &StatsReport, plan: &Plan, l: usize) -> bool {
+    port_of(report, plan, l).is_none_or(|p| p.up)
+}
+
+/// The counters of link `l`'s upper end (always a switch).
+fn port_of<'a>(report: &'a StatsReport, plan: &Plan, l: usize) -> Option<&'a crate::telemetry::stats::PortStats> {
     let link = &plan.links[l];
     let name = &plan.nodes[link.b].name;
     let port = &plan.nodes[link.b].ports[link.b_port].ifname;
-    report
-        .switches
-        .iter()
-        .find(|s| &s.switch == name)
-        .and_then(|s| s.ports.iter().find(|p| &p.port == port))
-        .is_none_or(|p| p.up)
+    report.switches.iter().find(|s| &s.switch == name).and_then(|s| s.ports.iter().find(|p| &p.port == port))
 }
 
 fn health(plan: &Plan, r: &Reading) -> Vec<SwitchHealth> {
@@ -449,6 +457,7 @@ pub(crate) mod tests {
                             } else {
                                 Vec::new()
                             },
+                            degraded: None,
                         }
                     })
                     .collect(),
@@ -551,6 +560,16 @@ pub(crate) mod tests {
         assert!(v.message.contains("z0c2") && v.message.contains("z0r3"));
         let down: Vec<&str> = v.links.iter().filter(|l| !l.up).map(|l| l.id.as_str()).collect();
         assert_eq!(down, ["z0r0:z0c1"]);
+        assert!(v.links.iter().all(|l| l.degraded.is_empty()));
+        // A degraded link is named so, in its label and (in the picture) its dash.
+        let port = r.report.switches.iter_mut().find(|s| s.switch == "z0c2").unwrap();
+        port.ports.iter_mut().find(|p| p.port == "z0r1").unwrap().degraded = Some("100 Gbit/s (of 400)".into());
+        let (v, _) = build(&plan, &layout, &r, None, 0.0);
+        let degraded: Vec<(&str, &str)> =
+            v.links.iter().filter(|l| !l.degraded.is_empty()).map(|l| (l.id.as_str(), l.label.as_str())).collect();
+        assert_eq!(degraded, [("z0r1:z0c2", "degraded")]);
+        let svg = crate::ui::graph::svg(&layout, Some(&v));
+        assert!(svg.contains(r#"<g class="link degraded" id="link-z0r1:z0c2""#), "the picture marks it");
         r.agent_running = false;
         let (v, _) = build(&plan, &layout, &r, None, 0.0);
         assert!(v.switches.iter().all(|s| !s.healthy), "no agent: no switch sends PFC frames");

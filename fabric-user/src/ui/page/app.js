@@ -59,7 +59,9 @@ function renderLinks(view) {
     const g = byId("link-" + l.id);
     if (g) {
       g.classList.toggle("down", !l.up);
-      setTitle(g, `${l.id}${l.up ? "" : " (DOWN)"}\n${dirTitle("up", l.up_dir)}\n${dirTitle("down", l.down_dir)}`);
+      g.classList.toggle("degraded", l.up && l.degraded !== "");
+      const state = l.up ? (l.degraded ? ` (DEGRADED: ${l.degraded})` : "") : " (DOWN)";
+      setTitle(g, `${l.id}${state}\n${dirTitle("up", l.up_dir)}\n${dirTitle("down", l.down_dir)}`);
     }
   }
   for (const s of view.switches) {
