@@ -64,6 +64,9 @@ pub struct BringupRow {
     pub namespaces: usize,
     pub links: usize,
     pub switches: usize,
+    /// LPM entries (IPv4 and IPv6) written into all switches at `up`: the part of bring-up's work
+    /// that grows with switches x racks rather than with links.
+    pub routes: usize,
     pub reps: usize,
     pub reps_ok: usize,
     /// Why the failed repetitions failed.
@@ -230,6 +233,7 @@ fn measure(mut t: Topology, reps: usize) -> Result<BringupRow> {
         namespaces,
         links,
         switches: plan.switches().count(),
+        routes: route_entries(&plan),
         reps,
         reps_ok: ups.len(),
         errors,
@@ -306,16 +310,23 @@ pub fn bringup(opts: &BringupOptions) -> Result<BringupReport> {
     })
 }
 
+/// The routes `up` writes into every switch, both families.
+fn route_entries(plan: &Plan) -> usize {
+    let tables = fabric_user::model::routing::compute(plan, &Default::default());
+    tables.iter().flatten().map(|t| t.routes_v4.len() + t.routes_v6.len()).sum()
+}
+
 pub fn print_bringup(r: &BringupReport) {
     println!(
         "bringup: `fabric up` / `fabric down` wall time per topology (median over the repetitions that succeeded)"
     );
     println!(
-        "{:<16} {:>6} {:>6} {:>6} {:>5} {:>8} {:>15} {:>7} {:>8} {:>9} {:>24}",
+        "{:<16} {:>6} {:>6} {:>6} {:>8} {:>5} {:>8} {:>15} {:>7} {:>8} {:>9} {:>24}",
         "topology",
         "hosts",
         "netns",
         "links",
+        "routes",
         "ok",
         "up s",
         "up s min..max",
@@ -326,11 +337,12 @@ pub fn print_bringup(r: &BringupReport) {
     );
     for row in &r.rows {
         println!(
-            "{:<16} {:>6} {:>6} {:>6} {:>5} {:>8.2} {:>15} {:>7.2} {:>8.2} {:>9.0} {:>24}",
+            "{:<16} {:>6} {:>6} {:>6} {:>8} {:>5} {:>8.2} {:>15} {:>7.2} {:>8.2} {:>9.0} {:>24}",
             row.topology,
             row.hosts,
             row.namespaces,
             row.links,
+            row.routes,
             format!("{}/{}", row.reps_ok, row.reps),
             row.up_s,
             format!("{:.1}..{:.1}", row.up_s_min, row.up_s_max),
