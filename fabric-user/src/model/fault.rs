@@ -40,7 +40,7 @@ pub enum FaultError {
     LossNotNumber(String),
     #[error("--loss {0}% is outside 0%..=100%")]
     LossOutOfRange(f64),
-    #[error("--rate {rate}: a degraded link's rate must be above 0 and at most its own {nominal} Gbit/s")]
+    #[error("rate {rate} Gbit/s: a degraded link's rate must be above 0 and at most its own {nominal} Gbit/s")]
     RateOutOfRange { rate: f64, nominal: f64 },
     #[error("--period {0:?}: expected a duration such as 200ms or 2s, at least 10ms")]
     BadPeriod(String),

@@ -110,6 +110,25 @@ impl Plan {
         self.nodes.iter().position(|n| n.name == name)
     }
 
+    /// The link named `NODE:PORT` (either end), as the CLI names links.
+    pub fn find_link(&self, spec: &str) -> anyhow::Result<LinkId> {
+        use anyhow::Context as _;
+        let (node, ifname) =
+            spec.split_once(':').with_context(|| format!("{spec:?}: expected SWITCH:PORT, e.g. z0r0:z0c1"))?;
+        let n = self.node_by_name(node).with_context(|| format!("no node {node:?} in this fabric"))?;
+        let port = self.nodes[n].ports.iter().find(|p| p.ifname == ifname).with_context(|| {
+            let names: Vec<&str> = self.nodes[n].ports.iter().map(|p| p.ifname.as_str()).collect();
+            format!("{node} has no port {ifname:?}; its ports: {}", names.join(", "))
+        })?;
+        Ok(port.link)
+    }
+
+    /// `node:port` of a link's lower end: the name the CLI prints.
+    pub fn link_label(&self, l: LinkId) -> String {
+        let link = &self.links[l];
+        format!("{}:{}", self.nodes[link.a].name, self.nodes[link.a].ports[link.a_port].ifname)
+    }
+
     /// A host's address (the host end of its only link).
     pub fn host_ipv4(&self, host: NodeId) -> Ipv4Addr {
         self.nodes[host].ports[0].ipv4

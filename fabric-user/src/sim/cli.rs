@@ -10,6 +10,7 @@ use crate::forwarding::fabric::{Scale, SimFabric};
 use crate::{
     endpoint::{EndpointOptions, SportPolicy},
     endpoint::{MAX_QPS, PATH_MTUS},
+    model::fault::check_rate,
     model::placement::Placement,
     model::plan::Plan,
     model::topology::Topology,
@@ -57,9 +58,25 @@ pub struct SimArgs {
     pub path_mtu: u32,
     #[arg(long, default_value_t = EndpointOptions::default().ack_every)]
     pub ack_every: u32,
+    /// Take a link out of service (repeatable), as `fabric link down` does: routing goes
+    /// around it (the controller's tables, at any scale).
+    #[arg(long = "down", value_name = "LINK")]
+    pub down: Vec<String>,
+    /// A degraded link (repeatable): `z0r0:z0c1=100` gives it 100 Gbit/s instead of its own,
+    /// as `fabric link degrade --rate` does on the testbed.
+    #[arg(long = "degrade", value_name = "LINK=GBPS")]
+    pub degrade: Vec<String>,
     /// Write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+/// Faults to simulate, as the CLI names them.
+#[derive(Clone, Debug, Default)]
+pub struct SimFaults {
+    pub down: Vec<String>,
+    /// `LINK=GBPS`.
+    pub degrade: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -73,18 +90,41 @@ pub struct SimReport {
 /// The fabric of `--topology` / `--scale`: the controller's tables for small fabrics, the Clos
 /// structure for large ones.
 pub fn build_fabric(topology: Option<&std::path::Path>, scale: Option<Scale>) -> Result<SimFabric> {
+    build_fabric_with(topology, scale, &SimFaults::default())
+}
+
+/// The same with `faults`: degraded links get their new rate (the fair share's capacity), and
+/// down links send the fabric through the controller's tables without them, at any size.
+pub fn build_fabric_with(
+    topology: Option<&std::path::Path>,
+    scale: Option<Scale>,
+    faults: &SimFaults,
+) -> Result<SimFabric> {
     let topo = match scale {
         Some(s) => s.topology(),
         None => Topology::load(topology)?,
     };
-    let plan = Plan::new(&topo);
+    let mut plan = Plan::new(&topo);
+    for d in &faults.degrade {
+        let (spec, rate) = d.split_once('=').with_context(|| format!("--degrade {d:?}: expected LINK=GBPS"))?;
+        let l = plan.find_link(spec).with_context(|| format!("--degrade {d:?}"))?;
+        let rate: f64 = rate.trim().parse().with_context(|| format!("--degrade {d:?}: {rate:?} is not Gbit/s"))?;
+        let nominal = plan.links[l].rate_gbps;
+        plan.links[l].rate_gbps = check_rate(rate, nominal).with_context(|| format!("--degrade {d:?}"))?;
+    }
+    let down = faults
+        .down
+        .iter()
+        .map(|spec| plan.find_link(spec).with_context(|| format!("--down {spec:?}")))
+        .collect::<Result<std::collections::BTreeSet<_>>>()?;
     let hosts = plan.hosts().count();
-    if hosts <= 512 { Ok(SimFabric::from_controller(&plan, &Default::default())) } else { SimFabric::clos(plan) }
+    if hosts <= 512 || !down.is_empty() { Ok(SimFabric::from_controller(&plan, &down)) } else { SimFabric::clos(plan) }
 }
 
 pub fn run(a: &SimArgs) -> Result<SimReport> {
     let t = std::time::Instant::now();
-    let mut fabric = build_fabric(a.topology.as_deref(), a.scale)?;
+    let faults = SimFaults { down: a.down.clone(), degrade: a.degrade.clone() };
+    let mut fabric = build_fabric_with(a.topology.as_deref(), a.scale, &faults)?;
     let build_s = t.elapsed().as_secs_f64();
     let modes: Vec<HashMode> = if a.hash.is_empty() { HashMode::ALL.to_vec() } else { a.hash.clone() };
     let qps = if a.qps.is_empty() { vec![1, 8] } else { a.qps.clone() };
@@ -133,4 +173,52 @@ pub fn main(a: &SimArgs) -> Result<()> {
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    fn completion(args: &[&str]) -> f64 {
+        let cli = Cli::try_parse_from([&["sim"], args].concat()).unwrap();
+        let report = run(&cli.sim).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(report.results.len(), 1);
+        report.results[0].completion_s
+    }
+
+    /// Rack z0r0's four uplinks at a quarter of their rate: the ring's one QP out of the rack,
+    /// hashed onto one uplink, takes four times as long; eight QPs spread by E-ECMP over the
+    /// four uplinks lose less. A down spine link is routed around.
+    #[test]
+    fn degraded_and_down_links_change_completion_as_the_fair_share_says() {
+        let quarter: Vec<String> = (0..4).map(|c| format!("--degrade=z0r0:z0c{c}=100")).collect();
+        let quarter: Vec<&str> = quarter.iter().map(String::as_str).collect();
+        let one_qp = ["--hash", "five-tuple", "--qps", "1"];
+        let (healthy, slow) = (completion(&one_qp), completion(&[&one_qp[..], &quarter].concat()));
+        assert!((slow / healthy - 4.0).abs() < 1e-6, "one QP: {slow} s vs {healthy} s");
+        let eight = ["--hash", "eecmp", "--qps", "8"];
+        let (healthy8, slow8) = (completion(&eight), completion(&[&eight[..], &quarter].concat()));
+        assert!(slow8 / healthy8 < 4.0 - 1e-6, "eight QPs lose less: {slow8} s vs {healthy8} s");
+        let down = completion(&[&one_qp[..], &["--down", "z0r2:z0c0"]].concat());
+        assert!(down.is_finite() && down > 0.0);
+    }
+
+    #[test]
+    fn bad_faults_are_refused_by_name() {
+        let err = |args: &[&str]| {
+            format!("{:#}", run(&Cli::try_parse_from([&["sim"], args].concat()).unwrap().sim).unwrap_err())
+        };
+        assert!(err(&["--degrade", "z0r0:z0c0"]).contains("expected LINK=GBPS"));
+        assert!(err(&["--degrade", "z0r0:z0c0=500"]).contains("at most its own 400"));
+        assert!(err(&["--degrade", "z0r0:z9=100"]).contains("has no port"));
+        assert!(err(&["--down", "nope:z0c0"]).contains("no node"));
+    }
 }

@@ -620,20 +620,12 @@ pub fn status(prefix: &str) -> Result<Status> {
 
 /// `node:ifname` of a link's lower end.
 pub fn link_label(plan: &Plan, l: LinkId) -> String {
-    let link = &plan.links[l];
-    format!("{}:{}", plan.nodes[link.a].name, plan.nodes[link.a].ports[link.a_port].ifname)
+    plan.link_label(l)
 }
 
 /// Finds the link named `NODE:IFNAME` (either end).
 pub fn find_link(plan: &Plan, spec: &str) -> Result<LinkId> {
-    let (node, ifname) =
-        spec.split_once(':').with_context(|| format!("{spec:?}: expected SWITCH:PORT, e.g. z0r0:z0c1"))?;
-    let n = plan.node_by_name(node).with_context(|| format!("no node {node:?} in this testbed"))?;
-    let port = plan.nodes[n].ports.iter().find(|p| p.ifname == ifname).with_context(|| {
-        let names: Vec<&str> = plan.nodes[n].ports.iter().map(|p| p.ifname.as_str()).collect();
-        format!("{node} has no port {ifname:?}; its ports: {}", names.join(", "))
-    })?;
-    Ok(port.link)
+    plan.find_link(spec)
 }
 
 /// Takes a link down (both veth ends) or back up, and reprograms every switch's ECMP groups
