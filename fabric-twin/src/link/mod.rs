@@ -1,0 +1,104 @@
+//! Links: each port's sending side. A port holds its queued packets per priority class,
+//! serializes one frame at a time at its rate (the frame's wire time, preamble, FCS and
+//! inter-frame gap included: [`fabric_common::queue::frame_transmit_ns`]), obeys the PFC frames
+//! its peer sends ([`fabric_roce::pause::PauseState`], the hosts' own obedience code), and
+//! delivers after the propagation delay.
+use std::collections::VecDeque;
+
+use fabric_common::{pfc::CLASSES, queue};
+use fabric_roce::pause::PauseState;
+
+use crate::event::Nanos;
+
+/// Bytes a frame of `frame_len` (as XDP sees it) occupies on the wire and in a queue's depth:
+/// the unit of every depth, threshold and limit here, as in the XDP queue model.
+#[inline]
+pub const fn wire_bytes(frame_len: u32) -> u64 {
+    frame_len as u64 + queue::WIRE_OVERHEAD_BYTES
+}
+
+/// Counters of one port's sending side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortCounters {
+    pub packets: u64,
+    /// Frame bytes sent (Ethernet header to ICRC, as the XDP counters count).
+    pub bytes: u64,
+    pub ecn_marked: u64,
+    pub drops: u64,
+    pub over_headroom: u64,
+    /// PFC frames received (this port was paused or resumed by its peer).
+    pub pauses_received: u64,
+    /// PFC frames sent from this port to its peer (pause, refresh and resume).
+    pub pauses_sent: u64,
+    /// Deepest any class's queue has been, wire bytes.
+    pub max_depth_bytes: u64,
+}
+
+/// One port: its egress queues, its link's state and its ingress accounting.
+#[derive(Debug)]
+pub struct Port {
+    pub node: u32,
+    /// Global index of the port at the other end.
+    pub peer: u32,
+    pub rate_bps: u64,
+    pub delay_ns: u64,
+    pub queues: [VecDeque<u32>; CLASSES],
+    /// Wire bytes queued per class.
+    pub queued_bytes: [u64; CLASSES],
+    /// Until when the frame being sent occupies the link.
+    pub busy_until: Nanos,
+    pub busy: bool,
+    /// PFC obedience for what this port sends.
+    pub pause: PauseState,
+    /// A Resume event is pending for this time.
+    pub resume_at: Option<Nanos>,
+    /// Ingress side: wire bytes this port's arrivals hold in the switch, per class.
+    pub held: [u64; CLASSES],
+    /// Ingress side: classes this port is pausing upstream (bit n: class n).
+    pub pausing: u8,
+    /// Ingress side: when the last pause frame of each class went out.
+    pub last_pause_ns: [Nanos; CLASSES],
+    pub counters: PortCounters,
+}
+
+impl Port {
+    pub fn new(node: u32, peer: u32, rate_bps: u64, delay_ns: u64) -> Self {
+        Port {
+            node,
+            peer,
+            rate_bps,
+            delay_ns,
+            queues: Default::default(),
+            queued_bytes: [0; CLASSES],
+            busy_until: 0,
+            busy: false,
+            pause: PauseState::new(rate_bps),
+            resume_at: None,
+            held: [0; CLASSES],
+            pausing: 0,
+            last_pause_ns: [0; CLASSES],
+            counters: PortCounters::default(),
+        }
+    }
+
+    /// Time the link is busy with a frame of `frame_len`.
+    #[inline]
+    pub fn transmit_ns(&self, frame_len: u32) -> Nanos {
+        queue::frame_transmit_ns(u64::from(frame_len), self.rate_bps)
+    }
+
+    /// The highest class with a packet queued that may be sent at `now` (strict priority:
+    /// CNPs and grants in class 6 go before data in class 3).
+    pub fn next_class(&self, now: Nanos) -> Option<usize> {
+        (0..CLASSES).rev().find(|&c| !self.queues[c].is_empty() && self.pause.may_send(c, now))
+    }
+
+    /// When the earliest paused class with a packet queued may send again.
+    pub fn earliest_resume(&self) -> Option<Nanos> {
+        (0..CLASSES).filter(|&c| !self.queues[c].is_empty()).map(|c| self.pause.resume_at(c)).min()
+    }
+
+    pub fn is_pausing(&self, class: usize) -> bool {
+        self.pausing & (1 << class) != 0
+    }
+}
