@@ -70,6 +70,20 @@ pub fn qp(src: usize, dst: usize, bytes: u64, k: u32) -> QpSpec {
     }
 }
 
+/// A shallow static buffer of `buffer` bytes per port and class; class 3 lossless when `pfc`
+/// (Xoff 20 KB, Xon 10 KB); RED from 20 KB to 200 KB when `ecn`.
+pub fn shallow_qos(buffer: u32, pfc: bool, ecn: bool) -> QosConfig {
+    QosConfig {
+        lossless_classes: if pfc { 1 << 3 } else { 0 },
+        red: if ecn { RedParams::new(20_000, 200_000, 0.2) } else { plain_qos().red },
+        xoff_bytes: 20_000,
+        xon_bytes: 10_000,
+        headroom_bytes: 1 << 20,
+        port_buffer_bytes: buffer,
+        ..plain_qos()
+    }
+}
+
 /// Hosts 0..n on switch n (port i to host i), every link at `RATE` with `DELAY`.
 pub fn star(n: usize, qos: QosConfig) -> Network<TableRouting> {
     let link = |peer_node, peer_port| PortSpec { peer_node, peer_port, rate_bps: RATE, delay_ns: DELAY };
@@ -89,7 +103,7 @@ pub fn star(n: usize, qos: QosConfig) -> Network<TableRouting> {
 /// Two leaves of `per_leaf` hosts each and `spines` spines. Hosts 0..per_leaf on leaf L0,
 /// the next on L1. Leaf ports: hosts first, then one uplink per spine (group `per_leaf`: the
 /// uplinks). Spine port 0 to L0, 1 to L1.
-pub fn leaf_spine(per_leaf: usize, spines: usize, mode: HashMode) -> Network<TableRouting> {
+pub fn leaf_spine(per_leaf: usize, spines: usize, mode: HashMode, qos: QosConfig) -> Network<TableRouting> {
     let hosts = 2 * per_leaf;
     let (l0, s0) = (hosts, hosts + 2);
     let link = |peer_node, peer_port| PortSpec { peer_node, peer_port, rate_bps: RATE, delay_ns: DELAY };
@@ -108,7 +122,7 @@ pub fn leaf_spine(per_leaf: usize, spines: usize, mode: HashMode) -> Network<Tab
     for l in 0..2 {
         let mut ports: Vec<PortSpec> = (0..per_leaf).map(|i| link(l * per_leaf + i, 0)).collect();
         ports.extend((0..spines).map(|s| link(s0 + s, l)));
-        nodes.push(NodeSpec { name: format!("L{l}"), kind: switch(plain_qos(), mode, 10 + l as u32), ports });
+        nodes.push(NodeSpec { name: format!("L{l}"), kind: switch(qos, mode, 10 + l as u32), ports });
         let leaf = l0 + l;
         routing.groups[leaf] = (0..per_leaf).map(|i| vec![i]).collect();
         routing.groups[leaf].push((per_leaf..per_leaf + spines).collect());
@@ -117,7 +131,7 @@ pub fn leaf_spine(per_leaf: usize, spines: usize, mode: HashMode) -> Network<Tab
     }
     for s in 0..spines {
         let ports = vec![link(l0, per_leaf + s), link(l0 + 1, per_leaf + s)];
-        nodes.push(NodeSpec { name: format!("S{s}"), kind: switch(plain_qos(), mode, 20 + s as u32), ports });
+        nodes.push(NodeSpec { name: format!("S{s}"), kind: switch(qos, mode, 20 + s as u32), ports });
         routing.groups[s0 + s] = vec![vec![0], vec![1]];
         routing.routes[s0 + s] = (0..hosts).map(|h| (h, (h / per_leaf) as u32)).collect();
     }
