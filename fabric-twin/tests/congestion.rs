@@ -2,13 +2,13 @@
 //! produce with fabric-common's thresholds and fabric-roce's congestion controls.
 mod common;
 
-use common::{RATE, leaf_spine, qp, shallow_qos, star};
+use common::{RATE, endpoints, leaf_spine, qp, shallow_qos, star};
 use fabric_common::config::HashMode;
 use fabric_roce::dcqcn::DcqcnParams;
 use fabric_twin::{
     Twin,
     report::StepReport,
-    workload::{CcChoice, EndpointConfig, QpSpec},
+    workload::{CcChoice, QpSpec},
 };
 
 /// Hosts 0, 1, 2 (leaf L0) and 5, 6, 7 (leaf L1) all write to host 4 (L1), through one spine.
@@ -16,7 +16,7 @@ fn two_tier_incast(pfc: bool) -> StepReport {
     let net = leaf_spine(4, 1, HashMode::FiveTuple, shallow_qos(100_000, pfc, false));
     let qps: Vec<QpSpec> =
         [0, 1, 2, 5, 6, 7].iter().enumerate().map(|(k, &src)| qp(src, 4, 400_000, k as u32)).collect();
-    let mut twin = Twin::new(&net, EndpointConfig::default(), 7);
+    let mut twin = Twin::new(&net, endpoints(CcChoice::None), 7);
     twin.run_step(&qps, 10_000_000_000).unwrap()
 }
 
@@ -49,7 +49,7 @@ fn without_pfc_the_same_incast_drops_and_retransmits() {
 fn marked_incast(cc: CcChoice) -> StepReport {
     let net = star(5, shallow_qos(64 << 20, false, true));
     let qps: Vec<QpSpec> = (0..4).map(|k| qp(k, 4, 2_000_000, k as u32)).collect();
-    let mut twin = Twin::new(&net, EndpointConfig { cc, ..Default::default() }, 3);
+    let mut twin = Twin::new(&net, endpoints(cc), 3);
     twin.run_step(&qps, 10_000_000_000).unwrap()
 }
 

@@ -1,13 +1,13 @@
 //! The twin's switches pick the ECMP member the data path's own hash picks.
 mod common;
 
-use common::{leaf_spine, plain_qos, qp};
+use common::{endpoints, leaf_spine, plain_qos, qp};
 use fabric_common::{
     config::{HashMode, SwitchConfig},
     hash::select_member,
     te::{TeEntry, te_key},
 };
-use fabric_twin::{Twin, workload::EndpointConfig, workload::QpSpec};
+use fabric_twin::{Twin, workload::CcChoice, workload::QpSpec};
 
 const PER_LEAF: usize = 4;
 const SPINES: usize = 4;
@@ -26,7 +26,7 @@ fn uplink_packets_follow_select_member_in_every_mode() {
     for mode in HashMode::ALL {
         let net = leaf_spine(PER_LEAF, SPINES, mode, plain_qos());
         let qps = cross_leaf_qps();
-        let r = Twin::new(&net, EndpointConfig::default(), 1).run_step(&qps, u64::MAX).unwrap();
+        let r = Twin::new(&net, endpoints(CcChoice::None), 1).run_step(&qps, u64::MAX).unwrap();
         assert!(r.finished);
         // Leaf seeds as the helper sets them: 10 for L0 (data), 11 for L1 (ACKs).
         let (l0, l1) = (SwitchConfig::testbed(mode, 10), SwitchConfig::testbed(mode, 11));
@@ -56,7 +56,7 @@ fn te_entries_override_the_hash_and_stale_ones_do_not() {
             (te_key(&q.data_packet), e)
         })
         .collect();
-    let r = Twin::new(&net, EndpointConfig::default(), 1).run_step(&qps, u64::MAX).unwrap();
+    let r = Twin::new(&net, endpoints(CcChoice::None), 1).run_step(&qps, u64::MAX).unwrap();
     let hashed = select_member(&SwitchConfig::testbed(HashMode::Te, 10), &qps[0].data_packet, SPINES as u32);
     let mut expected = [0; SPINES];
     for (k, o) in r.qps.iter().enumerate() {

@@ -1,8 +1,8 @@
 //! Times and depths the twin must reproduce from first principles.
 mod common;
 
-use common::{DELAY, RATE, plain_qos, qp, star};
-use fabric_twin::{Twin, workload::EndpointConfig};
+use common::{DELAY, RATE, endpoints, plain_qos, qp, star};
+use fabric_twin::{Twin, workload::CcChoice};
 
 /// Wire bytes of a WRITE packet carrying `payload` bytes: Ethernet 14, IPv4 20, UDP 8, BTH 12,
 /// ICRC 4, the RETH (16) on a message's first packet, and preamble 8, FCS 4, IFG 12.
@@ -16,7 +16,7 @@ const ACK_WIRE: u64 = 14 + 20 + 8 + 12 + 4 + 4 + 8 + 4 + 12;
 #[test]
 fn one_flow_through_one_switch_finishes_at_the_store_and_forward_time() {
     let net = star(2, plain_qos());
-    let mut twin = Twin::new(&net, EndpointConfig::default(), 1);
+    let mut twin = Twin::new(&net, endpoints(CcChoice::None), 1);
     // 24 full packets of 4096 bytes and one of 1696.
     let bytes = 24 * 4096 + 1696;
     let r = twin.run_step(&[qp(0, 1, bytes, 0)], u64::MAX).unwrap();
@@ -38,7 +38,7 @@ fn one_flow_through_one_switch_finishes_at_the_store_and_forward_time() {
 #[test]
 fn two_flows_into_one_port_share_it_and_queue_half_of_what_they_send() {
     let net = star(3, plain_qos());
-    let mut twin = Twin::new(&net, EndpointConfig::default(), 1);
+    let mut twin = Twin::new(&net, endpoints(CcChoice::None), 1);
     let packets = 200;
     let bytes = packets * 4096;
     let r = twin.run_step(&[qp(0, 2, bytes, 0), qp(1, 2, bytes, 1)], u64::MAX).unwrap();

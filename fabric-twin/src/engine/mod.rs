@@ -56,6 +56,9 @@ pub struct Twin<'n, R> {
     feedback: Vec<Feedback>,
     /// Per tier (switch tiers, then hosts): queue depth samples at every enqueue.
     depth: Vec<DepthHistogram>,
+    /// The XDP member counters ([`Routing::member_slot`]), if the routing numbers them.
+    member_packets: Vec<u64>,
+    member_bytes: Vec<u64>,
     incomplete: usize,
     delivered: u64,
     hops: u64,
@@ -79,6 +82,8 @@ impl<'n, R: Routing> Twin<'n, R> {
             buf: PacketBuf::new(),
             feedback: Vec::new(),
             depth: Vec::new(),
+            member_packets: Vec::new(),
+            member_bytes: Vec::new(),
             incomplete: 0,
             delivered: 0,
             hops: 0,
@@ -144,6 +149,8 @@ impl<'n, R: Routing> Twin<'n, R> {
             }
         }
         self.depth = vec![DepthHistogram::new(); net.tiers.len() + 1];
+        self.member_packets = vec![0; net.routing.member_slots()];
+        self.member_bytes = vec![0; net.routing.member_slots()];
     }
 
     fn start_qps(&mut self, qps: &[QpSpec]) -> Result<(), TwinError> {
@@ -266,11 +273,17 @@ impl<'n, R: Routing> Twin<'n, R> {
         let (dst, parsed) = if pkt.to_responder { (qp.dst, &qp.data_packet) } else { (qp.src, &qp.ack_packet) };
         let (tos, frame_len) = (pkt.tos, pkt.frame_len);
         let switch = self.switches[node].as_mut().expect("a switch");
-        let Some(out) = switch.egress(&self.net.routing, node, dst, parsed) else {
+        let routing = &self.net.routing;
+        let Some((group, member, out)) = switch.egress(routing, node, dst, parsed) else {
             self.unroutable += 1;
             self.packets.remove(id);
             return;
         };
+        if !self.member_packets.is_empty() {
+            let slot = routing.member_slot(node, group, member);
+            self.member_packets[slot] += 1;
+            self.member_bytes[slot] += u64::from(frame_len);
+        }
         let e = self.net.port_index(node, out);
         let class = Switch::class(tos);
         let wire = wire_bytes(frame_len);
@@ -537,6 +550,8 @@ impl<'n, R: Routing> Twin<'n, R> {
             completion_ns,
             qps,
             ports: self.ports.iter().map(|p| p.counters).collect(),
+            member_packets: std::mem::take(&mut self.member_packets),
+            member_bytes: std::mem::take(&mut self.member_bytes),
             tiers,
             events: self.events.processed(),
             packet_hops: self.hops,

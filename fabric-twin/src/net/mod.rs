@@ -21,6 +21,16 @@ pub trait Routing {
         let _ = (switch, key);
         None
     }
+    /// How many (switch, group, member) counters the XDP program keeps, as a flat array; 0
+    /// (the default): the twin counts per port only.
+    fn member_slots(&self) -> usize {
+        0
+    }
+    /// The index of (switch, group, member) in that array.
+    fn member_slot(&self, switch: usize, group: u32, member: u32) -> usize {
+        let _ = (switch, group, member);
+        0
+    }
 }
 
 /// One end of a link: the sending side of a node's port.

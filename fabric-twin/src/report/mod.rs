@@ -112,6 +112,12 @@ pub struct StepReport {
     /// Per global port: what its sending side did.
     #[serde(skip)]
     pub ports: Vec<PortCounters>,
+    /// Packets and frame bytes per ECMP member, as the XDP counters count them (empty unless
+    /// the routing numbers its members: [`crate::net::Routing::member_slots`]).
+    #[serde(skip)]
+    pub member_packets: Vec<u64>,
+    #[serde(skip)]
+    pub member_bytes: Vec<u64>,
     pub tiers: Vec<TierReport>,
     /// Events handled.
     pub events: u64,

@@ -44,10 +44,16 @@ impl Switch {
         Switch { spec, pool_used: 0, rng: SplitMix64::new(seed) }
     }
 
-    /// The egress port (the switch's own index) for a packet to `dst_host`, or `None` if the
-    /// switch has no route.
+    /// Where a packet to `dst_host` goes: (group, member index, egress port), or `None` if
+    /// the switch has no route.
     #[inline]
-    pub fn egress<R: Routing>(&self, routing: &R, me: usize, dst_host: usize, pkt: &ParsedPacket) -> Option<usize> {
+    pub fn egress<R: Routing>(
+        &self,
+        routing: &R,
+        me: usize,
+        dst_host: usize,
+        pkt: &ParsedPacket,
+    ) -> Option<(u32, u32, usize)> {
         let group = routing.group_of(me, dst_host)?;
         let members = routing.members(me, group);
         if members.is_empty() {
@@ -55,7 +61,7 @@ impl Switch {
         }
         let n = members.len() as u32;
         let member = choose_member(&self.spec.config, pkt, group, n, |key| routing.te_entry(me, key));
-        members.get(member as usize).copied()
+        Some((group, member, *members.get(member as usize)?))
     }
 
     /// The fate of a packet of `wire` bytes and TOS `tos` at an egress queue holding

@@ -1,11 +1,16 @@
 //! What the endpoints do: queue pairs (one RDMA WRITE stream each) that start together, as one
 //! step of a collective, and how every endpoint is configured.
+use std::net::Ipv4Addr;
+
 use fabric_common::parse::ParsedPacket;
 use fabric_roce::{
     cc::{CongestionControl, cts::Cts, dcqcn::Dcqcn, none::PfcOnly},
     cts::CtsConfig,
     dcqcn::DcqcnParams,
+    icrc::IpPair,
+    qp::{Connection, DEFAULT_PKEY, RequesterConfig, ResponderConfig},
     segment::PathMtu,
+    traffic_class::DSCP_ROCE,
 };
 
 /// One RC queue pair: `bytes` from host `src` to host `dst`.
@@ -75,21 +80,30 @@ pub struct EndpointConfig {
     pub cc: CcChoice,
 }
 
-impl Default for EndpointConfig {
-    /// 4096-byte MTU, an ACK every 4 packets, 4096 packets in flight, 64 ms timeout, unpaced
-    /// beyond the link, PFC only, lossless DSCP, ECN-capable.
-    fn default() -> Self {
+impl EndpointConfig {
+    /// `fabric-roce`'s own defaults ([`RequesterConfig::new`], [`ResponderConfig::new`]) at
+    /// path MTU `mtu` under `cc`: the lossless DSCP, ECN-capable, paced at the host link's rate
+    /// with a burst of two full packets.
+    pub fn new(mtu: PathMtu, cc: CcChoice) -> Self {
+        let any = Connection {
+            local_qp: 0,
+            remote_qp: 0,
+            pkey: DEFAULT_PKEY,
+            ip: IpPair::V4 { src: Ipv4Addr::UNSPECIFIED, dst: Ipv4Addr::UNSPECIFIED },
+            udp_src_port: 0,
+        };
+        let (req, resp) = (RequesterConfig::new(any), ResponderConfig::new(any));
         EndpointConfig {
-            mtu: PathMtu::Mtu4096,
-            ack_every: 4,
-            window_packets: 4096,
-            retransmit_timeout_ns: 64_000_000,
-            retry_limit: 7,
+            mtu,
+            ack_every: resp.ack_every,
+            window_packets: req.window_packets,
+            retransmit_timeout_ns: req.retransmit_timeout_ns,
+            retry_limit: req.retry_limit,
             qp_rate_bps: 0,
-            burst_bytes: 2 * (4096 + 100),
-            dscp: fabric_roce::traffic_class::DSCP_ROCE,
+            burst_bytes: 2 * u64::from(mtu.bytes() + req.wire_overhead_bytes),
+            dscp: DSCP_ROCE,
             ecn: true,
-            cc: CcChoice::None,
+            cc,
         }
     }
 }

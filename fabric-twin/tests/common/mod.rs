@@ -7,10 +7,17 @@ use fabric_common::{
     qos::{BufferMode, QosConfig},
     queue::RedParams,
 };
+use fabric_roce::segment::PathMtu;
 use fabric_twin::{
     net::{Network, NodeKind, NodeSpec, PortSpec, SwitchSpec, TableRouting},
-    workload::QpSpec,
+    workload::{CcChoice, EndpointConfig, QpSpec},
 };
+
+/// fabric-roce's endpoint defaults at a 4096-byte MTU, with a window deep enough that the
+/// tests' flows are never window-bound.
+pub fn endpoints(cc: CcChoice) -> EndpointConfig {
+    EndpointConfig { window_packets: 4096, ..EndpointConfig::new(PathMtu::Mtu4096, cc) }
+}
 
 /// 8 Gbit/s: one byte per nanosecond, so wire times are whole and easy to add up by hand.
 pub const RATE: u64 = 8_000_000_000;
