@@ -554,6 +554,7 @@ impl<'n, R: Routing> Twin<'n, R> {
             member_bytes: std::mem::take(&mut self.member_bytes),
             tiers,
             events: self.events.processed(),
+            events_by_kind: Kind::ALL.iter().map(|k| k.as_str()).zip(self.events.processed_by_kind()).collect(),
             packet_hops: self.hops,
             packets_delivered: self.delivered,
             unroutable: self.unroutable,

@@ -25,6 +25,23 @@ pub enum Kind {
     PfcTend,
 }
 
+impl Kind {
+    pub const COUNT: usize = 6;
+    pub const ALL: [Kind; Kind::COUNT] =
+        [Kind::Arrive, Kind::TxDone, Kind::Pause, Kind::Resume, Kind::HostWake, Kind::PfcTend];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Arrive => "arrive",
+            Kind::TxDone => "tx-done",
+            Kind::Pause => "pause",
+            Kind::Resume => "resume",
+            Kind::HostWake => "host-wake",
+            Kind::PfcTend => "pfc-tend",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
     pub time: Nanos,
@@ -54,6 +71,7 @@ pub struct EventQueue {
     next_seq: u64,
     now: Nanos,
     processed: u64,
+    by_kind: [u64; Kind::COUNT],
 }
 
 impl EventQueue {
@@ -69,6 +87,11 @@ impl EventQueue {
     /// Events taken out so far.
     pub fn processed(&self) -> u64 {
         self.processed
+    }
+
+    /// Events taken out so far, by [`Kind`] (in [`Kind::ALL`] order).
+    pub fn processed_by_kind(&self) -> [u64; Kind::COUNT] {
+        self.by_kind
     }
 
     pub fn len(&self) -> usize {
@@ -92,6 +115,7 @@ impl EventQueue {
         let e = self.heap.pop()?;
         self.now = e.time;
         self.processed += 1;
+        self.by_kind[e.kind as usize] += 1;
         Some(e)
     }
 
@@ -99,6 +123,8 @@ impl EventQueue {
     pub fn reset(&mut self) {
         self.heap.clear();
         self.now = 0;
+        self.processed = 0;
+        self.by_kind = [0; Kind::COUNT];
     }
 }
 

@@ -121,6 +121,8 @@ pub struct StepReport {
     pub tiers: Vec<TierReport>,
     /// Events handled.
     pub events: u64,
+    /// ... by kind, as (name, count).
+    pub events_by_kind: Vec<(&'static str, u64)>,
     /// Packets put on a link (every hop of every packet).
     pub packet_hops: u64,
     /// Packets that reached a host.

@@ -142,6 +142,7 @@ pub struct PacketStats {
     pub tiers: Vec<TierReport>,
     /// Simulation effort over the distinct steps.
     pub events: u64,
+    pub events_by_kind: Vec<(&'static str, u64)>,
     pub packet_hops: u64,
     pub peak_packets: usize,
 }
@@ -173,6 +174,12 @@ impl PacketStats {
             acc.depth_p99_bytes = acc.depth_p99_bytes.max(t.depth_p99_bytes);
         }
         self.events += r.events;
+        if self.events_by_kind.is_empty() {
+            self.events_by_kind = r.events_by_kind.iter().map(|(k, _)| (*k, 0)).collect();
+        }
+        for (acc, (_, n)) in self.events_by_kind.iter_mut().zip(&r.events_by_kind) {
+            acc.1 += n;
+        }
         self.packet_hops += r.packet_hops;
         self.peak_packets = self.peak_packets.max(r.peak_packets);
     }
