@@ -19,7 +19,7 @@ use fabric_roce::{
 use crate::{
     event::{EventQueue, Kind, Nanos},
     host::{Host, QpState},
-    link::{Port, wire_bytes},
+    link::{Port, Queued, wire_bytes},
     net::{Network, NodeKind, Routing},
     packet::{Packet, PacketPool, Payload},
     report::{DepthHistogram, QpOutcome, StepReport, TierReport},
@@ -187,10 +187,9 @@ impl<'n, R: Routing> Twin<'n, R> {
 
     // ---- links -----------------------------------------------------------------------------
 
-    /// Port `e` puts packet `id` on its link now.
-    fn transmit(&mut self, e: u32, id: u32) {
+    /// Port `e` puts packet `id` of `frame_len` bytes on its link now.
+    fn transmit(&mut self, e: u32, id: u32, frame_len: u32) {
         let now = self.events.now();
-        let frame_len = self.packets.get(id).frame_len;
         let port = &mut self.ports[e as usize];
         let tx = port.transmit_ns(frame_len);
         port.busy = true;
@@ -215,11 +214,10 @@ impl<'n, R: Routing> Twin<'n, R> {
             return self.host_transmit(node);
         }
         let now = self.events.now();
-        match port.next_class(now) {
-            Some(class) => {
-                let id = self.ports[e as usize].queues[class].pop_front().expect("a queued packet");
-                self.dequeued(node, e, class, id);
-                self.transmit(e, id);
+        match self.ports[e as usize].dequeue(now) {
+            Some((class, q)) => {
+                self.dequeued(node, class, q);
+                self.transmit(e, q.id, q.frame_len);
             }
             None => self.wait_for_resume(e),
         }
@@ -298,12 +296,9 @@ impl<'n, R: Routing> Twin<'n, R> {
         };
         switch.pool_used += wire;
         let tier = switch.spec.tier;
-        let pkt = self.packets.get_mut(id);
-        (pkt.tos, pkt.ingress) = (tos, p);
+        self.packets.get_mut(id).tos = tos;
         let egress = &mut self.ports[e as usize];
-        egress.queues[class].push_back(id);
-        egress.queued_bytes[class] += wire;
-        let depth = egress.queued_bytes[class];
+        let depth = egress.enqueue(class, Queued { id, frame_len, ingress: p });
         egress.counters.max_depth_bytes = egress.counters.max_depth_bytes.max(depth);
         egress.counters.ecn_marked += u64::from(marked);
         egress.counters.over_headroom += u64::from(over_headroom);
@@ -327,11 +322,9 @@ impl<'n, R: Routing> Twin<'n, R> {
         self.events.schedule(self.events.now() + refresh.max(1), Kind::PfcTend, p, class as u32);
     }
 
-    /// Packet `id` of `class` left switch `node`'s queue at `e`: its bytes are no longer held.
-    fn dequeued(&mut self, node: usize, e: u32, class: usize, id: u32) {
-        let pkt = self.packets.get(id);
-        let (wire, ingress) = (wire_bytes(pkt.frame_len), pkt.ingress);
-        self.ports[e as usize].queued_bytes[class] -= wire;
+    /// Packet `q` of `class` left switch `node`'s queue: its bytes are no longer held.
+    fn dequeued(&mut self, node: usize, class: usize, q: Queued) {
+        let (wire, ingress) = (wire_bytes(q.frame_len), q.ingress);
         let switch = self.switches[node].as_mut().expect("a switch");
         switch.pool_used -= wire;
         let port = &mut self.ports[ingress as usize];
@@ -378,16 +371,14 @@ impl<'n, R: Routing> Twin<'n, R> {
     fn host_transmit(&mut self, h: usize) {
         let now = self.events.now();
         let e = host_port(&self.hosts, h);
-        if let Some(class) = self.ports[e as usize].next_class(now) {
-            let id = self.ports[e as usize].queues[class].pop_front().expect("a queued packet");
-            self.ports[e as usize].queued_bytes[class] -= wire_bytes(self.packets.get(id).frame_len);
-            return self.transmit(e, id);
+        if let Some((_, q)) = self.ports[e as usize].dequeue(now) {
+            return self.transmit(e, q.id, q.frame_len);
         }
         let data_class = priority_class(self.cfg_data_tos());
         if self.ports[e as usize].pause.may_send(data_class, now)
-            && let Some(id) = self.poll_senders(h)
+            && let Some((id, frame_len)) = self.poll_senders(h)
         {
-            return self.transmit(e, id);
+            return self.transmit(e, id, frame_len);
         }
         self.host_sleep(h);
     }
@@ -396,8 +387,8 @@ impl<'n, R: Routing> Twin<'n, R> {
         fabric_roce::traffic_class::data_tos(self.cfg.dscp, self.cfg.ecn)
     }
 
-    /// The next data packet of host `h`'s senders, round-robin.
-    fn poll_senders(&mut self, h: usize) -> Option<u32> {
+    /// The next data packet of host `h`'s senders, round-robin: its index and frame length.
+    fn poll_senders(&mut self, h: usize) -> Option<(u32, u32)> {
         let now = self.events.now();
         let host = self.hosts[h].as_mut().expect("a host");
         let n = host.senders.len();
@@ -413,22 +404,29 @@ impl<'n, R: Routing> Twin<'n, R> {
                 let payload = Payload::Roce(repr);
                 let frame_len = qp.frame_len(&payload);
                 let tos = qp.data_tos;
-                let pkt = Packet { payload, qp: q as u32, frame_len, ingress: 0, tos, to_responder: true };
-                return Some(self.packets.insert(pkt));
+                let pkt = Packet { payload, qp: q as u32, frame_len, tos, to_responder: true };
+                return Some((self.packets.insert(pkt), frame_len));
             }
         }
         None
     }
 
-    /// Nothing can go now: wake at the first of the pacers', timers' and pauses' times.
+    /// Nothing can go now: wake at the first of the pacers', timers' and pauses' times. While
+    /// the data class is paused the senders wait for the pause to end (their timers are looked
+    /// at then), as a paused NIC does not send retransmissions either.
     fn host_sleep(&mut self, h: usize) {
         let now = self.events.now();
         let host = self.hosts[h].as_ref().expect("a host");
         let port = &self.ports[host.port as usize];
-        let senders = host.senders.iter().filter_map(|&q| self.qps[q as usize].sender.poll_timeout(&*host.cc, now));
         let data_class = priority_class(self.cfg_data_tos());
-        let paused = (!port.pause.may_send(data_class, now)).then(|| port.pause.resume_at(data_class));
-        let wake = senders.chain(host.cc.receiver_timeout()).chain(paused).chain(port.earliest_resume()).min();
+        let paused = !port.pause.may_send(data_class, now);
+        let senders = host
+            .senders
+            .iter()
+            .filter(|_| !paused)
+            .filter_map(|&q| self.qps[q as usize].sender.poll_timeout(&*host.cc, now));
+        let resume = paused.then(|| port.pause.resume_at(data_class));
+        let wake = senders.chain(host.cc.receiver_timeout()).chain(resume).chain(port.earliest_resume()).min();
         let Some(t) = wake else { return };
         let t = t.max(now + 1);
         let host = self.hosts[h].as_mut().expect("a host");
@@ -501,12 +499,10 @@ impl<'n, R: Routing> Twin<'n, R> {
     fn queue_at_host(&mut self, h: usize, q: usize, payload: Payload, feedback: bool) {
         let qp = &self.qps[q];
         let (frame_len, tos) = (qp.frame_len(&payload), qp.tos_of(feedback));
-        let pkt = Packet { payload, qp: q as u32, frame_len, ingress: 0, tos, to_responder: false };
+        let pkt = Packet { payload, qp: q as u32, frame_len, tos, to_responder: false };
         let id = self.packets.insert(pkt);
-        let e = host_port(&self.hosts, h) as usize;
-        let class = priority_class(tos);
-        self.ports[e].queues[class].push_back(id);
-        self.ports[e].queued_bytes[class] += wire_bytes(frame_len);
+        let e = host_port(&self.hosts, h);
+        self.ports[e as usize].enqueue(priority_class(tos), Queued { id, frame_len, ingress: e });
     }
 
     // ---- report ----------------------------------------------------------------------------

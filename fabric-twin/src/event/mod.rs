@@ -1,9 +1,13 @@
 //! The clock and the event queue: simulated nanoseconds, and what happens at each of them.
 //!
-//! A binary heap of small, `Copy` events ordered by (time, sequence number): events at the same
-//! nanosecond run in the order they were scheduled, so a run is deterministic. The heap keeps
-//! its allocation, so a running simulation allocates nothing per event.
-use std::{cmp::Ordering, collections::BinaryHeap};
+//! Time only moves forward and no event is scheduled in the past, so the queue is a radix heap
+//! (Ahuja, Mehlhorn, Orlin and Tarjan, 1990): an event waits in the bucket of the highest bit in
+//! which its time differs from the last time taken out, and a bucket is split into lower ones
+//! only when its turn comes. Each event moves down at most 64 times and usually a few, with no
+//! comparisons of whole heaps: several times faster than a binary heap at the simulator's
+//! sizes. Events of the same nanosecond come out in the order they were scheduled, so a run is
+//! deterministic. Buckets keep their allocations: a running simulation allocates nothing per
+//! event.
 
 /// Simulated time, nanoseconds since the start of a run.
 pub type Nanos = u64;
@@ -45,38 +49,46 @@ impl Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Event {
     pub time: Nanos,
-    seq: u64,
-    pub kind: Kind,
     pub port: u32,
     pub arg: u32,
+    pub kind: Kind,
 }
 
-impl Ord for Event {
-    fn cmp(&self, other: &Self) -> Ordering {
-        // Reversed: `BinaryHeap` is a max-heap and the earliest event must come out first.
-        (other.time, other.seq).cmp(&(self.time, self.seq))
-    }
-}
-
-impl PartialOrd for Event {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
+/// Buckets: 0 holds events at exactly the last time taken out; bucket `b` > 0 those whose
+/// time differs from it first in bit `b - 1`.
+const BUCKETS: usize = 65;
 
 /// The pending events and the clock.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct EventQueue {
-    heap: BinaryHeap<Event>,
-    next_seq: u64,
+    buckets: Vec<Vec<Event>>,
+    /// Bucket 0 is taken from the front (FIFO); events before `head` are gone.
+    head: usize,
+    /// Bit `b` set: bucket `b` is not empty (bucket 0: has events from `head` on).
+    occupied: u128,
+    len: usize,
     now: Nanos,
     processed: u64,
     by_kind: [u64; Kind::COUNT],
 }
 
+impl Default for EventQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl EventQueue {
     pub fn new() -> Self {
-        Self::default()
+        EventQueue {
+            buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            head: 0,
+            occupied: 0,
+            len: 0,
+            now: 0,
+            processed: 0,
+            by_kind: [0; Kind::COUNT],
+        }
     }
 
     /// The time of the event being handled (or of the last one handled).
@@ -95,35 +107,74 @@ impl EventQueue {
     }
 
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
+        self.len == 0
     }
 
-    /// Schedules an event at `time` (never before now: the past cannot change).
+    #[inline]
+    fn bucket_of(&self, time: Nanos) -> usize {
+        (64 - (time ^ self.now).leading_zeros()) as usize
+    }
+
+    /// Schedules an event at `time`; a time in the past is taken as now (the past cannot
+    /// change).
+    #[inline]
     pub fn schedule(&mut self, time: Nanos, kind: Kind, port: u32, arg: u32) {
         debug_assert!(time >= self.now, "event at {time} scheduled at {}", self.now);
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.heap.push(Event { time: time.max(self.now), seq, kind, port, arg });
+        let time = time.max(self.now);
+        let b = self.bucket_of(time);
+        self.buckets[b].push(Event { time, port, arg, kind });
+        self.occupied |= 1 << b;
+        self.len += 1;
     }
 
     /// The next event, the clock moved to its time.
     pub fn pop(&mut self) -> Option<Event> {
-        let e = self.heap.pop()?;
-        self.now = e.time;
+        if self.occupied & 1 == 0 {
+            self.refill()?;
+        }
+        let e = self.buckets[0][self.head];
+        self.head += 1;
+        if self.head == self.buckets[0].len() {
+            self.buckets[0].clear();
+            self.head = 0;
+            self.occupied &= !1;
+        }
+        self.len -= 1;
         self.processed += 1;
         self.by_kind[e.kind as usize] += 1;
         Some(e)
     }
 
+    /// Bucket 0 is empty: the clock moves to the earliest time in the first non-empty bucket,
+    /// whose events are spread over the buckets below it (in order, so ties stay FIFO).
+    fn refill(&mut self) -> Option<()> {
+        if self.occupied == 0 {
+            return None;
+        }
+        let b = self.occupied.trailing_zeros() as usize;
+        let mut moving = std::mem::take(&mut self.buckets[b]);
+        self.occupied &= !(1 << b);
+        self.now = moving.iter().map(|e| e.time).min().expect("an occupied bucket");
+        for e in moving.drain(..) {
+            let to = self.bucket_of(e.time);
+            self.buckets[to].push(e);
+            self.occupied |= 1 << to;
+        }
+        // Keep the emptied bucket's allocation for its next events.
+        self.buckets[b] = moving;
+        Some(())
+    }
+
     /// Forgets every pending event and rewinds the clock (a new run).
     pub fn reset(&mut self) {
-        self.heap.clear();
-        self.now = 0;
-        self.processed = 0;
+        for b in &mut self.buckets {
+            b.clear();
+        }
+        (self.head, self.occupied, self.len, self.now, self.processed) = (0, 0, 0, 0, 0);
         self.by_kind = [0; Kind::COUNT];
     }
 }
@@ -142,5 +193,30 @@ mod tests {
         let order: Vec<(u64, u32)> = std::iter::from_fn(|| q.pop()).map(|e| (e.time, e.port)).collect();
         assert_eq!(order, [(10, 2), (10, 4), (30, 1), (30, 3)]);
         assert_eq!((q.now(), q.processed()), (30, 4));
+    }
+
+    #[test]
+    fn random_schedules_come_out_sorted_and_stable() {
+        // Events scheduled at random future times while others are taken out, as the
+        // simulator does: times never go back, and ties keep their scheduling order.
+        let mut q = EventQueue::new();
+        let mut rng = fabric_common::rng::SplitMix64::new(5);
+        let mut out: Vec<(u64, u32)> = Vec::new();
+        let mut n = 0;
+        for _ in 0..2_000 {
+            for _ in 0..rng.below(4) {
+                let t = q.now() + rng.below(3) as u64 * rng.below(1_000) as u64;
+                q.schedule(t, Kind::Arrive, n, 0);
+                n += 1;
+            }
+            if let Some(e) = q.pop() {
+                out.push((e.time, e.port));
+            }
+        }
+        while let Some(e) = q.pop() {
+            out.push((e.time, e.port));
+        }
+        assert_eq!(out.len(), n as usize);
+        assert!(out.windows(2).all(|w| w[0].0 < w[1].0 || (w[0].0 == w[1].0 && w[0].1 < w[1].1)));
     }
 }

@@ -34,6 +34,15 @@ pub struct PortCounters {
     pub max_depth_bytes: u64,
 }
 
+/// A queued packet: its index, and what dequeuing and sending it need without touching the
+/// packet itself (its frame length and the port it entered the switch by).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Queued {
+    pub id: u32,
+    pub frame_len: u32,
+    pub ingress: u32,
+}
+
 /// One port: its egress queues, its link's state and its ingress accounting.
 #[derive(Debug)]
 pub struct Port {
@@ -42,7 +51,9 @@ pub struct Port {
     pub peer: u32,
     pub rate_bps: u64,
     pub delay_ns: u64,
-    pub queues: [VecDeque<u32>; CLASSES],
+    queues: [VecDeque<Queued>; CLASSES],
+    /// Bit n set: class n has packets queued.
+    nonempty: u8,
     /// Wire bytes queued per class.
     pub queued_bytes: [u64; CLASSES],
     /// Until when the frame being sent occupies the link.
@@ -69,6 +80,7 @@ impl Port {
             rate_bps,
             delay_ns,
             queues: Default::default(),
+            nonempty: 0,
             queued_bytes: [0; CLASSES],
             busy_until: 0,
             busy: false,
@@ -87,15 +99,39 @@ impl Port {
         queue::frame_transmit_ns(u64::from(frame_len), self.rate_bps)
     }
 
-    /// The highest class with a packet queued that may be sent at `now` (strict priority:
-    /// CNPs and grants in class 6 go before data in class 3).
-    pub fn next_class(&self, now: Nanos) -> Option<usize> {
-        (0..CLASSES).rev().find(|&c| !self.queues[c].is_empty() && self.pause.may_send(c, now))
+    /// Queues a packet in `class`; returns the class's depth with it, wire bytes.
+    #[inline]
+    pub fn enqueue(&mut self, class: usize, q: Queued) -> u64 {
+        self.queues[class].push_back(q);
+        self.nonempty |= 1 << class;
+        self.queued_bytes[class] += wire_bytes(q.frame_len);
+        self.queued_bytes[class]
+    }
+
+    /// Takes the packet at the head of the highest class with a packet queued that may be sent
+    /// at `now` (strict priority: CNPs and grants in class 6 go before data in class 3).
+    #[inline]
+    pub fn dequeue(&mut self, now: Nanos) -> Option<(usize, Queued)> {
+        let mut classes = self.nonempty;
+        while classes != 0 {
+            let class = 7 - classes.leading_zeros() as usize;
+            classes &= !(1 << class);
+            if !self.pause.may_send(class, now) {
+                continue;
+            }
+            let q = self.queues[class].pop_front().expect("a non-empty class");
+            if self.queues[class].is_empty() {
+                self.nonempty &= !(1 << class);
+            }
+            self.queued_bytes[class] -= wire_bytes(q.frame_len);
+            return Some((class, q));
+        }
+        None
     }
 
     /// When the earliest paused class with a packet queued may send again.
     pub fn earliest_resume(&self) -> Option<Nanos> {
-        (0..CLASSES).filter(|&c| !self.queues[c].is_empty()).map(|c| self.pause.resume_at(c)).min()
+        (0..CLASSES).filter(|&c| self.nonempty & (1 << c) != 0).map(|c| self.pause.resume_at(c)).min()
     }
 
     pub fn is_pausing(&self, class: usize) -> bool {

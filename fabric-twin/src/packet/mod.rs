@@ -25,8 +25,6 @@ pub struct Packet {
     pub qp: u32,
     /// Bytes XDP would see: Ethernet header to ICRC.
     pub frame_len: u32,
-    /// Global index of the port it entered its current switch by.
-    pub ingress: u32,
     /// IP TOS: DSCP (its class) and ECN (a switch may set CE).
     pub tos: u8,
     /// Requester to responder (data); else responder to requester.
