@@ -974,6 +974,46 @@ mod tests {
     }
 
     #[test]
+    fn payload_less_entry_points_follow_the_byte_ones_packet_for_packet() {
+        let mut cfg = RequesterConfig::new(requester_side());
+        cfg.window_packets = 8;
+        let (mut a_req, mut b_req) = (Requester::new(cfg), Requester::new(cfg));
+        let resp_cfg = ResponderConfig::new(responder_side());
+        let (mut a_resp, mut b_resp) = (Responder::new(resp_cfg), Responder::new(resp_cfg));
+        for (id, len) in [(0, 3000), (1, 1), (2, 9000), (3, 0)] {
+            a_req.post_write(id, len).unwrap();
+            b_req.post_write(id, len).unwrap();
+        }
+        let (mut sent, mut now) = (0, 0);
+        while a_req.outstanding_messages() > 0 {
+            assert!(sent < 100, "the transfer ends");
+            let (a, b) = (a_req.poll_transmit(now), b_req.poll_transmit_repr(now));
+            assert_eq!(a.as_deref().map(|p| RocePacketRepr::parse(p).unwrap()), b, "packet {sent}");
+            let (Some(a), Some(b)) = (a, b) else {
+                now = a_req.poll_timeout(now).expect("a timer runs");
+                continue;
+            };
+            sent += 1;
+            if sent == 5 {
+                continue; // lost on both paths: go-back-N on both
+            }
+            let (ra, rb) = (a_resp.on_packet(&a, now), b_resp.on_repr(&b, now));
+            let parsed: Vec<RocePacketRepr<'_>> = ra.iter().map(|p| RocePacketRepr::parse(p).unwrap()).collect();
+            assert_eq!(parsed, rb.into_iter().collect::<Vec<_>>(), "response to packet {sent}");
+            for (pa, pb) in ra.iter().zip(rb) {
+                assert_eq!(a_req.on_packet(pa, now).unwrap(), b_req.on_repr(&pb, now));
+            }
+            now += 100;
+        }
+        assert_eq!(b_req.outstanding_messages(), 0);
+        assert_eq!(a_req.counters(), b_req.counters());
+        assert!(a_req.counters().packets_retransmitted > 0);
+        assert_eq!(a_resp.counters(), b_resp.counters());
+        let cnp = a_resp.congestion_notification();
+        assert_eq!(RocePacketRepr::parse(&cnp).unwrap(), b_resp.congestion_notification_repr());
+    }
+
+    #[test]
     fn go_back_n_after_a_dropped_packet() {
         let mut req_cfg = RequesterConfig::new(requester_side());
         req_cfg.window_packets = 32;
