@@ -2,7 +2,9 @@
 //! simulator, on one workload measured in the same run: a 1,024-host three-tier non-blocking
 //! Clos at 400 Gbit/s, lossless (PFC), ECMP, a random permutation of 1,024 flows of 2,000,000
 //! bytes, every flow finished. Reports both wall times and their ratio, and the twin's packet
-//! hops and events per second and peak memory.
+//! hops and events per second and peak memory. Then the twin alone at scale: a 1,024-GPU ring
+//! AllReduce of 64 MiB per rank and a 24,576-GPU permutation of 1 MiB per GPU, 8 QPs and
+//! E-ECMP each (targets: under 5 minutes; under 8 GiB at 24K).
 //!
 //! htsim is built from its sources, given by `--htsim-src` or `HTSIM_SRC`, into
 //! `target/htsim` (once); without them the twin runs alone and the table says htsim was
@@ -66,6 +68,21 @@ pub struct TwinBenchReport {
     pub htsim_skipped: Option<String>,
     /// Mean twin wall time over htsim's: the target is at most 1/3.
     pub twin_over_htsim: Option<f64>,
+    pub at_scale: Vec<ScaleRun>,
+}
+
+/// The twin alone on a larger case.
+#[derive(Debug, Serialize)]
+pub struct ScaleRun {
+    pub case: String,
+    pub hosts: usize,
+    /// Steps of the collective, and distinct ones (each simulated once).
+    pub steps: usize,
+    pub distinct_steps: usize,
+    pub qps_per_step: usize,
+    pub run: TwinRun,
+    /// This process's peak resident set after the run (a maximum over everything before too).
+    pub peak_rss_kib: i64,
 }
 
 pub fn twin(htsim_src: Option<&Path>) -> Result<TwinBenchReport> {
@@ -78,6 +95,10 @@ pub fn twin(htsim_src: Option<&Path>) -> Result<TwinBenchReport> {
     let twin_peak_rss_kib = peak_rss_kib(libc::RUSAGE_SELF);
     let mean = (first.wall_s + second.wall_s) / 2.0;
     let twin_over_htsim = htsim.as_ref().map(|h| mean / h.wall_s);
+    let at_scale = vec![
+        run_at_scale(Scale::K1, Collective::Allreduce, 64 << 20)?,
+        run_at_scale(Scale::K24, Collective::Permutation, 1 << 20)?,
+    ];
     Ok(TwinBenchReport {
         hosts: HOSTS,
         flow_bytes: FLOW_BYTES,
@@ -86,32 +107,61 @@ pub fn twin(htsim_src: Option<&Path>) -> Result<TwinBenchReport> {
         htsim,
         htsim_skipped,
         twin_over_htsim,
+        at_scale,
     })
 }
 
-fn run_twin() -> Result<TwinRun> {
-    let mut fabric = build_fabric(None, Some(Scale::K1))?;
-    ensure!(fabric.plan.hosts().count() == HOSTS, "the 1k scale has {} hosts", fabric.plan.hosts().count());
-    let o = SimOptions {
-        collective: Collective::Permutation,
+/// The case of `collective` with `message_bytes` per rank, `qps` QPs and `hash`, every host a
+/// rank, PFC only, RoCE path MTU 4096, 1 µs links.
+fn case(collective: Collective, message_bytes: u64, qps: u32, hash: HashMode) -> SimOptions {
+    SimOptions {
+        collective,
         ranks: None,
-        message_bytes: FLOW_BYTES,
+        message_bytes,
         placement: Placement::Contiguous,
         seed: 1,
-        hash: HashMode::FiveTuple,
+        hash,
         hash_seed: None,
         endpoint: EndpointOptions {
-            qps: 1,
+            qps,
             sport: SportPolicy::PerQp,
             path_mtu: 4096,
             cc: CcMode::None,
             ..Default::default()
         },
-    };
-    let p = PacketOptions { link_delay_ns: 1_000, deadline_ns: 1_000_000_000, seed: 1 };
+    }
+}
+
+const PACKET: PacketOptions = PacketOptions { link_delay_ns: 1_000, deadline_ns: 1_000_000_000, seed: 1 };
+
+fn run_twin() -> Result<TwinRun> {
+    let mut fabric = build_fabric(None, Some(Scale::K1))?;
+    ensure!(fabric.plan.hosts().count() == HOSTS, "the 1k scale has {} hosts", fabric.plan.hosts().count());
+    let o = case(Collective::Permutation, FLOW_BYTES, 1, HashMode::FiveTuple);
     let t = Instant::now();
-    let r: SimResult = simulate_packet(&mut fabric, &o, &p)?;
+    let r = simulate_packet(&mut fabric, &o, &PACKET)?;
+    twin_run(r, t.elapsed().as_secs_f64())
+}
+
+/// A larger case on the twin alone (8 QPs, E-ECMP).
+fn run_at_scale(scale: Scale, collective: Collective, message_bytes: u64) -> Result<ScaleRun> {
+    let mut fabric = build_fabric(None, Some(scale))?;
+    let o = case(collective, message_bytes, 8, HashMode::Eecmp);
+    let t = Instant::now();
+    let r = simulate_packet(&mut fabric, &o, &PACKET)?;
     let wall_s = t.elapsed().as_secs_f64();
+    Ok(ScaleRun {
+        case: format!("{} {} {} B/rank", scale.as_str(), r.case, message_bytes),
+        hosts: r.hosts,
+        steps: r.steps,
+        distinct_steps: r.distinct_steps,
+        qps_per_step: r.qps_per_step,
+        run: twin_run(r, wall_s)?,
+        peak_rss_kib: peak_rss_kib(libc::RUSAGE_SELF),
+    })
+}
+
+fn twin_run(r: SimResult, wall_s: f64) -> Result<TwinRun> {
     let s = r.packet.context("a packet-model result")?;
     Ok(TwinRun {
         wall_s,
@@ -208,5 +258,21 @@ pub fn print_twin(r: &TwinBenchReport) {
         }
         (None, Some(why)) => println!("htsim: skipped ({why})"),
         (None, None) => {}
+    }
+    println!("the twin at scale (distinct steps simulated once):");
+    for s in &r.at_scale {
+        println!(
+            "  {}: {} hosts, {} QPs per step, {} steps ({} distinct): {:.2} s wall, {:.0} packet hops/s, \
+             {} MiB peak, finished {}",
+            s.case,
+            s.hosts,
+            s.qps_per_step,
+            s.steps,
+            s.distinct_steps,
+            s.run.wall_s,
+            s.run.packet_hops_per_s,
+            s.peak_rss_kib / 1024,
+            s.run.finished
+        );
     }
 }
