@@ -132,7 +132,8 @@ fn case(collective: Collective, message_bytes: u64, qps: u32, hash: HashMode) ->
     }
 }
 
-const PACKET: PacketOptions = PacketOptions { link_delay_ns: 1_000, deadline_ns: 1_000_000_000, seed: 1 };
+const PACKET: PacketOptions =
+    PacketOptions { link_delay_ns: 1_000, deadline_ns: 1_000_000_000, seed: 1, memory_limit_bytes: 8 << 30 };
 
 fn run_twin() -> Result<TwinRun> {
     let mut fabric = build_fabric(None, Some(Scale::K1))?;

@@ -91,6 +91,21 @@ impl<'n, R: Routing> Twin<'n, R> {
         }
     }
 
+    /// An upper bound on the memory a step of `qps` takes, bytes: the ports, switches, hosts
+    /// and QPs, and every packet that can be alive at once (each QP's window of data packets
+    /// and as many responses), with its queue entry and events. For refusing a run up front.
+    pub fn memory_estimate(net: &Network<R>, cfg: &EndpointConfig, qps: &[QpSpec]) -> u64 {
+        let per_packet = size_of::<Option<Packet>>() + size_of::<Queued>() + 2 * size_of::<crate::event::Event>();
+        let packets: u64 = qps
+            .iter()
+            .map(|q| u64::from(cfg.window_packets).min(q.bytes.div_ceil(u64::from(cfg.mtu.bytes())) + 1))
+            .sum();
+        let fixed = net.port_count() * size_of::<Port>()
+            + net.nodes.len() * (size_of::<Option<Switch>>() + size_of::<Option<Host>>())
+            + qps.len() * (size_of::<QpState>() + 64);
+        fixed as u64 + 2 * packets * per_packet as u64
+    }
+
     /// Runs one step: every QP of `qps` starts at time 0 and the step ends when all are
     /// acknowledged in full, when nothing is left to happen, or at `deadline_ns`.
     pub fn run_step(&mut self, qps: &[QpSpec], deadline_ns: Nanos) -> Result<StepReport, TwinError> {

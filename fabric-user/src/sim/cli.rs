@@ -47,6 +47,9 @@ pub struct SimArgs {
     /// Packet model: a step not finished after this much modelled time is reported unfinished.
     #[arg(long, default_value_t = 10_000)]
     pub deadline_ms: u64,
+    /// Packet model: refuse a case whose estimated memory is larger (GiB).
+    #[arg(long, default_value_t = 8.0)]
+    pub memory_limit_gib: f64,
     /// Topology file (default: the embedded default testbed).
     #[arg(long, conflicts_with = "scale")]
     pub topology: Option<PathBuf>,
@@ -121,10 +124,12 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     ensure!(a.message.get() > 0, "--message: must be at least 1 byte");
     ensure!(PATH_MTUS.contains(&a.path_mtu), "--path-mtu: {} is not a RoCE path MTU ({PATH_MTUS:?})", a.path_mtu);
     ensure!(a.ack_every >= 1, "--ack-every: must be at least 1");
+    ensure!(a.memory_limit_gib > 0.0, "--memory-limit-gib: must be above 0");
     let packet = PacketOptions {
         link_delay_ns: a.link_delay_ns,
         deadline_ns: a.deadline_ms.saturating_mul(1_000_000),
         seed: a.seed,
+        memory_limit_bytes: (a.memory_limit_gib * f64::from(1 << 30)) as u64,
     };
     let mut results = Vec::new();
     for &hash in &modes {

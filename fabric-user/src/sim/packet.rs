@@ -170,6 +170,8 @@ pub struct PacketOptions {
     pub deadline_ns: u64,
     /// Seeds the switches' RED draws.
     pub seed: u64,
+    /// A case whose estimated memory exceeds this is refused before it starts.
+    pub memory_limit_bytes: u64,
 }
 
 /// Simulates one case on the twin: each distinct step once (a step starts on an idle fabric,
@@ -182,6 +184,21 @@ pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions
     let fabric = &*fabric;
     let cfg = endpoint_config(&o.endpoint)?;
     let net = network(fabric, p.link_delay_ns)?;
+    // Every step's QPs, before any runs: a case too large is refused whole.
+    let mut step_qps = Vec::with_capacity(steps.len());
+    for (i, (step, _)) in steps.iter().enumerate() {
+        let qps = qp_specs(fabric, &crate::model::workload::on_hosts(step, &hosts), &o.endpoint);
+        let estimate = Twin::memory_estimate(&net, &cfg, &qps);
+        ensure!(
+            estimate <= p.memory_limit_bytes,
+            "step {i}: the twin would need up to {:.2} GiB for {} QPs, more than the limit of {:.2} GiB \
+             (--memory-limit-gib)",
+            estimate as f64 / f64::from(1 << 30),
+            qps.len(),
+            p.memory_limit_bytes as f64 / f64::from(1 << 30)
+        );
+        step_qps.push(qps);
+    }
     let mut twin = Twin::new(&net, cfg, p.seed);
     let mut load = MemberLoad::new(fabric);
     let mut stats = PacketStats {
@@ -191,11 +208,9 @@ pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions
         ..Default::default()
     };
     let (mut step_s, mut completion_s, mut step_count, mut qps_per_step) = (Vec::new(), 0.0, 0, 0);
-    for (i, (step, repeat)) in steps.iter().enumerate() {
-        let t = crate::model::workload::on_hosts(step, &hosts);
-        let qps = qp_specs(fabric, &t, &o.endpoint);
+    for (i, ((_, repeat), qps)) in steps.iter().zip(&step_qps).enumerate() {
         qps_per_step = qps_per_step.max(qps.len());
-        let r = twin.run_step(&qps, p.deadline_ns).with_context(|| format!("step {i}"))?;
+        let r = twin.run_step(qps, p.deadline_ns).with_context(|| format!("step {i}"))?;
         add_member_load(&r, *repeat as u64, &mut load);
         stats.add_step(&r, *repeat as u64);
         let s = r.completion_ns as f64 * 1e-9;
@@ -257,7 +272,8 @@ mod tests {
         }
     }
 
-    const PACKET: PacketOptions = PacketOptions { link_delay_ns: 1_000, deadline_ns: 1_000_000_000, seed: 1 };
+    const PACKET: PacketOptions =
+        PacketOptions { link_delay_ns: 1_000, deadline_ns: 1_000_000_000, seed: 1, memory_limit_bytes: 1 << 33 };
 
     #[test]
     fn member_counters_equal_the_flow_models_prediction_when_nothing_is_lost() {
@@ -291,6 +307,16 @@ mod tests {
             };
             assert_eq!(twin_load, predicted, "{}: packets and bytes per ECMP member", r.case);
         }
+    }
+
+    #[test]
+    fn a_case_over_the_memory_limit_is_refused_with_its_estimate() {
+        let mut fabric = build_fabric(None, None).unwrap();
+        let o = case(Collective::Alltoall, HashMode::Eecmp, 8, CcMode::None);
+        let tight = PacketOptions { memory_limit_bytes: 1 << 20, ..PACKET };
+        let err = simulate_packet(&mut fabric, &o, &tight).unwrap_err().to_string();
+        assert!(err.contains("GiB for 448 QPs") && err.contains("--memory-limit-gib"), "{err}");
+        assert!(simulate_packet(&mut fabric, &o, &PACKET).unwrap().packet.unwrap().finished);
     }
 
     #[test]
