@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{
     SimOptions, SimResult,
-    packet::{PacketOptions, simulate_packet},
+    packet::{PacketOptions, simulate_packet_cases},
     print, simulate,
 };
 use crate::forwarding::fabric::{Scale, SimFabric};
@@ -131,10 +131,10 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         seed: a.seed,
         memory_limit_bytes: (a.memory_limit_gib * f64::from(1 << 30)) as u64,
     };
-    let mut results = Vec::new();
+    let mut cases = Vec::new();
     for &hash in &modes {
         for &q in &qps {
-            let o = SimOptions {
+            cases.push(SimOptions {
                 collective: a.workload,
                 ranks: a.ranks,
                 message_bytes: a.message.get(),
@@ -150,13 +150,13 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
                     cc: a.cc,
                     ..Default::default()
                 },
-            };
-            results.push(match a.model {
-                Model::Flow => simulate(&mut fabric, &o)?,
-                Model::Packet => simulate_packet(&mut fabric, &o, &packet)?,
             });
         }
     }
+    let results = match a.model {
+        Model::Flow => cases.iter().map(|o| simulate(&mut fabric, o)).collect::<Result<Vec<_>>>()?,
+        Model::Packet => simulate_packet_cases(&fabric, &cases, &packet)?,
+    };
     Ok(SimReport { schema: "fabric.sim/1", build_s, results })
 }
 
