@@ -332,9 +332,15 @@ impl<'n, R: Routing> Twin<'n, R> {
         }
         let quanta = switch.spec.pause_quanta;
         let refresh = quanta_to_ns(quanta, ingress.rate_bps) / 2;
-        self.ports[p as usize].pausing |= 1 << class;
+        let port = &mut self.ports[p as usize];
+        port.pausing |= 1 << class;
+        // One tending per port and class: a pending one from an earlier pause serves this one.
+        let tend = port.tending & (1 << class) == 0;
+        port.tending |= 1 << class;
         self.send_pfc(p, class, quanta);
-        self.events.schedule(self.events.now() + refresh.max(1), Kind::PfcTend, p, class as u32);
+        if tend {
+            self.events.schedule(self.events.now() + refresh.max(1), Kind::PfcTend, p, class as u32);
+        }
     }
 
     /// Packet `q` of `class` left switch `node`'s queue: its bytes are no longer held.
@@ -352,8 +358,9 @@ impl<'n, R: Routing> Twin<'n, R> {
 
     /// The agent's tending of a pause: refresh it at half its time while above Xon.
     fn on_tend(&mut self, p: u32, class: usize) {
-        let port = &self.ports[p as usize];
+        let port = &mut self.ports[p as usize];
         if !port.is_pausing(class) {
+            port.tending &= !(1 << class);
             return;
         }
         let switch = self.switches[port.node as usize].as_ref().expect("a switch");

@@ -67,6 +67,8 @@ pub struct Port {
     pub held: [u64; CLASSES],
     /// Ingress side: classes this port is pausing upstream (bit n: class n).
     pub pausing: u8,
+    /// Ingress side: classes with a PFC tending event pending (bit n: class n).
+    pub tending: u8,
     /// Ingress side: when the last pause frame of each class went out.
     pub last_pause_ns: [Nanos; CLASSES],
     pub counters: PortCounters,
@@ -88,6 +90,7 @@ impl Port {
             resume_at: None,
             held: [0; CLASSES],
             pausing: 0,
+            tending: 0,
             last_pause_ns: [0; CLASSES],
             counters: PortCounters::default(),
         }
