@@ -9,7 +9,10 @@
 //! its time, as the agent does), falling below Xon a resume (quanta 0). PFC frames go out
 //! after the frame in transmission and take their own wire time and the propagation delay;
 //! they do not delay the data behind them (84 bytes of wire time, under 2 ns at 400G).
-use fabric_common::pfc::{self, CLASSES, PauseFrame, quanta_to_ns};
+use fabric_common::{
+    parse::ParsedPacket,
+    pfc::{self, CLASSES, PauseFrame, quanta_to_ns},
+};
 use fabric_roce::{
     buf::PacketBuf,
     cc::Feedback,
@@ -26,6 +29,14 @@ use crate::{
     switch::{Admission, Switch},
     workload::{EndpointConfig, QpSpec},
 };
+
+/// One direction of a QP, as the switches see it: the destination host and the parsed
+/// packet the hash reads.
+#[derive(Clone, Copy, Debug)]
+struct Way {
+    dst: u32,
+    packet: ParsedPacket,
+}
 
 /// Why a step could not run.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -50,7 +61,12 @@ pub struct Twin<'n, R> {
     /// Per node: a switch's state (hosts: `None`).
     switches: Vec<Option<Switch>>,
     hosts: Vec<Option<Host>>,
+    /// Per node: a host (dense, for the check every arrival makes).
+    is_host: Vec<bool>,
     qps: Vec<QpState>,
+    /// Per QP, its data direction then its ACK direction: what the switches route it by, apart
+    /// from the endpoints' state so that a hop reads only this.
+    ways: Vec<Way>,
     packets: PacketPool,
     buf: PacketBuf,
     feedback: Vec<Feedback>,
@@ -77,7 +93,9 @@ impl<'n, R: Routing> Twin<'n, R> {
             ports: Vec::new(),
             switches: Vec::new(),
             hosts: Vec::new(),
+            is_host: Vec::new(),
             qps: Vec::new(),
+            ways: Vec::new(),
             packets: PacketPool::default(),
             buf: PacketBuf::new(),
             feedback: Vec::new(),
@@ -145,6 +163,7 @@ impl<'n, R: Routing> Twin<'n, R> {
         self.switches.clear();
         self.hosts.clear();
         self.qps.clear();
+        self.ways.clear();
         (self.delivered, self.hops, self.unroutable) = (0, 0, 0);
         for (n, node) in net.nodes.iter().enumerate() {
             for p in &node.ports {
@@ -163,6 +182,7 @@ impl<'n, R: Routing> Twin<'n, R> {
                 }
             }
         }
+        self.is_host = self.hosts.iter().map(Option::is_some).collect();
         self.depth = vec![DepthHistogram::new(); net.tiers.len() + 1];
         self.member_packets = vec![0; net.routing.member_slots()];
         self.member_bytes = vec![0; net.routing.member_slots()];
@@ -190,6 +210,8 @@ impl<'n, R: Routing> Twin<'n, R> {
             }
             sender.senders.push(index as u32);
             self.qps.push(qp);
+            self.ways.push(Way { dst: spec.dst as u32, packet: spec.data_packet });
+            self.ways.push(Way { dst: spec.src as u32, packet: spec.ack_packet });
         }
         self.incomplete = self.qps.iter().filter(|q| !q.sender.is_complete()).count();
         for h in 0..self.hosts.len() {
@@ -225,7 +247,7 @@ impl<'n, R: Routing> Twin<'n, R> {
             return;
         }
         let node = port.node as usize;
-        if self.hosts[node].is_some() {
+        if self.is_host[node] {
             return self.host_transmit(node);
         }
         let now = self.events.now();
@@ -255,9 +277,7 @@ impl<'n, R: Routing> Twin<'n, R> {
         times[class] = quanta;
         let frame = PauseFrame { src: [0; 6], class_enable: 1 << class, quanta: times };
         let now = self.events.now();
-        let port = &mut self.ports[e as usize];
-        port.pause.on_frame(&frame, now);
-        port.counters.pauses_received += 1;
+        self.ports[e as usize].on_pause_frame(&frame, now);
         if quanta == 0 {
             self.kick(e);
         }
@@ -278,12 +298,12 @@ impl<'n, R: Routing> Twin<'n, R> {
 
     fn on_arrive(&mut self, p: u32, id: u32) {
         let node = self.ports[p as usize].node as usize;
-        if self.hosts[node].is_some() {
+        if self.is_host[node] {
             return self.host_receive(node, id);
         }
         let pkt = self.packets.get(id);
-        let qp = &self.qps[pkt.qp as usize].spec;
-        let (dst, parsed) = if pkt.to_responder { (qp.dst, &qp.data_packet) } else { (qp.src, &qp.ack_packet) };
+        let way = &self.ways[2 * pkt.qp as usize + usize::from(!pkt.to_responder)];
+        let (dst, parsed) = (way.dst as usize, &way.packet);
         let (tos, frame_len) = (pkt.tos, pkt.frame_len);
         let switch = self.switches[node].as_mut().expect("a switch");
         let routing = &self.net.routing;
@@ -397,7 +417,7 @@ impl<'n, R: Routing> Twin<'n, R> {
             return self.transmit(e, q.id, q.frame_len);
         }
         let data_class = priority_class(self.cfg_data_tos());
-        if self.ports[e as usize].pause.may_send(data_class, now)
+        if self.ports[e as usize].may_send(data_class, now)
             && let Some((id, frame_len)) = self.poll_senders(h)
         {
             return self.transmit(e, id, frame_len);
@@ -441,13 +461,13 @@ impl<'n, R: Routing> Twin<'n, R> {
         let host = self.hosts[h].as_ref().expect("a host");
         let port = &self.ports[host.port as usize];
         let data_class = priority_class(self.cfg_data_tos());
-        let paused = !port.pause.may_send(data_class, now);
+        let paused = !port.may_send(data_class, now);
         let senders = host
             .senders
             .iter()
             .filter(|_| !paused)
             .filter_map(|&q| self.qps[q as usize].sender.poll_timeout(&*host.cc, now));
-        let resume = paused.then(|| port.pause.resume_at(data_class));
+        let resume = paused.then(|| port.resume_at(data_class));
         let wake = senders.chain(host.cc.receiver_timeout()).chain(resume).chain(port.earliest_resume()).min();
         let Some(t) = wake else { return };
         let t = t.max(now + 1);

@@ -5,7 +5,10 @@
 //! delivers after the propagation delay.
 use std::collections::VecDeque;
 
-use fabric_common::{pfc::CLASSES, queue};
+use fabric_common::{
+    pfc::{CLASSES, PauseFrame},
+    queue,
+};
 use fabric_roce::pause::PauseState;
 
 use crate::event::Nanos;
@@ -44,31 +47,38 @@ pub struct Queued {
 }
 
 /// One port: its egress queues, its link's state and its ingress accounting.
+///
+/// Laid out hot first and aligned to a cache line: at a large fabric the ports outnumber the
+/// cache, and every event at a port reads its first line (the scalars and, in the next, the
+/// bytes queued and held per class).
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub struct Port {
     pub node: u32,
     /// Global index of the port at the other end.
     pub peer: u32,
-    pub rate_bps: u64,
-    pub delay_ns: u64,
-    queues: [VecDeque<Queued>; CLASSES],
-    /// Bit n set: class n has packets queued.
-    nonempty: u8,
-    /// Wire bytes queued per class.
-    pub queued_bytes: [u64; CLASSES],
     /// Until when the frame being sent occupies the link.
     pub busy_until: Nanos,
-    pub busy: bool,
-    /// PFC obedience for what this port sends.
-    pub pause: PauseState,
+    pub rate_bps: u64,
+    pub delay_ns: u64,
     /// A Resume event is pending for this time.
     pub resume_at: Option<Nanos>,
-    /// Ingress side: wire bytes this port's arrivals hold in the switch, per class.
-    pub held: [u64; CLASSES],
+    pub busy: bool,
+    /// Bit n set: class n has packets queued.
+    nonempty: u8,
     /// Ingress side: classes this port is pausing upstream (bit n: class n).
     pub pausing: u8,
     /// Ingress side: classes with a PFC tending event pending (bit n: class n).
     pub tending: u8,
+    /// A PFC frame has reached this port: only then is `pause` read.
+    ever_paused: bool,
+    /// Wire bytes queued per class.
+    pub queued_bytes: [u64; CLASSES],
+    /// Ingress side: wire bytes this port's arrivals hold in the switch, per class.
+    pub held: [u64; CLASSES],
+    queues: [VecDeque<Queued>; CLASSES],
+    /// PFC obedience for what this port sends.
+    pause: PauseState,
     /// Ingress side: when the last pause frame of each class went out.
     pub last_pause_ns: [Nanos; CLASSES],
     pub counters: PortCounters,
@@ -79,21 +89,40 @@ impl Port {
         Port {
             node,
             peer,
+            busy_until: 0,
             rate_bps,
             delay_ns,
-            queues: Default::default(),
-            nonempty: 0,
-            queued_bytes: [0; CLASSES],
-            busy_until: 0,
-            busy: false,
-            pause: PauseState::new(rate_bps),
             resume_at: None,
-            held: [0; CLASSES],
+            busy: false,
+            nonempty: 0,
             pausing: 0,
             tending: 0,
+            ever_paused: false,
+            queued_bytes: [0; CLASSES],
+            held: [0; CLASSES],
+            queues: Default::default(),
+            pause: PauseState::new(rate_bps),
             last_pause_ns: [0; CLASSES],
             counters: PortCounters::default(),
         }
+    }
+
+    /// A PFC frame from the peer reached this port at `now`.
+    pub fn on_pause_frame(&mut self, frame: &PauseFrame, now: Nanos) {
+        self.ever_paused = true;
+        self.pause.on_frame(frame, now);
+        self.counters.pauses_received += 1;
+    }
+
+    /// Whether `class` may send at `now`.
+    #[inline]
+    pub fn may_send(&self, class: usize, now: Nanos) -> bool {
+        !self.ever_paused || self.pause.may_send(class, now)
+    }
+
+    /// When `class` may send again (at or before now if it may).
+    pub fn resume_at(&self, class: usize) -> Nanos {
+        self.pause.resume_at(class)
     }
 
     /// Time the link is busy with a frame of `frame_len`.
@@ -119,7 +148,7 @@ impl Port {
         while classes != 0 {
             let class = 7 - classes.leading_zeros() as usize;
             classes &= !(1 << class);
-            if !self.pause.may_send(class, now) {
+            if !self.may_send(class, now) {
                 continue;
             }
             let q = self.queues[class].pop_front().expect("a non-empty class");
