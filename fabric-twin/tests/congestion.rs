@@ -7,6 +7,7 @@ use fabric_common::config::HashMode;
 use fabric_roce::dcqcn::DcqcnParams;
 use fabric_twin::{
     Twin,
+    net::NodeKind,
     report::StepReport,
     workload::{CcChoice, QpSpec},
 };
@@ -64,4 +65,28 @@ fn dcqcn_cuts_the_rate_on_marks_and_no_control_does_not() {
     assert!(dcqcn.qps.iter().all(|q| q.min_rate_bps.unwrap() < RATE / 2), "and cuts its rate");
     let (deep_none, deep_dcqcn) = (none.tiers[0].depth_p99_bytes, dcqcn.tiers[0].depth_p99_bytes);
     assert!(deep_dcqcn * 2 < deep_none, "DCQCN keeps the queue shorter: p99 {deep_dcqcn} B vs {deep_none} B");
+}
+
+#[test]
+fn a_pause_is_refreshed_while_the_ingress_stays_over_xon() {
+    // Pauses of 50 quanta last 3.2 µs at 8 Gbit/s: without the refresh at half that time the
+    // senders would resume while the switch still holds more than Xon, and with the pause
+    // state still set it would never pause them again: the queue would take both 2 MB flows.
+    let mut net = star(3, shallow_qos(64 << 20, true, false));
+    if let NodeKind::Switch(s) = &mut net.nodes[3].kind {
+        s.pause_quanta = 50;
+    }
+    let qps = [qp(0, 2, 2_000_000, 0), qp(1, 2, 2_000_000, 1)];
+    let r = Twin::new(&net, endpoints(CcChoice::None), 1).run_step(&qps, 10_000_000_000).unwrap();
+    assert!(r.finished);
+    let sw = &r.tiers[0];
+    assert_eq!(sw.drops, 0);
+    // Each ingress pauses above 20 KB and lets go below 10 KB: the port to host 2 holds both
+    // ingresses' share plus what was in flight when the pauses took effect.
+    assert!(sw.max_depth_bytes < 64_000, "queue held {} B", sw.max_depth_bytes);
+    // The port drains 4 MB at a byte per ns: 4 ms, through which the two ingresses are
+    // mostly paused, refreshed every 1.6 µs (some 2,500 times each if paused throughout).
+    assert_eq!(RATE, 8_000_000_000);
+    let frames = sw.pauses_sent;
+    assert!(frames > 2_000, "{frames} pause frames: the pauses were refreshed");
 }
