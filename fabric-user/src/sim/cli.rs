@@ -38,9 +38,9 @@ pub struct SimArgs {
     /// flow (max-min fair share) or packet (the packet-level twin).
     #[arg(long, value_enum, default_value_t = Model::Flow)]
     pub model: Model,
-    /// Packet model: congestion control on top of PFC.
-    #[arg(long, value_enum, default_value_t = EndpointOptions::default().cc)]
-    pub cc: CcMode,
+    /// Packet model: congestion control on top of PFC (repeatable; default: none).
+    #[arg(long, value_enum)]
+    pub cc: Vec<CcMode>,
     /// Packet model: propagation delay of every link, ns (a topology file states none).
     #[arg(long, default_value_t = 1_000)]
     pub link_delay_ns: u64,
@@ -131,9 +131,14 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         seed: a.seed,
         memory_limit_bytes: (a.memory_limit_gib * f64::from(1 << 30)) as u64,
     };
+    let ccs = if a.cc.is_empty() { vec![EndpointOptions::default().cc] } else { a.cc.clone() };
+    ensure!(
+        a.model == Model::Packet || ccs == [EndpointOptions::default().cc],
+        "--cc: the flow model has no congestion control (use --model packet)"
+    );
     let mut cases = Vec::new();
     for &hash in &modes {
-        for &q in &qps {
+        for (&q, &cc) in qps.iter().flat_map(|q| ccs.iter().map(move |c| (q, c))) {
             cases.push(SimOptions {
                 collective: a.workload,
                 ranks: a.ranks,
@@ -147,7 +152,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
                     sport: a.sport,
                     path_mtu: a.path_mtu,
                     ack_every: a.ack_every,
-                    cc: a.cc,
+                    cc,
                     ..Default::default()
                 },
             });

@@ -438,6 +438,18 @@ fn print_packet(results: &[SimResult]) {
                 t.max_depth_bytes
             );
         }
-        println!("{:<36} {} events, {} packet hops, {:.2} s wall", r.case, p.events, p.packet_hops, r.wall_s);
+        let mut fct: Vec<f64> = p.flow_completion_s.iter().flatten().flatten().copied().collect();
+        fct.sort_by(f64::total_cmp);
+        let at = |q: f64| fct.get(((fct.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0.0);
+        println!(
+            "{:<36} flow completion p50 {:.6} s, p99 {:.6} s, max {:.6} s; {} events, {} packet hops, {:.2} s wall",
+            r.case,
+            at(0.5),
+            at(0.99),
+            at(1.0),
+            p.events,
+            p.packet_hops,
+            r.wall_s
+        );
     }
 }
