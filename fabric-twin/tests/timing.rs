@@ -60,3 +60,19 @@ fn two_flows_into_one_port_share_it_and_queue_half_of_what_they_send() {
     assert_eq!(r.tiers[0].drops, 0);
     assert_eq!(RATE, 8_000_000_000, "the arithmetic above assumes 1 ns per byte");
 }
+
+#[test]
+fn a_workload_the_twin_cannot_run_names_the_qp_at_fault() {
+    use fabric_twin::TwinError;
+    let net = star(2, plain_qos());
+    let mut twin = Twin::new(&net, endpoints(CcChoice::None), 1);
+    let err = twin.run_step(&[qp(0, 1, 10, 0), qp(1, 1, 10, 1)], u64::MAX).unwrap_err();
+    assert_eq!(err, TwinError::Loopback { index: 1, host: 1 });
+    let err = twin.run_step(&[qp(0, 2, 10, 0)], u64::MAX).unwrap_err();
+    assert_eq!(err, TwinError::NotAHost { index: 0, field: "dst", node: 2 });
+    let twice = [qp(0, 1, 10, 0), qp(0, 1, 10, 0)];
+    assert_eq!(
+        twin.run_step(&twice, u64::MAX).unwrap_err(),
+        TwinError::DuplicateQpn { index: 1, qpn: twice[1].resp_qpn, host: 1 }
+    );
+}

@@ -47,6 +47,8 @@ pub enum TwinError {
     Post { index: usize, reason: String },
     #[error("qps[{index}]: QP {qpn} is used twice at host {host}")]
     DuplicateQpn { index: usize, qpn: u32, host: usize },
+    #[error("qps[{index}]: src and dst are the same host {host}")]
+    Loopback { index: usize, host: usize },
     #[error("{0} QPs: more than the twin's 2^32 indices")]
     TooManyQps(usize),
 }
@@ -201,7 +203,9 @@ impl<'n, R: Routing> Twin<'n, R> {
                 r => r,
             };
             let (s, d) = (spec.src, spec.dst);
-            let [sender, receiver] = self.hosts.get_disjoint_mut([s, d]).unwrap_or_else(|_| panic!("loopback QP"));
+            let Ok([sender, receiver]) = self.hosts.get_disjoint_mut([s, d]) else {
+                return Err(TwinError::Loopback { index, host: s });
+            };
             let (sender, receiver) = (sender.as_mut().expect("a host"), receiver.as_mut().expect("a host"));
             let qp = QpState::new(*spec, &self.cfg, rate, &mut *sender.cc, &mut *receiver.cc, 0)
                 .map_err(|e| TwinError::Post { index, reason: e.to_string() })?;
