@@ -12,11 +12,7 @@
 //! hosts, 1 µs links, MTU 4000, flows starting within 20 µs) and our `--scale 1k` Clos (2
 //! zones of 32 racks of 16 hosts, 16 CTSWs per zone, 32 ATSWs; 1 µs links, RoCE path MTU 4096,
 //! flows starting together); both are non-blocking and cross at most 6 links.
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-    time::Instant,
-};
+use std::{path::Path, process::Command, time::Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use fabric_common::config::HashMode;
@@ -181,14 +177,14 @@ fn twin_run(r: SimResult, wall_s: f64) -> Result<TwinRun> {
 /// Builds htsim into `target/htsim` (once) and runs the workload; the wall time is the
 /// simulation's alone (the permutation is generated before).
 fn run_htsim(src: &Path) -> Result<HtsimRun> {
-    let root = PathBuf::from("target/htsim");
+    let root = std::env::current_dir()?.join("target/htsim");
     let main = root.join("sim/datacenter/htsim_roce");
     if !main.exists() {
         ensure!(src.join("sim/datacenter").is_dir(), "{}: not htsim's sources (no sim/datacenter)", src.display());
         std::fs::create_dir_all("target")?;
         run(Command::new("cp").arg("-r").arg(src).arg(&root))?;
-        run(Command::new("make").args(["-C", "target/htsim/sim", "-j2", "libhtsim.a"]))?;
-        run(Command::new("make").args(["-C", "target/htsim/sim/datacenter", "-j2", "htsim_roce"]))?;
+        run(Command::new("make").arg("-C").arg(root.join("sim")).args(["-j2", "libhtsim.a"]))?;
+        run(Command::new("make").arg("-C").arg(root.join("sim/datacenter")).args(["-j2", "htsim_roce"]))?;
     }
     let cm = root.join("perm.cm");
     let generator = root.join("sim/datacenter/connection_matrices/gen_permutation.py");
@@ -196,7 +192,9 @@ fn run_htsim(src: &Path) -> Result<HtsimRun> {
     run(Command::new("python3").arg(&generator).arg(&cm).args([&n, &n, &bytes, "0", "1"]))?;
     let log = root.join("htsim.log");
     let t = Instant::now();
+    // htsim writes files of its own (an id map) into its working directory: keep them there.
     let out = Command::new(&main)
+        .current_dir(&root)
         .args(["-nodes", &n, "-tm"])
         .arg(&cm)
         .args(["-strat", "ecmp_host", "-paths", "64", "-q", "100", "-queue_type", "lossless_input"])
