@@ -11,6 +11,7 @@ mod dataplane;
 mod endpoint;
 mod forwarding;
 mod sim;
+mod twin;
 
 #[derive(Parser)]
 #[command(name = "fabric-bench", about = "fabric's benchmarks")]
@@ -58,6 +59,14 @@ enum BenchCommand {
         #[arg(long, default_value = "results/bench/sim.json")]
         json: PathBuf,
     },
+    /// The packet-level twin vs htsim on a 1,024-host permutation (wall times, ratio, events/s).
+    Twin {
+        #[arg(long, default_value = "results/bench/twin.json")]
+        json: PathBuf,
+        /// htsim's source folder (with `sim/`; default: `$HTSIM_SRC`), built into `target/htsim`.
+        #[arg(long)]
+        htsim_src: Option<PathBuf>,
+    },
     /// Packets/s per core through RTSW-CTSW-RTSW: the XDP switch vs Linux kernel forwarding.
     Forwarding {
         #[arg(long, default_value = "results/bench/forwarding.json")]
@@ -91,6 +100,12 @@ fn run() -> Result<()> {
         BenchCommand::Endpoint { json } => {
             let report = endpoint::endpoint()?;
             endpoint::print_endpoint(&report);
+            write_json(&json, &report)?;
+        }
+        BenchCommand::Twin { json, htsim_src } => {
+            let htsim_src = htsim_src.or_else(|| std::env::var_os("HTSIM_SRC").map(PathBuf::from));
+            let report = twin::twin(htsim_src.as_deref())?;
+            twin::print_twin(&report);
             write_json(&json, &report)?;
         }
         BenchCommand::Forwarding { json } => {

@@ -81,18 +81,32 @@ pub fn decide<'a, T: ForwardingTables>(
     if n == 0 || n as usize > MAX_GROUP_MEMBERS {
         return Decision::Drop(DropReason::EmptyGroup);
     }
-    let chosen = match HashMode::from_u32(cfg.hash_mode) {
-        // The controller's choice, if it still fits the group; else the hash.
-        HashMode::Te => match tables.te_entry(&te_key(pkt)) {
-            Some(e) if e.group == group_id && e.member_index < n => e.member_index,
-            _ => select_member(cfg, pkt, n),
-        },
-        _ => select_member(cfg, pkt, n),
-    };
+    let chosen = choose_member(cfg, pkt, group_id, n, |key| tables.te_entry(key));
     let member_index = verifier_mask(chosen, MAX_GROUP_MEMBERS as u32 - 1);
     match group.members.get(member_index as usize) {
         Some(member) => Decision::Forward { group: group_id, member_index, member },
         None => Decision::Drop(DropReason::EmptyGroup),
+    }
+}
+
+/// The member index (in `0..n`) of group `group_id` that a switch configured with `cfg` sends
+/// `pkt` to: in `te` mode the controller's entry (`te_entry` looks it up) if it still fits the
+/// group, else the hash ([`select_member`]). `n` must be non-zero. [`decide`] and the simulators
+/// call this one function.
+#[inline(always)]
+pub fn choose_member(
+    cfg: &SwitchConfig,
+    pkt: &ParsedPacket,
+    group_id: u32,
+    n: u32,
+    te_entry: impl FnOnce(&TeKey) -> Option<TeEntry>,
+) -> u32 {
+    match HashMode::from_u32(cfg.hash_mode) {
+        HashMode::Te => match te_entry(&te_key(pkt)) {
+            Some(e) if e.group == group_id && e.member_index < n => e.member_index,
+            _ => select_member(cfg, pkt, n),
+        },
+        _ => select_member(cfg, pkt, n),
     }
 }
 

@@ -304,6 +304,13 @@ impl Requester {
         Some(self.config.connection.finish_into(&repr, buf))
     }
 
+    /// [`Self::poll_transmit`] without the bytes: the packet as a [`RocePacketRepr`] whose
+    /// payload borrows a static buffer of zeros, and no ICRC. For a simulator that carries
+    /// lengths rather than bytes; the state changes are those of every other way of sending.
+    pub fn poll_transmit_repr(&mut self, now_ns: u64) -> Option<RocePacketRepr<'static>> {
+        self.next_packet(now_ns)
+    }
+
     /// Up to `budget` packets for `now_ns` (for batched sends such as `sendmmsg`).
     pub fn poll_transmit_many(&mut self, now_ns: u64, budget: usize) -> Vec<Vec<u8>> {
         std::iter::from_fn(|| self.poll_transmit(now_ns)).take(budget).collect()
@@ -474,19 +481,24 @@ impl Requester {
     /// [`Self::on_ack`], CNPs are counted; anything else is ignored.
     pub fn on_packet(&mut self, udp_payload: &[u8], now_ns: u64) -> Result<Vec<Completion>, WireError> {
         let packet = RocePacketRepr::parse(udp_payload)?;
+        Ok(self.on_repr(&packet, now_ns))
+    }
+
+    /// [`Self::on_packet`] for a packet already parsed (or never serialized: a simulator's).
+    pub fn on_repr(&mut self, packet: &RocePacketRepr<'_>, now_ns: u64) -> Vec<Completion> {
         if packet.bth.dest_qp != self.config.connection.local_qp {
             self.counters.ignored_packets += 1;
-            return Ok(Vec::new());
+            return Vec::new();
         }
         match packet.body {
-            Body::Ack(aeth) => Ok(self.on_ack(aeth, packet.bth.psn, now_ns)),
+            Body::Ack(aeth) => self.on_ack(aeth, packet.bth.psn, now_ns),
             Body::Cnp => {
                 self.counters.cnps_received += 1;
-                Ok(Vec::new())
+                Vec::new()
             }
             _ => {
                 self.counters.ignored_packets += 1;
-                Ok(Vec::new())
+                Vec::new()
             }
         }
     }
@@ -614,6 +626,13 @@ impl Responder {
         c.finish_into(&RocePacketRepr::cnp(c.remote_qp, c.pkey), buf)
     }
 
+    /// [`Self::congestion_notification`] without the bytes (see [`Requester::poll_transmit_repr`]).
+    pub fn congestion_notification_repr(&mut self) -> RocePacketRepr<'static> {
+        self.counters.cnps_sent += 1;
+        let c = &self.config.connection;
+        RocePacketRepr::cnp(c.remote_qp, c.pkey)
+    }
+
     /// The ACK or NAK for `psn`, counted.
     fn response(&mut self, psn: Psn, syndrome: Syndrome) -> RocePacketRepr<'static> {
         match syndrome {
@@ -643,6 +662,12 @@ impl Responder {
             self.counters.malformed += 1;
             return None;
         };
+        self.on_repr(&packet, now_ns)
+    }
+
+    /// What [`Self::on_packet`] does, for a packet already parsed (or never serialized: a
+    /// simulator's): its response, if any, as a [`RocePacketRepr`] without bytes or ICRC.
+    pub fn on_repr(&mut self, packet: &RocePacketRepr<'_>, now_ns: u64) -> Option<RocePacketRepr<'static>> {
         let (position, payload, reth) = match packet.body {
             Body::WriteFirst { reth, payload } => (Position::First, payload, Some(reth)),
             Body::WriteMiddle { payload } => (Position::Middle, payload, None),
@@ -946,6 +971,46 @@ mod tests {
         assert_eq!(pair.req.next_psn(), Psn::new(30));
         assert!(pair.req.counters().packets_retransmitted > 0);
         assert_eq!(pair.resp.counters().naks_sent, 2);
+    }
+
+    #[test]
+    fn payload_less_entry_points_follow_the_byte_ones_packet_for_packet() {
+        let mut cfg = RequesterConfig::new(requester_side());
+        cfg.window_packets = 8;
+        let (mut a_req, mut b_req) = (Requester::new(cfg), Requester::new(cfg));
+        let resp_cfg = ResponderConfig::new(responder_side());
+        let (mut a_resp, mut b_resp) = (Responder::new(resp_cfg), Responder::new(resp_cfg));
+        for (id, len) in [(0, 3000), (1, 1), (2, 9000), (3, 0)] {
+            a_req.post_write(id, len).unwrap();
+            b_req.post_write(id, len).unwrap();
+        }
+        let (mut sent, mut now) = (0, 0);
+        while a_req.outstanding_messages() > 0 {
+            assert!(sent < 100, "the transfer ends");
+            let (a, b) = (a_req.poll_transmit(now), b_req.poll_transmit_repr(now));
+            assert_eq!(a.as_deref().map(|p| RocePacketRepr::parse(p).unwrap()), b, "packet {sent}");
+            let (Some(a), Some(b)) = (a, b) else {
+                now = a_req.poll_timeout(now).expect("a timer runs");
+                continue;
+            };
+            sent += 1;
+            if sent == 5 {
+                continue; // lost on both paths: go-back-N on both
+            }
+            let (ra, rb) = (a_resp.on_packet(&a, now), b_resp.on_repr(&b, now));
+            let parsed: Vec<RocePacketRepr<'_>> = ra.iter().map(|p| RocePacketRepr::parse(p).unwrap()).collect();
+            assert_eq!(parsed, rb.into_iter().collect::<Vec<_>>(), "response to packet {sent}");
+            for (pa, pb) in ra.iter().zip(rb) {
+                assert_eq!(a_req.on_packet(pa, now).unwrap(), b_req.on_repr(&pb, now));
+            }
+            now += 100;
+        }
+        assert_eq!(b_req.outstanding_messages(), 0);
+        assert_eq!(a_req.counters(), b_req.counters());
+        assert!(a_req.counters().packets_retransmitted > 0);
+        assert_eq!(a_resp.counters(), b_resp.counters());
+        let cnp = a_resp.congestion_notification();
+        assert_eq!(RocePacketRepr::parse(&cnp).unwrap(), b_resp.congestion_notification_repr());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 
 use crate::util::{build_release, release_dir, run as run_cmd, workspace_root};
 
-const BENCHES: &[&str] = &["dataplane", "endpoint", "bringup", "forwarding", "sim"];
+const BENCHES: &[&str] = &["dataplane", "endpoint", "bringup", "forwarding", "sim", "twin"];
 
 pub fn run(name: Option<&str>) -> Result<()> {
     let selected: Vec<&str> = match name {

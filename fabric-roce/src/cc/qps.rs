@@ -12,7 +12,7 @@ use super::control::{CONTROL_OPCODE, CongestionControl, Feedback};
 use crate::{
     buf::PacketBuf,
     qp::{Completion, PostError, Requester, Responder},
-    wire::{BthPacket, WireError},
+    wire::{BthPacket, RocePacketRepr, WireError},
 };
 
 /// RoCE messages are at most 2 GiB: larger admissions are posted as WRITEs of 1 GiB.
@@ -125,16 +125,50 @@ impl SenderQp {
         buf: &mut PacketBuf,
         mut emit: impl FnMut(Bytes),
     ) -> usize {
+        self.transmit_with(cc, now_ns, budget, |req| {
+            let packet = req.poll_transmit_into(now_ns, buf)?;
+            let len = packet.len();
+            emit(packet);
+            Some(len)
+        })
+    }
+
+    /// [`Self::poll_transmit`] without the bytes: each packet handed to `emit` as a
+    /// [`RocePacketRepr`] (see [`Requester::poll_transmit_repr`]), charged to the scheme at
+    /// the length its bytes would have.
+    pub fn poll_transmit_repr(
+        &mut self,
+        cc: &mut dyn CongestionControl,
+        now_ns: u64,
+        budget: usize,
+        mut emit: impl FnMut(RocePacketRepr<'static>),
+    ) -> usize {
+        self.transmit_with(cc, now_ns, budget, |req| {
+            let packet = req.poll_transmit_repr(now_ns)?;
+            let len = packet.buffer_len();
+            emit(packet);
+            Some(len)
+        })
+    }
+
+    /// The scheme's timers, then up to `budget` packets from `send` (which hands one out and
+    /// returns its UDP payload length), then the scheme charged for them: every way of sending.
+    fn transmit_with(
+        &mut self,
+        cc: &mut dyn CongestionControl,
+        now_ns: u64,
+        budget: usize,
+        mut send: impl FnMut(&mut Requester) -> Option<usize>,
+    ) -> usize {
         let qp = self.qp();
         let rate = cc.poll_rate(qp, now_ns);
         self.apply(now_ns, rate);
         let overhead = u64::from(self.requester.config().wire_overhead_bytes);
         let (mut sent, mut wire_bytes) = (0, 0);
         while sent < budget {
-            let Some(packet) = self.requester.poll_transmit_into(now_ns, buf) else { break };
-            wire_bytes += packet.len() as u64 + overhead;
+            let Some(len) = send(&mut self.requester) else { break };
+            wire_bytes += len as u64 + overhead;
             sent += 1;
-            emit(packet);
         }
         if sent > 0 {
             let rate = cc.on_sent(qp, wire_bytes, now_ns);
@@ -158,8 +192,22 @@ impl SenderQp {
             self.post_admitted(cc)?;
             return Ok(SenderInput::Control);
         }
+        let packet = RocePacketRepr::parse(udp_payload)?;
+        Ok(SenderInput::Transport(self.on_repr(cc, &packet, now_ns)?))
+    }
+
+    /// [`Self::on_packet`] for an ACK, NAK or CNP already parsed (or never serialized: a
+    /// simulator's); control messages come as bytes, through [`Self::on_packet`]. Returns the
+    /// messages it completed.
+    pub fn on_repr(
+        &mut self,
+        cc: &mut dyn CongestionControl,
+        packet: &RocePacketRepr<'_>,
+        now_ns: u64,
+    ) -> Result<Vec<Completion>, PostError> {
+        let qp = self.qp();
         let cnps = self.cnps_received();
-        let completed = self.requester.on_packet(udp_payload, now_ns)?;
+        let completed = self.requester.on_repr(packet, now_ns);
         if self.cnps_received() > cnps {
             let rate = cc.on_cnp(qp, now_ns);
             self.apply(now_ns, rate);
@@ -170,7 +218,7 @@ impl SenderQp {
             }
             self.post_admitted(cc)?;
         }
-        Ok(SenderInput::Transport(completed))
+        Ok(completed)
     }
 
     /// When to poll next without new input: the requester's time or the scheme's timer.
@@ -223,6 +271,26 @@ impl ReceiverQp {
         buf: &mut PacketBuf,
     ) -> Option<Bytes> {
         let response = self.responder.on_packet_into(udp_payload, now_ns, buf);
+        self.after_arrival(cc, ce, now_ns);
+        response
+    }
+
+    /// [`Self::on_packet`] for a packet already parsed (or never serialized: a simulator's):
+    /// the response without bytes (see [`Responder::on_repr`]).
+    pub fn on_repr(
+        &mut self,
+        cc: &mut dyn CongestionControl,
+        packet: &RocePacketRepr<'_>,
+        ce: bool,
+        now_ns: u64,
+    ) -> Option<RocePacketRepr<'static>> {
+        let response = self.responder.on_repr(packet, now_ns);
+        self.after_arrival(cc, ce, now_ns);
+        response
+    }
+
+    /// The scheme hears of an arrival and of every message it completed.
+    fn after_arrival(&mut self, cc: &mut dyn CongestionControl, ce: bool, now_ns: u64) {
         if ce {
             self.ce_packets += 1;
         }
@@ -231,7 +299,6 @@ impl ReceiverQp {
         while let Some(write) = self.responder.poll_completion() {
             cc.on_message_received(qp, write.len, now_ns);
         }
-        response
     }
 
     /// The packet of a [`Feedback`] for this QP: a CNP is built (and counted) here.

@@ -420,8 +420,14 @@ impl HostContext<'_> {
     }
 }
 
+/// The pacer's burst at path MTU `path_mtu`: two packets, enough to absorb scheduling jitter,
+/// small enough that the rate holds over short messages.
+pub fn pacer_burst_bytes(path_mtu: u32) -> u64 {
+    2 * u64::from(path_mtu + 100)
+}
+
 /// Both ends of a QP start at the same PSN.
-fn first_psn(q: &QpPlan) -> Psn {
+pub fn first_psn(q: &QpPlan) -> Psn {
     Psn::new(q.req_qpn.wrapping_mul(0x9E37) & 0xFF_FFFF)
 }
 
@@ -444,9 +450,7 @@ impl SenderEntry {
         cfg.window_packets = cx.opts.window;
         cfg.retransmit_timeout_ns = cx.retransmit_timeout_ns();
         cfg.first_psn = first_psn(q);
-        // A burst of two packets: enough to absorb scheduling jitter, small enough that the
-        // rate holds over short messages.
-        let burst_bytes = 2 * u64::from(cx.opts.path_mtu + 100);
+        let burst_bytes = pacer_burst_bytes(cx.opts.path_mtu);
         cfg.pacer = Some(PacerConfig { rate_bps: cx.per_qp_rate, burst_bytes });
         let qp = SenderQp::new(Requester::new(cfg), q.bytes, cc, t0)
             .map_err(|e| anyhow::anyhow!("posting a write: {e:?}"))?;

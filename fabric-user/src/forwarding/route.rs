@@ -1,12 +1,11 @@
 //! The path of a flow: at every switch, the destination's ECMP group and the member that
-//! [`fabric_common::hash::select_member`] (the XDP program's own function) picks for the packet,
-//! under that switch's [`fabric_common::config::SwitchConfig`].
+//! [`fabric_common::forward::choose_member`] (the XDP program's own choice: the hash of
+//! [`fabric_common::hash::select_member`], or a TE entry) picks for the packet, under that
+//! switch's [`fabric_common::config::SwitchConfig`].
 use anyhow::{Result, bail};
 use fabric_common::{
-    config::HashMode,
-    hash::select_member,
+    forward::choose_member,
     parse::{Bth, IpHeader, ParsedPacket},
-    te::te_key,
     wire::{ipv4::PROTO_UDP, udp::ROCEV2_PORT},
 };
 
@@ -72,12 +71,8 @@ pub fn trace(fabric: &SimFabric, flow: &Flow, mut hop: impl FnMut(Hop), mut link
             bail!("{}: empty group {group}", plan.nodes[at].name);
         }
         let n = members.len() as u32;
-        // As `forward::decide`: in `te` mode the controller's entry, if it fits; else the hash.
-        let te = (fabric.configs[at].hash_mode == HashMode::Te as u32)
-            .then(|| fabric.te.get(&(at, te_key(&pkt))))
-            .flatten()
-            .filter(|e| e.group == group && e.member_index < n);
-        let member = te.map_or_else(|| select_member(&fabric.configs[at], &pkt, n), |e| e.member_index);
+        // `forward::decide`'s own choice: in `te` mode the controller's entry, if it fits.
+        let member = choose_member(&fabric.configs[at], &pkt, group, n, |key| fabric.te.get(&(at, *key)).copied());
         let port = members[member as usize];
         hop(Hop { switch: at, group, member, port });
         link(directed(fabric, at, port));

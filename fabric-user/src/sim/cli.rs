@@ -5,10 +5,14 @@ use anyhow::{Context as _, Result, ensure};
 use fabric_common::config::HashMode;
 use serde::Serialize;
 
-use super::{SimOptions, SimResult, print, simulate};
+use super::{
+    SimOptions, SimResult,
+    packet::{PacketOptions, simulate_packet_cases},
+    print, simulate,
+};
 use crate::forwarding::fabric::{Scale, SimFabric};
 use crate::{
-    endpoint::{EndpointOptions, SportPolicy},
+    endpoint::{CcMode, EndpointOptions, SportPolicy},
     endpoint::{MAX_QPS, PATH_MTUS},
     model::fault::check_rate,
     model::placement::Placement,
@@ -19,8 +23,34 @@ use crate::{
     model::workload::Collective,
 };
 
+/// Which simulator runs the cases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Model {
+    /// Flow level: max-min fair shares, no queues (fast; balance and a bound on time).
+    #[default]
+    Flow,
+    /// Packet level: the twin, with queues, ECN, PFC and the endpoints' congestion control.
+    Packet,
+}
+
 #[derive(Clone, Debug, clap::Args)]
 pub struct SimArgs {
+    /// flow (max-min fair share) or packet (the packet-level twin).
+    #[arg(long, value_enum, default_value_t = Model::Flow)]
+    pub model: Model,
+    /// Packet model: congestion control on top of PFC (repeatable; default: none).
+    #[arg(long, value_enum)]
+    pub cc: Vec<CcMode>,
+    /// Packet model: propagation delay of every link, ns (a topology file states none).
+    #[arg(long, default_value_t = 1_000)]
+    pub link_delay_ns: u64,
+    /// Packet model: a step not finished after this much modelled time is reported unfinished.
+    #[arg(long, default_value_t = 10_000)]
+    pub deadline_ms: u64,
+    /// Packet model: refuse a case whose estimated memory is larger (GiB).
+    #[arg(long, default_value_t = 8.0)]
+    pub memory_limit_gib: f64,
     /// Topology file (default: the embedded default testbed).
     #[arg(long, conflicts_with = "scale")]
     pub topology: Option<PathBuf>,
@@ -134,10 +164,22 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     ensure!(a.message.get() > 0, "--message: must be at least 1 byte");
     ensure!(PATH_MTUS.contains(&a.path_mtu), "--path-mtu: {} is not a RoCE path MTU ({PATH_MTUS:?})", a.path_mtu);
     ensure!(a.ack_every >= 1, "--ack-every: must be at least 1");
-    let mut results = Vec::new();
+    ensure!(a.memory_limit_gib > 0.0, "--memory-limit-gib: must be above 0");
+    let packet = PacketOptions {
+        link_delay_ns: a.link_delay_ns,
+        deadline_ns: a.deadline_ms.saturating_mul(1_000_000),
+        seed: a.seed,
+        memory_limit_bytes: (a.memory_limit_gib * f64::from(1 << 30)) as u64,
+    };
+    let ccs = if a.cc.is_empty() { vec![EndpointOptions::default().cc] } else { a.cc.clone() };
+    ensure!(
+        a.model == Model::Packet || ccs == [EndpointOptions::default().cc],
+        "--cc: the flow model has no congestion control (use --model packet)"
+    );
+    let mut cases = Vec::new();
     for &hash in &modes {
-        for &q in &qps {
-            let o = SimOptions {
+        for (&q, &cc) in qps.iter().flat_map(|q| ccs.iter().map(move |c| (q, c))) {
+            cases.push(SimOptions {
                 collective: a.workload,
                 ranks: a.ranks,
                 message_bytes: a.message.get(),
@@ -150,12 +192,16 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
                     sport: a.sport,
                     path_mtu: a.path_mtu,
                     ack_every: a.ack_every,
+                    cc,
                     ..Default::default()
                 },
-            };
-            results.push(simulate(&mut fabric, &o)?);
+            });
         }
     }
+    let results = match a.model {
+        Model::Flow => cases.iter().map(|o| simulate(&mut fabric, o)).collect::<Result<Vec<_>>>()?,
+        Model::Packet => simulate_packet_cases(&fabric, &cases, &packet)?,
+    };
     Ok(SimReport { schema: "fabric.sim/1", build_s, results })
 }
 

@@ -26,11 +26,13 @@
 //! worst group's max/mean.
 pub mod cli;
 pub mod fairshare;
+pub mod packet;
 
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, ensure};
 use fabric_common::config::HashMode;
+use fabric_twin::report::{StepReport, TierReport};
 use serde::Serialize;
 
 use self::fairshare::{Paths, completion_time};
@@ -92,6 +94,8 @@ pub struct TierBalance {
 #[derive(Clone, Debug, Serialize)]
 pub struct SimResult {
     pub case: String,
+    /// `flow` (max-min fair share) or `packet` (the twin).
+    pub model: &'static str,
     pub topology: String,
     pub hosts: usize,
     pub ranks: usize,
@@ -114,6 +118,71 @@ pub struct SimResult {
     pub fair_share_rounds: usize,
     /// Wall time of this simulation, seconds.
     pub wall_s: f64,
+    /// The packet model's own results (`None` for the flow model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packet: Option<PacketStats>,
+}
+
+/// What the twin adds to a case's result.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PacketStats {
+    pub cc: &'static str,
+    pub link_delay_ns: u64,
+    /// Every QP of every distinct step completed.
+    pub finished: bool,
+    /// Per distinct step, per QP: completion time, seconds (`None`: did not finish).
+    pub flow_completion_s: Vec<Vec<Option<f64>>>,
+    /// Over one iteration (distinct steps times their repeats).
+    pub ecn_marks: u64,
+    pub drops: u64,
+    pub retransmissions: u64,
+    pub timeouts: u64,
+    pub cnps: u64,
+    /// Per switch tier (and `host`): PFC frames sent and received, queue depths.
+    pub tiers: Vec<TierReport>,
+    /// Simulation effort over the distinct steps.
+    pub events: u64,
+    pub events_by_kind: Vec<(&'static str, u64)>,
+    pub packet_hops: u64,
+    pub peak_packets: usize,
+}
+
+impl PacketStats {
+    /// Adds a distinct step repeated `repeat` times.
+    pub fn add_step(&mut self, r: &StepReport, repeat: u64) {
+        self.finished &= r.finished;
+        self.flow_completion_s.push(r.qps.iter().map(|q| q.completed_ns.map(|t| t as f64 * 1e-9)).collect());
+        let tiers_sum = |f: fn(&TierReport) -> u64| r.tiers.iter().map(f).sum::<u64>();
+        self.ecn_marks += repeat * tiers_sum(|t| t.ecn_marked);
+        self.drops += repeat * tiers_sum(|t| t.drops);
+        self.retransmissions += repeat * r.retransmitted();
+        self.timeouts += repeat * r.qps.iter().map(|q| q.timeouts).sum::<u64>();
+        self.cnps += repeat * r.qps.iter().map(|q| q.cnps_received).sum::<u64>();
+        if self.tiers.is_empty() {
+            self.tiers = r.tiers.iter().map(|t| TierReport { tier: t.tier.clone(), ..Default::default() }).collect();
+        }
+        for (acc, t) in self.tiers.iter_mut().zip(&r.tiers) {
+            acc.packets += repeat * t.packets;
+            acc.bytes += repeat * t.bytes;
+            acc.ecn_marked += repeat * t.ecn_marked;
+            acc.drops += repeat * t.drops;
+            acc.over_headroom += repeat * t.over_headroom;
+            acc.pauses_sent += repeat * t.pauses_sent;
+            acc.pauses_received += repeat * t.pauses_received;
+            acc.max_depth_bytes = acc.max_depth_bytes.max(t.max_depth_bytes);
+            acc.depth_p50_bytes = acc.depth_p50_bytes.max(t.depth_p50_bytes);
+            acc.depth_p99_bytes = acc.depth_p99_bytes.max(t.depth_p99_bytes);
+        }
+        self.events += r.events;
+        if self.events_by_kind.is_empty() {
+            self.events_by_kind = r.events_by_kind.iter().map(|(k, _)| (*k, 0)).collect();
+        }
+        for (acc, (_, n)) in self.events_by_kind.iter_mut().zip(&r.events_by_kind) {
+            acc.1 += n;
+        }
+        self.packet_hops += r.packet_hops;
+        self.peak_packets = self.peak_packets.max(r.peak_packets);
+    }
 }
 
 /// How many QPs one step may have before we refuse (memory: ~100 bytes per QP and direction).
@@ -221,30 +290,36 @@ pub fn capacities(fabric: &SimFabric) -> Vec<f64> {
     fabric.plan.links.iter().flat_map(|l| [l.rate_gbps * 1e9; 2]).collect()
 }
 
+/// In `te` mode, the controller's placement of this job's flows (`fabric_user::te`) as `fabric
+/// run --hash te` installs it; in other modes, no TE entries.
+pub fn install_te(fabric: &mut SimFabric, o: &SimOptions, hosts: &[NodeId], steps: &StepRuns) -> Result<()> {
+    fabric.te.clear();
+    if o.hash != HashMode::Te {
+        return Ok(());
+    }
+    let mut by_key: std::collections::HashMap<(NodeId, NodeId, u16, u32), u64> = Default::default();
+    for (step, repeat) in steps {
+        let t = crate::model::workload::on_hosts(step, hosts);
+        for f in step_flows(&fabric.plan, &t, &o.endpoint) {
+            *by_key.entry((f.src, f.dst, f.sport, f.dest_qp)).or_default() += f.frame_bytes * *repeat as u64;
+        }
+    }
+    let flows: Vec<crate::te::TeFlow> = by_key
+        .into_iter()
+        .map(|((src, dst, sport, dest_qp), bytes)| crate::te::TeFlow { src, dst, sport, dest_qp, bytes })
+        .collect();
+    let placement = crate::te::assign_on(fabric, &flows)?;
+    fabric.te =
+        placement.entries.into_iter().flat_map(|(n, es)| es.into_iter().map(move |(k, e)| ((n, k), e))).collect();
+    Ok(())
+}
+
 /// Simulates one case: loads, balance and the modelled completion time of one iteration.
 pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
     let start = Instant::now();
     fabric.set_hash(o.hash, o.hash_seed);
     let (hosts, steps) = steps_of(fabric, o)?;
-    fabric.te.clear();
-    if o.hash == HashMode::Te {
-        // The controller's placement of this job's flows (`fabric_user::te`), as `fabric run
-        // --hash te` installs it.
-        let mut by_key: std::collections::HashMap<(NodeId, NodeId, u16, u32), u64> = Default::default();
-        for (step, repeat) in &steps {
-            let t = crate::model::workload::on_hosts(step, &hosts);
-            for f in step_flows(&fabric.plan, &t, &o.endpoint) {
-                *by_key.entry((f.src, f.dst, f.sport, f.dest_qp)).or_default() += f.frame_bytes * *repeat as u64;
-            }
-        }
-        let flows: Vec<crate::te::TeFlow> = by_key
-            .into_iter()
-            .map(|((src, dst, sport, dest_qp), bytes)| crate::te::TeFlow { src, dst, sport, dest_qp, bytes })
-            .collect();
-        let placement = crate::te::assign_on(fabric, &flows)?;
-        fabric.te =
-            placement.entries.into_iter().flat_map(|(n, es)| es.into_iter().map(move |(k, e)| ((n, k), e))).collect();
-    }
+    install_te(fabric, o, &hosts, &steps)?;
     let capacity = capacities(fabric);
     let mut load = MemberLoad::new(fabric);
     let mut step_s = Vec::new();
@@ -267,6 +342,7 @@ pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
     let e = &o.endpoint;
     Ok(SimResult {
         case: format!("{} {} qps={} sport={}", o.collective.as_str(), o.hash.as_str(), e.qps, e.sport.as_str()),
+        model: "flow",
         topology: fabric.plan.topology.name.clone(),
         hosts: fabric.plan.hosts().count(),
         ranks: hosts.len(),
@@ -283,14 +359,19 @@ pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
         step_s,
         fair_share_rounds: rounds,
         wall_s: start.elapsed().as_secs_f64(),
+        packet: None,
     })
 }
 
 /// The table `fabric sim` prints.
 pub fn print(results: &[SimResult]) {
     let Some(first) = results.first() else { return };
+    let model = match first.model {
+        "packet" => "packet-level twin: queues, ECN, PFC, the endpoints' congestion control",
+        _ => "flow-level model, max-min fair share, no queueing",
+    };
     println!(
-        "{} ({} hosts), {} ranks, {} bytes per rank; flow-level model, max-min fair share, no queueing",
+        "{} ({} hosts), {} ranks, {} bytes per rank; {model}",
         first.topology, first.hosts, first.ranks, first.message_bytes
     );
     let tiers: Vec<&str> = ["rtsw", "ctsw", "atsw"]
@@ -311,5 +392,64 @@ pub fn print(results: &[SimResult]) {
             }
         }
         println!("{line} {:>14.6} {:>9.3}", r.completion_s, r.wall_s);
+    }
+    print_packet(results);
+}
+
+/// The packet model's congestion figures, one line per case and tier.
+fn print_packet(results: &[SimResult]) {
+    let cases: Vec<(&SimResult, &PacketStats)> =
+        results.iter().filter_map(|r| r.packet.as_ref().map(|p| (r, p))).collect();
+    if cases.is_empty() {
+        return;
+    }
+    println!(
+        "packet model (link delay {} ns): per iteration; depths over the distinct steps",
+        cases[0].1.link_delay_ns
+    );
+    println!(
+        "{:<36} {:>6} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10}",
+        "case",
+        "tier",
+        "ecn marks",
+        "drops",
+        "pfc sent",
+        "pfc recv",
+        "retrans",
+        "finished",
+        "depth p50",
+        "depth p99",
+        "depth max"
+    );
+    for (r, p) in cases {
+        for t in &p.tiers {
+            println!(
+                "{:<36} {:>6} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10}",
+                r.case,
+                t.tier,
+                t.ecn_marked,
+                t.drops,
+                t.pauses_sent,
+                t.pauses_received,
+                p.retransmissions,
+                p.finished,
+                t.depth_p50_bytes,
+                t.depth_p99_bytes,
+                t.max_depth_bytes
+            );
+        }
+        let mut fct: Vec<f64> = p.flow_completion_s.iter().flatten().flatten().copied().collect();
+        fct.sort_by(f64::total_cmp);
+        let at = |q: f64| fct.get(((fct.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0.0);
+        println!(
+            "{:<36} flow completion p50 {:.6} s, p99 {:.6} s, max {:.6} s; {} events, {} packet hops, {:.2} s wall",
+            r.case,
+            at(0.5),
+            at(0.99),
+            at(1.0),
+            p.events,
+            p.packet_hops,
+            r.wall_s
+        );
     }
 }

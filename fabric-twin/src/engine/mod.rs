@@ -1,0 +1,628 @@
+//! The event loop: packets arrive at switches (routed, admitted, queued), ports serialize them
+//! onto links, PFC frames pause and resume ports, hosts send what their QPs, pacers and
+//! congestion controls allow and answer what arrives.
+//!
+//! Store and forward: a packet is handled at a node once its last bit arrived. A port sends
+//! one frame at a time, its classes in strict priority, skipping paused classes; the frame in
+//! transmission is never interrupted. A switch holds every queued packet's wire bytes against
+//! its ingress port and class; crossing Xoff sends a pause frame upstream (refreshed at half
+//! its time, as the agent does), falling below Xon a resume (quanta 0). PFC frames go out
+//! after the frame in transmission and take their own wire time and the propagation delay;
+//! they do not delay the data behind them (84 bytes of wire time, under 2 ns at 400G).
+use fabric_common::{
+    parse::ParsedPacket,
+    pfc::{self, CLASSES, PauseFrame, quanta_to_ns},
+};
+use fabric_roce::{
+    buf::PacketBuf,
+    cc::Feedback,
+    traffic_class::{is_ce, priority_class},
+};
+
+use crate::{
+    event::{EventQueue, Kind, Nanos},
+    host::{Host, QpState},
+    link::{Port, Queued, wire_bytes},
+    net::{Network, NodeKind, Routing},
+    packet::{Packet, PacketPool, Payload},
+    report::{DepthHistogram, QpOutcome, StepReport, TierReport},
+    switch::{Admission, Switch},
+    workload::{EndpointConfig, QpSpec},
+};
+
+/// One direction of a QP, as the switches see it: the destination host and the parsed
+/// packet the hash reads.
+#[derive(Clone, Copy, Debug)]
+struct Way {
+    dst: u32,
+    packet: ParsedPacket,
+}
+
+/// Why a step could not run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TwinError {
+    #[error("qps[{index}].{field}: node {node} is not a host")]
+    NotAHost { index: usize, field: &'static str, node: usize },
+    #[error("qps[{index}]: posting its first write failed: {reason}")]
+    Post { index: usize, reason: String },
+    #[error("qps[{index}]: QP {qpn} is used twice at host {host}")]
+    DuplicateQpn { index: usize, qpn: u32, host: usize },
+    #[error("qps[{index}]: src and dst are the same host {host}")]
+    Loopback { index: usize, host: usize },
+    #[error("{0} QPs: more than the twin's 2^32 indices")]
+    TooManyQps(usize),
+}
+
+/// The simulator of one network.
+pub struct Twin<'n, R> {
+    net: &'n Network<R>,
+    cfg: EndpointConfig,
+    seed: u64,
+    events: EventQueue,
+    ports: Vec<Port>,
+    /// Per node: a switch's state (hosts: `None`).
+    switches: Vec<Option<Switch>>,
+    hosts: Vec<Option<Host>>,
+    /// Per node: a host (dense, for the check every arrival makes).
+    is_host: Vec<bool>,
+    qps: Vec<QpState>,
+    /// Per QP, its data direction then its ACK direction: what the switches route it by, apart
+    /// from the endpoints' state so that a hop reads only this.
+    ways: Vec<Way>,
+    packets: PacketPool,
+    buf: PacketBuf,
+    feedback: Vec<Feedback>,
+    /// Per tier (switch tiers, then hosts): queue depth samples at every enqueue.
+    depth: Vec<DepthHistogram>,
+    /// The XDP member counters ([`Routing::member_slot`]), if the routing numbers them.
+    member_packets: Vec<u64>,
+    member_bytes: Vec<u64>,
+    incomplete: usize,
+    delivered: u64,
+    hops: u64,
+    unroutable: u64,
+}
+
+impl<'n, R: Routing> Twin<'n, R> {
+    /// A twin of `net` whose endpoints are set up as `cfg` says; `seed` seeds RED's random
+    /// numbers (per switch).
+    pub fn new(net: &'n Network<R>, cfg: EndpointConfig, seed: u64) -> Self {
+        Twin {
+            net,
+            cfg,
+            seed,
+            events: EventQueue::new(),
+            ports: Vec::new(),
+            switches: Vec::new(),
+            hosts: Vec::new(),
+            is_host: Vec::new(),
+            qps: Vec::new(),
+            ways: Vec::new(),
+            packets: PacketPool::default(),
+            buf: PacketBuf::new(),
+            feedback: Vec::new(),
+            depth: Vec::new(),
+            member_packets: Vec::new(),
+            member_bytes: Vec::new(),
+            incomplete: 0,
+            delivered: 0,
+            hops: 0,
+            unroutable: 0,
+        }
+    }
+
+    /// An upper bound on the memory a step of `qps` takes, bytes: the ports, switches, hosts
+    /// and QPs, and every packet that can be alive at once (each QP's window of data packets
+    /// and as many responses), with its queue entry and events. For refusing a run up front.
+    pub fn memory_estimate(net: &Network<R>, cfg: &EndpointConfig, qps: &[QpSpec]) -> u64 {
+        let per_packet = size_of::<Option<Packet>>() + size_of::<Queued>() + 2 * size_of::<crate::event::Event>();
+        let packets: u64 = qps
+            .iter()
+            .map(|q| u64::from(cfg.window_packets).min(q.bytes.div_ceil(u64::from(cfg.mtu.bytes())) + 1))
+            .sum();
+        let fixed = net.port_count() * size_of::<Port>()
+            + net.nodes.len() * (size_of::<Option<Switch>>() + size_of::<Option<Host>>())
+            + qps.len() * (size_of::<QpState>() + 64);
+        fixed as u64 + 2 * packets * per_packet as u64
+    }
+
+    /// Runs one step: every QP of `qps` starts at time 0 and the step ends when all are
+    /// acknowledged in full, when nothing is left to happen, or at `deadline_ns`.
+    pub fn run_step(&mut self, qps: &[QpSpec], deadline_ns: Nanos) -> Result<StepReport, TwinError> {
+        self.reset();
+        self.start_qps(qps)?;
+        while let Some(e) = self.events.pop() {
+            if e.time > deadline_ns {
+                break;
+            }
+            match e.kind {
+                Kind::Arrive => self.on_arrive(e.port, e.arg),
+                Kind::TxDone => {
+                    self.ports[e.port as usize].busy = false;
+                    self.kick(e.port);
+                }
+                Kind::Pause => self.on_pause(e.port, e.arg),
+                Kind::Resume => {
+                    self.ports[e.port as usize].resume_at = None;
+                    self.kick(e.port);
+                }
+                Kind::HostWake => self.on_wake(e.arg as usize),
+                Kind::PfcTend => self.on_tend(e.port, e.arg as usize),
+            }
+            if self.incomplete == 0 {
+                break;
+            }
+        }
+        Ok(self.report())
+    }
+
+    /// Fresh ports, switches and hosts: a step starts on an idle fabric.
+    fn reset(&mut self) {
+        let net = self.net;
+        self.events.reset();
+        self.packets.clear();
+        self.ports.clear();
+        self.switches.clear();
+        self.hosts.clear();
+        self.qps.clear();
+        self.ways.clear();
+        (self.delivered, self.hops, self.unroutable) = (0, 0, 0);
+        for (n, node) in net.nodes.iter().enumerate() {
+            for p in &node.ports {
+                let peer = net.port_index(p.peer_node, p.peer_port);
+                self.ports.push(Port::new(n as u32, peer, p.rate_bps, p.delay_ns));
+            }
+            match node.kind {
+                NodeKind::Switch(spec) => {
+                    self.switches.push(Some(Switch::new(spec, self.seed ^ (n as u64).wrapping_mul(0x9E37_79B9))));
+                    self.hosts.push(None);
+                }
+                NodeKind::Host => {
+                    let line = node.ports[0].rate_bps;
+                    self.switches.push(None);
+                    self.hosts.push(Some(Host::new(net.port_index(n, 0), self.cfg.cc.build(line))));
+                }
+            }
+        }
+        self.is_host = self.hosts.iter().map(Option::is_some).collect();
+        self.depth = vec![DepthHistogram::new(); net.tiers.len() + 1];
+        self.member_packets = vec![0; net.routing.member_slots()];
+        self.member_bytes = vec![0; net.routing.member_slots()];
+    }
+
+    fn start_qps(&mut self, qps: &[QpSpec]) -> Result<(), TwinError> {
+        u32::try_from(qps.len()).map_err(|_| TwinError::TooManyQps(qps.len()))?;
+        for (index, spec) in qps.iter().enumerate() {
+            for (field, node) in [("src", spec.src), ("dst", spec.dst)] {
+                if self.hosts.get(node).is_none_or(Option::is_none) {
+                    return Err(TwinError::NotAHost { index, field, node });
+                }
+            }
+            let rate = match self.cfg.qp_rate_bps {
+                0 => self.net.nodes[spec.src].ports[0].rate_bps,
+                r => r,
+            };
+            let (s, d) = (spec.src, spec.dst);
+            let Ok([sender, receiver]) = self.hosts.get_disjoint_mut([s, d]) else {
+                return Err(TwinError::Loopback { index, host: s });
+            };
+            let (sender, receiver) = (sender.as_mut().expect("a host"), receiver.as_mut().expect("a host"));
+            let qp = QpState::new(*spec, &self.cfg, rate, &mut *sender.cc, &mut *receiver.cc, 0)
+                .map_err(|e| TwinError::Post { index, reason: e.to_string() })?;
+            if receiver.receivers.insert(spec.resp_qpn, index as u32).is_some() {
+                return Err(TwinError::DuplicateQpn { index, qpn: spec.resp_qpn, host: d });
+            }
+            sender.senders.push(index as u32);
+            self.qps.push(qp);
+            self.ways.push(Way { dst: spec.dst as u32, packet: spec.data_packet });
+            self.ways.push(Way { dst: spec.src as u32, packet: spec.ack_packet });
+        }
+        self.incomplete = self.qps.iter().filter(|q| !q.sender.is_complete()).count();
+        for h in 0..self.hosts.len() {
+            if self.hosts[h].as_ref().is_some_and(|h| !h.senders.is_empty() || !h.receivers.is_empty()) {
+                self.events.schedule(0, Kind::HostWake, 0, h as u32);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- links -----------------------------------------------------------------------------
+
+    /// Port `e` puts packet `id` of `frame_len` bytes on its link now.
+    fn transmit(&mut self, e: u32, id: u32, frame_len: u32) {
+        let now = self.events.now();
+        let port = &mut self.ports[e as usize];
+        let tx = port.transmit_ns(frame_len);
+        port.busy = true;
+        port.busy_until = now + tx;
+        port.counters.packets += 1;
+        port.counters.bytes += u64::from(frame_len);
+        let (peer, delay) = (port.peer, port.delay_ns);
+        self.hops += 1;
+        self.events.schedule(now + tx, Kind::TxDone, e, 0);
+        self.events.schedule(now + tx + delay, Kind::Arrive, peer, id);
+    }
+
+    /// An idle port sends what it may: a switch port from its queues, a host's from its NIC
+    /// queues and then its QPs.
+    fn kick(&mut self, e: u32) {
+        let port = &self.ports[e as usize];
+        if port.busy {
+            return;
+        }
+        let node = port.node as usize;
+        if self.is_host[node] {
+            return self.host_transmit(node);
+        }
+        let now = self.events.now();
+        match self.ports[e as usize].dequeue(now) {
+            Some((class, q)) => {
+                self.dequeued(node, class, q);
+                self.transmit(e, q.id, q.frame_len);
+            }
+            None => self.wait_for_resume(e),
+        }
+    }
+
+    /// Every queued class of `e` is paused: look again when the first pause ends.
+    fn wait_for_resume(&mut self, e: u32) {
+        let port = &mut self.ports[e as usize];
+        let Some(t) = port.earliest_resume() else { return };
+        if port.resume_at.is_none_or(|pending| t < pending) {
+            port.resume_at = Some(t);
+            self.events.schedule(t.max(self.events.now()), Kind::Resume, e, 0);
+        }
+    }
+
+    /// A PFC frame reached egress port `e`.
+    fn on_pause(&mut self, e: u32, arg: u32) {
+        let (class, quanta) = ((arg >> 16) as usize, arg as u16);
+        let mut times = [0; CLASSES];
+        times[class] = quanta;
+        let frame = PauseFrame { src: [0; 6], class_enable: 1 << class, quanta: times };
+        let now = self.events.now();
+        self.ports[e as usize].on_pause_frame(&frame, now);
+        if quanta == 0 {
+            self.kick(e);
+        }
+    }
+
+    /// Ingress port `p` sends a PFC frame for `class` to its peer.
+    fn send_pfc(&mut self, p: u32, class: usize, quanta: u16) {
+        let now = self.events.now();
+        let port = &mut self.ports[p as usize];
+        let at = port.busy_until.max(now) + port.transmit_ns(pfc::FRAME_LEN as u32) + port.delay_ns;
+        port.counters.pauses_sent += 1;
+        port.last_pause_ns[class] = now;
+        let peer = port.peer;
+        self.events.schedule(at, Kind::Pause, peer, (class as u32) << 16 | u32::from(quanta));
+    }
+
+    // ---- switches --------------------------------------------------------------------------
+
+    fn on_arrive(&mut self, p: u32, id: u32) {
+        let node = self.ports[p as usize].node as usize;
+        if self.is_host[node] {
+            return self.host_receive(node, id);
+        }
+        let pkt = self.packets.get(id);
+        let way = &self.ways[2 * pkt.qp as usize + usize::from(!pkt.to_responder)];
+        let (dst, parsed) = (way.dst as usize, &way.packet);
+        let (tos, frame_len) = (pkt.tos, pkt.frame_len);
+        let switch = self.switches[node].as_mut().expect("a switch");
+        let routing = &self.net.routing;
+        let Some((group, member, out)) = switch.egress(routing, node, dst, parsed) else {
+            self.unroutable += 1;
+            self.packets.remove(id);
+            return;
+        };
+        if !self.member_packets.is_empty() {
+            let slot = routing.member_slot(node, group, member);
+            self.member_packets[slot] += 1;
+            self.member_bytes[slot] += u64::from(frame_len);
+        }
+        let e = self.net.port_index(node, out);
+        let class = Switch::class(tos);
+        let wire = wire_bytes(frame_len);
+        let queued = self.ports[e as usize].queued_bytes[class];
+        let (tos, marked, over_headroom) = match switch.admit(tos, queued, wire) {
+            Admission::Drop => {
+                self.ports[e as usize].counters.drops += 1;
+                self.packets.remove(id);
+                return;
+            }
+            Admission::Queue { tos, marked, over_headroom } => (tos, marked, over_headroom),
+        };
+        switch.pool_used += wire;
+        let tier = switch.spec.tier;
+        self.packets.get_mut(id).tos = tos;
+        let egress = &mut self.ports[e as usize];
+        let depth = egress.enqueue(class, Queued { id, frame_len, ingress: p });
+        egress.counters.max_depth_bytes = egress.counters.max_depth_bytes.max(depth);
+        egress.counters.ecn_marked += u64::from(marked);
+        egress.counters.over_headroom += u64::from(over_headroom);
+        self.depth[tier].record(depth);
+        self.ports[p as usize].held[class] += wire;
+        self.check_xoff(node, p, class);
+        self.kick(e);
+    }
+
+    /// Ingress `p` of switch `node` crossed Xoff in `class`: pause the upstream port.
+    fn check_xoff(&mut self, node: usize, p: u32, class: usize) {
+        let switch = self.switches[node].as_ref().expect("a switch");
+        let ingress = &self.ports[p as usize];
+        if ingress.is_pausing(class) || !switch.over_xoff(class, ingress.held[class]) {
+            return;
+        }
+        let quanta = switch.spec.pause_quanta;
+        let refresh = quanta_to_ns(quanta, ingress.rate_bps) / 2;
+        let port = &mut self.ports[p as usize];
+        port.pausing |= 1 << class;
+        // One tending per port and class: a pending one from an earlier pause serves this one.
+        let tend = port.tending & (1 << class) == 0;
+        port.tending |= 1 << class;
+        self.send_pfc(p, class, quanta);
+        if tend {
+            self.events.schedule(self.events.now() + refresh.max(1), Kind::PfcTend, p, class as u32);
+        }
+    }
+
+    /// Packet `q` of `class` left switch `node`'s queue: its bytes are no longer held.
+    fn dequeued(&mut self, node: usize, class: usize, q: Queued) {
+        let (wire, ingress) = (wire_bytes(q.frame_len), q.ingress);
+        let switch = self.switches[node].as_mut().expect("a switch");
+        switch.pool_used -= wire;
+        let port = &mut self.ports[ingress as usize];
+        port.held[class] -= wire;
+        if port.is_pausing(class) && switch.under_xon(port.held[class]) {
+            port.pausing &= !(1 << class);
+            self.send_pfc(ingress, class, 0);
+        }
+    }
+
+    /// The agent's tending of a pause: refresh it at half its time while above Xon.
+    fn on_tend(&mut self, p: u32, class: usize) {
+        let port = &mut self.ports[p as usize];
+        if !port.is_pausing(class) {
+            port.tending &= !(1 << class);
+            return;
+        }
+        let switch = self.switches[port.node as usize].as_ref().expect("a switch");
+        let quanta = switch.spec.pause_quanta;
+        let refresh = (quanta_to_ns(quanta, port.rate_bps) / 2).max(1);
+        let now = self.events.now();
+        let due = port.last_pause_ns[class] + refresh;
+        if now >= due {
+            self.send_pfc(p, class, quanta);
+            self.events.schedule(now + refresh, Kind::PfcTend, p, class as u32);
+        } else {
+            self.events.schedule(due, Kind::PfcTend, p, class as u32);
+        }
+    }
+
+    // ---- hosts -----------------------------------------------------------------------------
+
+    fn on_wake(&mut self, h: usize) {
+        let host = self.hosts[h].as_mut().expect("a host");
+        if host.wake_at.is_some_and(|t| t <= self.events.now()) {
+            host.wake_at = None;
+        }
+        self.host_feedback(h);
+        let port = host_port(&self.hosts, h);
+        self.kick(port);
+    }
+
+    /// Host `h`'s idle port sends: feedback and responses first (by class), then data from
+    /// its QPs in turn. If nothing can go, it sleeps until its first timer.
+    fn host_transmit(&mut self, h: usize) {
+        let now = self.events.now();
+        let e = host_port(&self.hosts, h);
+        if let Some((_, q)) = self.ports[e as usize].dequeue(now) {
+            return self.transmit(e, q.id, q.frame_len);
+        }
+        let data_class = priority_class(self.cfg_data_tos());
+        if self.ports[e as usize].may_send(data_class, now)
+            && let Some((id, frame_len)) = self.poll_senders(h)
+        {
+            return self.transmit(e, id, frame_len);
+        }
+        self.host_sleep(h);
+    }
+
+    fn cfg_data_tos(&self) -> u8 {
+        fabric_roce::traffic_class::data_tos(self.cfg.dscp, self.cfg.ecn)
+    }
+
+    /// The next data packet of host `h`'s senders, round-robin: its index and frame length.
+    fn poll_senders(&mut self, h: usize) -> Option<(u32, u32)> {
+        let now = self.events.now();
+        let host = self.hosts[h].as_mut().expect("a host");
+        let n = host.senders.len();
+        for i in 0..n {
+            let k = (host.next_sender + i) % n;
+            let q = host.senders[k] as usize;
+            let qp = &mut self.qps[q];
+            let mut out = None;
+            qp.sender.poll_transmit_repr(&mut *host.cc, now, 1, |r| out = Some(r));
+            qp.note_rate();
+            if let Some(repr) = out {
+                host.next_sender = (k + 1) % n;
+                let payload = Payload::Roce(repr);
+                let frame_len = qp.frame_len(&payload);
+                let tos = qp.data_tos;
+                let pkt = Packet { payload, qp: q as u32, frame_len, tos, to_responder: true };
+                return Some((self.packets.insert(pkt), frame_len));
+            }
+        }
+        None
+    }
+
+    /// Nothing can go now: wake at the first of the pacers', timers' and pauses' times. While
+    /// the data class is paused the senders wait for the pause to end (their timers are looked
+    /// at then), as a paused NIC does not send retransmissions either.
+    fn host_sleep(&mut self, h: usize) {
+        let now = self.events.now();
+        let host = self.hosts[h].as_ref().expect("a host");
+        let port = &self.ports[host.port as usize];
+        let data_class = priority_class(self.cfg_data_tos());
+        let paused = !port.may_send(data_class, now);
+        let senders = host
+            .senders
+            .iter()
+            .filter(|_| !paused)
+            .filter_map(|&q| self.qps[q as usize].sender.poll_timeout(&*host.cc, now));
+        let resume = paused.then(|| port.resume_at(data_class));
+        let wake = senders.chain(host.cc.receiver_timeout()).chain(resume).chain(port.earliest_resume()).min();
+        let Some(t) = wake else { return };
+        let t = t.max(now + 1);
+        let host = self.hosts[h].as_mut().expect("a host");
+        if host.wake_at.is_none_or(|pending| t < pending) {
+            host.wake_at = Some(t);
+            self.events.schedule(t, Kind::HostWake, 0, h as u32);
+        }
+    }
+
+    /// A packet reached host `h`: to a responder (data) or to a requester (ACK, NAK, CNP,
+    /// grant).
+    fn host_receive(&mut self, h: usize, id: u32) {
+        let now = self.events.now();
+        let pkt = self.packets.remove(id);
+        self.delivered += 1;
+        let q = pkt.qp as usize;
+        let host = self.hosts[h].as_mut().expect("a host");
+        let qp = &mut self.qps[q];
+        match (pkt.to_responder, pkt.payload) {
+            (true, Payload::Roce(repr)) => {
+                if let Some(response) = qp.receiver.on_repr(&mut *host.cc, &repr, is_ce(pkt.tos), now) {
+                    self.queue_at_host(h, q, Payload::Roce(response), false);
+                }
+                self.host_feedback(h);
+            }
+            (true, Payload::Control(_)) => {}
+            (false, Payload::Roce(repr)) => {
+                // A failure to post what the scheme admits leaves the QP incomplete: reported.
+                let _ = qp.sender.on_repr(&mut *host.cc, &repr, now);
+                qp.note_rate();
+                self.check_complete(q);
+            }
+            (false, Payload::Control(bytes)) => {
+                let _ = qp.sender.on_packet(&mut *host.cc, &bytes, now);
+            }
+        }
+        let port = host_port(&self.hosts, h);
+        self.kick(port);
+    }
+
+    fn check_complete(&mut self, q: usize) {
+        let qp = &mut self.qps[q];
+        if qp.completed_ns.is_none() && qp.sender.is_complete() {
+            qp.completed_ns = Some(self.events.now());
+            self.incomplete -= 1;
+        }
+    }
+
+    /// What host `h`'s receivers' congestion control sends back now (CNPs, grants).
+    fn host_feedback(&mut self, h: usize) {
+        let now = self.events.now();
+        let host = self.hosts[h].as_mut().expect("a host");
+        host.cc.poll_feedback(now, true, &mut self.buf, &mut self.feedback);
+        let mut feedback = std::mem::take(&mut self.feedback);
+        for f in feedback.drain(..) {
+            let host = self.hosts[h].as_mut().expect("a host");
+            let Some(&q) = host.receivers.get(&f.qp()) else { continue };
+            let payload = match f {
+                Feedback::Cnp { .. } => {
+                    Payload::Roce(self.qps[q as usize].receiver.responder.congestion_notification_repr())
+                }
+                Feedback::Packet { packet, .. } => Payload::Control(packet),
+            };
+            self.queue_at_host(h, q as usize, payload, true);
+        }
+        self.feedback = feedback;
+    }
+
+    /// Queues a response or feedback packet of QP `q` at host `h`'s NIC, in its class.
+    fn queue_at_host(&mut self, h: usize, q: usize, payload: Payload, feedback: bool) {
+        let qp = &self.qps[q];
+        let (frame_len, tos) = (qp.frame_len(&payload), qp.tos_of(feedback));
+        let pkt = Packet { payload, qp: q as u32, frame_len, tos, to_responder: false };
+        let id = self.packets.insert(pkt);
+        let e = host_port(&self.hosts, h);
+        self.ports[e as usize].enqueue(priority_class(tos), Queued { id, frame_len, ingress: e });
+    }
+
+    // ---- report ----------------------------------------------------------------------------
+
+    fn report(&mut self) -> StepReport {
+        let now = self.events.now();
+        for q in 0..self.qps.len() {
+            self.check_complete(q);
+        }
+        let qps: Vec<QpOutcome> = self.qps.iter().map(outcome).collect();
+        let finished = self.incomplete == 0;
+        let completion_ns = if finished { qps.iter().filter_map(|q| q.completed_ns).max().unwrap_or(0) } else { now };
+        let mut tiers: Vec<TierReport> = self
+            .net
+            .tiers
+            .iter()
+            .chain(std::iter::once(&"host".to_string()))
+            .map(|t| TierReport { tier: t.clone(), ..Default::default() })
+            .collect();
+        let host_tier = tiers.len() - 1;
+        for port in &self.ports {
+            let tier = match self.net.nodes[port.node as usize].kind {
+                NodeKind::Switch(s) => s.tier,
+                NodeKind::Host => host_tier,
+            };
+            let (t, c) = (&mut tiers[tier], &port.counters);
+            t.packets += c.packets;
+            t.bytes += c.bytes;
+            t.ecn_marked += c.ecn_marked;
+            t.drops += c.drops;
+            t.over_headroom += c.over_headroom;
+            t.pauses_sent += c.pauses_sent;
+            t.pauses_received += c.pauses_received;
+        }
+        for (t, d) in tiers.iter_mut().zip(std::mem::take(&mut self.depth)) {
+            (t.max_depth_bytes, t.depth_p50_bytes, t.depth_p99_bytes) = (d.max(), d.quantile(0.5), d.quantile(0.99));
+            t.depth = d;
+        }
+        StepReport {
+            finished,
+            completion_ns,
+            qps,
+            ports: self.ports.iter().map(|p| p.counters).collect(),
+            member_packets: std::mem::take(&mut self.member_packets),
+            member_bytes: std::mem::take(&mut self.member_bytes),
+            tiers,
+            events: self.events.processed(),
+            events_by_kind: Kind::ALL.iter().map(|k| k.as_str()).zip(self.events.processed_by_kind()).collect(),
+            packet_hops: self.hops,
+            packets_delivered: self.delivered,
+            unroutable: self.unroutable,
+            peak_packets: self.packets.peak(),
+        }
+    }
+}
+
+fn host_port(hosts: &[Option<Host>], h: usize) -> u32 {
+    hosts[h].as_ref().expect("a host").port
+}
+
+fn outcome(qp: &QpState) -> QpOutcome {
+    let c = qp.sender.requester.counters();
+    QpOutcome {
+        src: qp.spec.src,
+        dst: qp.spec.dst,
+        bytes: qp.spec.bytes,
+        completed_ns: qp.completed_ns,
+        packets_sent: c.packets_sent,
+        retransmitted: c.packets_retransmitted,
+        timeouts: c.timeouts,
+        naks: c.naks_received,
+        ce_packets: qp.receiver.ce_packets(),
+        cnps_received: c.cnps_received,
+        min_rate_bps: qp.min_rate_bps,
+        failed: qp.sender.requester.failure().is_some(),
+    }
+}

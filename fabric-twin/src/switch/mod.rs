@@ -1,0 +1,100 @@
+//! A switch's decisions, made by `fabric-common`'s own code: the member of the destination's
+//! ECMP group ([`fabric_common::forward::choose_member`]: the hash of every mode, TE entries),
+//! and a packet's fate at its egress queue ([`QosConfig::queue_limit`] of the shared or static
+//! buffer, [`QosConfig::verdict`]: RED/ECN marks, lossy drops, headroom), and the Xoff/Xon
+//! thresholds that pause the upstream port ([`QosConfig::xoff_bytes`], `xon_bytes`).
+//!
+//! Unlike the XDP switch's phantom queue, the depth here is the bytes actually held: the twin's
+//! queues hold packets, so a paused port stops draining and the exact bytes each ingress holds
+//! are known (the XDP model's [`fabric_common::queue::IngressAccount`] approximates them).
+use fabric_common::{
+    forward::choose_member,
+    parse::ParsedPacket,
+    qos::{QosConfig, Verdict, class_of},
+    queue::ECN_CE,
+    rng::SplitMix64,
+};
+
+use crate::net::{Routing, SwitchSpec};
+
+/// The run-time state of one switch beyond its ports.
+#[derive(Debug)]
+pub struct Switch {
+    pub spec: SwitchSpec,
+    /// Wire bytes held in the whole buffer (what the shared pool's threshold reads).
+    pub pool_used: u64,
+    /// RED's uniform random numbers.
+    rng: SplitMix64,
+}
+
+/// What the egress queue decided for a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Queue it, with this TOS (CE set if marked).
+    Queue {
+        tos: u8,
+        marked: bool,
+        over_headroom: bool,
+    },
+    Drop,
+}
+
+impl Switch {
+    pub fn new(spec: SwitchSpec, seed: u64) -> Self {
+        Switch { spec, pool_used: 0, rng: SplitMix64::new(seed) }
+    }
+
+    /// Where a packet to `dst_host` goes: (group, member index, egress port), or `None` if
+    /// the switch has no route.
+    #[inline]
+    pub fn egress<R: Routing>(
+        &self,
+        routing: &R,
+        me: usize,
+        dst_host: usize,
+        pkt: &ParsedPacket,
+    ) -> Option<(u32, u32, usize)> {
+        let group = routing.group_of(me, dst_host)?;
+        let members = routing.members(me, group);
+        if members.is_empty() {
+            return None;
+        }
+        let n = members.len() as u32;
+        let member = choose_member(&self.spec.config, pkt, group, n, |key| routing.te_entry(me, key));
+        Some((group, member, *members.get(member as usize)?))
+    }
+
+    /// The fate of a packet of `wire` bytes and TOS `tos` at an egress queue holding
+    /// `queued` wire bytes of its class.
+    pub fn admit(&mut self, tos: u8, queued: u64, wire: u64) -> Admission {
+        let qos: &QosConfig = &self.spec.qos;
+        if qos.enabled == 0 {
+            return Admission::Queue { tos, marked: false, over_headroom: false };
+        }
+        let limit = qos.queue_limit(self.pool_used);
+        let random = self.rng.next_u64() as u32;
+        match qos.verdict(tos, queued + wire, limit, random) {
+            Verdict::Overflow => Admission::Drop,
+            Verdict::Forward { mark, over_headroom } => {
+                let tos = if mark { tos | ECN_CE } else { tos };
+                Admission::Queue { tos, marked: mark, over_headroom }
+            }
+        }
+    }
+
+    /// Whether an ingress holding `held` wire bytes of class `class` must pause its upstream.
+    pub fn over_xoff(&self, class: usize, held: u64) -> bool {
+        let qos = &self.spec.qos;
+        qos.enabled != 0 && qos.is_lossless(class) && held > u64::from(qos.xoff_bytes)
+    }
+
+    /// Whether a pausing ingress holding `held` wire bytes may let its upstream resume.
+    pub fn under_xon(&self, held: u64) -> bool {
+        held < u64::from(self.spec.qos.xon_bytes)
+    }
+
+    /// The class of a TOS, as the switch queues it.
+    pub fn class(tos: u8) -> usize {
+        class_of(tos)
+    }
+}

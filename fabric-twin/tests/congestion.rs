@@ -1,0 +1,92 @@
+//! PFC, drops, ECN and DCQCN: the congestion behaviour the twin's switches and endpoints
+//! produce with fabric-common's thresholds and fabric-roce's congestion controls.
+mod common;
+
+use common::{RATE, endpoints, leaf_spine, qp, shallow_qos, star};
+use fabric_common::config::HashMode;
+use fabric_roce::dcqcn::DcqcnParams;
+use fabric_twin::{
+    Twin,
+    net::NodeKind,
+    report::StepReport,
+    workload::{CcChoice, QpSpec},
+};
+
+/// Hosts 0, 1, 2 (leaf L0) and 5, 6, 7 (leaf L1) all write to host 4 (L1), through one spine.
+fn two_tier_incast(pfc: bool) -> StepReport {
+    let net = leaf_spine(4, 1, HashMode::FiveTuple, shallow_qos(100_000, pfc, false));
+    let qps: Vec<QpSpec> =
+        [0, 1, 2, 5, 6, 7].iter().enumerate().map(|(k, &src)| qp(src, 4, 400_000, k as u32)).collect();
+    let mut twin = Twin::new(&net, endpoints(CcChoice::None), 7);
+    twin.run_step(&qps, 10_000_000_000).unwrap()
+}
+
+#[test]
+fn with_pfc_a_paused_port_holds_its_queue_and_nothing_is_lost() {
+    let r = two_tier_incast(true);
+    assert!(r.finished, "every QP completes");
+    let (leaf, spine, host) = (&r.tiers[0], &r.tiers[1], &r.tiers[2]);
+    assert_eq!(r.tiers.iter().map(|t| t.drops).sum::<u64>(), 0, "lossless");
+    assert_eq!(r.retransmitted(), 0);
+    // The spine has one link in and one out at the same rate: its queue only builds because
+    // L1 paused it, and it could only pause L0 (its upstream) by holding bytes over Xoff.
+    assert!(spine.pauses_received > 0, "L1 paused the spine");
+    assert!(spine.max_depth_bytes > 20_000, "the paused spine port held {} B", spine.max_depth_bytes);
+    assert!(spine.pauses_sent > 0, "and the spine paused L0 in turn");
+    assert!(leaf.pauses_sent > 0 && host.pauses_received > 0, "the leaves paused the senders");
+}
+
+#[test]
+fn without_pfc_the_same_incast_drops_and_retransmits() {
+    let r = two_tier_incast(false);
+    assert!(r.finished, "go-back-N recovers every loss");
+    assert_eq!(r.tiers.iter().map(|t| t.pauses_sent).sum::<u64>(), 0);
+    assert!(r.tiers[0].drops > 0, "the 100 KB port to host 4 overflows");
+    assert!(r.retransmitted() > 0);
+    assert!(r.tiers[1].max_depth_bytes <= 2 * 4200, "an unpaused spine port never queues");
+}
+
+/// Four hosts write 2 MB each to a fifth through one switch marking ECN from 20 KB.
+fn marked_incast(cc: CcChoice) -> StepReport {
+    let net = star(5, shallow_qos(64 << 20, false, true));
+    let qps: Vec<QpSpec> = (0..4).map(|k| qp(k, 4, 2_000_000, k as u32)).collect();
+    let mut twin = Twin::new(&net, endpoints(cc), 3);
+    twin.run_step(&qps, 10_000_000_000).unwrap()
+}
+
+#[test]
+fn dcqcn_cuts_the_rate_on_marks_and_no_control_does_not() {
+    let none = marked_incast(CcChoice::None);
+    let dcqcn = marked_incast(CcChoice::Dcqcn(DcqcnParams::default()));
+    assert!(none.finished && dcqcn.finished);
+    assert!(none.tiers[0].ecn_marked > 0, "the queue is marked either way");
+    assert!(none.qps.iter().all(|q| q.cnps_received == 0 && q.min_rate_bps == Some(RATE)));
+    assert!(dcqcn.qps.iter().all(|q| q.cnps_received > 0), "every sender hears CNPs");
+    assert!(dcqcn.qps.iter().all(|q| q.min_rate_bps.unwrap() < RATE / 2), "and cuts its rate");
+    let (deep_none, deep_dcqcn) = (none.tiers[0].depth_p99_bytes, dcqcn.tiers[0].depth_p99_bytes);
+    assert!(deep_dcqcn * 2 < deep_none, "DCQCN keeps the queue shorter: p99 {deep_dcqcn} B vs {deep_none} B");
+}
+
+#[test]
+fn a_pause_is_refreshed_while_the_ingress_stays_over_xon() {
+    // Pauses of 50 quanta last 3.2 µs at 8 Gbit/s: without the refresh at half that time the
+    // senders would resume while the switch still holds more than Xon, and with the pause
+    // state still set it would never pause them again: the queue would take both 2 MB flows.
+    let mut net = star(3, shallow_qos(64 << 20, true, false));
+    if let NodeKind::Switch(s) = &mut net.nodes[3].kind {
+        s.pause_quanta = 50;
+    }
+    let qps = [qp(0, 2, 2_000_000, 0), qp(1, 2, 2_000_000, 1)];
+    let r = Twin::new(&net, endpoints(CcChoice::None), 1).run_step(&qps, 10_000_000_000).unwrap();
+    assert!(r.finished);
+    let sw = &r.tiers[0];
+    assert_eq!(sw.drops, 0);
+    // Each ingress pauses above 20 KB and lets go below 10 KB: the port to host 2 holds both
+    // ingresses' share plus what was in flight when the pauses took effect.
+    assert!(sw.max_depth_bytes < 64_000, "queue held {} B", sw.max_depth_bytes);
+    // The port drains 4 MB at a byte per ns: 4 ms, through which the two ingresses are
+    // mostly paused, refreshed every 1.6 µs (some 2,500 times each if paused throughout).
+    assert_eq!(RATE, 8_000_000_000);
+    let frames = sw.pauses_sent;
+    assert!(frames > 2_000, "{frames} pause frames: the pauses were refreshed");
+}

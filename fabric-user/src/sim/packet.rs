@@ -1,0 +1,385 @@
+//! `fabric sim --model packet`: the same cases as the flow model, on the packet-level twin
+//! (`fabric-twin`): switches that decide with `fabric-common`'s code over the controller's
+//! groups, endpoints that are `fabric-roce`'s QPs under the chosen congestion control.
+//!
+//! What comes from here, so that the twin sees exactly what `fabric run` would build:
+//! - the fabric: the [`Plan`](crate::model::plan::Plan)'s nodes, ports and link rates, each
+//!   switch's [`SwitchConfig`](fabric_common::config::SwitchConfig) and its tier's
+//!   [`Congestion::qos_config`](crate::model::topology::Congestion::qos_config), and the
+//!   routes and groups of [`SimFabric`] (TE entries included);
+//! - the QPs: [`plan_qps`] (QP numbers, UDP source ports, striping), the engine's
+//!   [`first_psn`] and pacer burst, and the packets the switches parse
+//!   ([`route::packet`]).
+//!
+//! Not from the topology: the propagation delay of every link (`--link-delay-ns`), since a
+//! testbed of veth pairs has none to state. Rates are the topology's, unscaled (no time scale:
+//! the twin runs in modelled time).
+use std::sync::{
+    Mutex,
+    atomic::{AtomicUsize, Ordering},
+};
+
+use anyhow::{Context as _, Result, ensure};
+use fabric_roce::{cts::CtsConfig, segment::PathMtu};
+use fabric_twin::{
+    Twin,
+    net::{Network, NodeKind, NodeSpec, PortSpec, Routing, SwitchSpec},
+    report::StepReport,
+    workload::{CcChoice, EndpointConfig, QpSpec},
+};
+
+use super::{MemberLoad, PacketStats, SimOptions, SimResult, install_te, steps_of, tier_balance};
+use crate::{
+    endpoint::engine::{first_psn, pacer_burst_bytes, plan_qps},
+    endpoint::{CcMode, EndpointOptions},
+    forwarding::{fabric::SimFabric, flows::step_flows, route},
+    model::plan::Role,
+    model::workload::HostTransfer,
+};
+
+/// The switch tiers, in the order the twin reports them.
+const TIERS: [Role; 3] = [Role::Rtsw, Role::Ctsw, Role::Atsw];
+
+/// [`SimFabric`]'s routes and groups, as the twin asks for them.
+pub struct SimRoutes<'f>(pub &'f SimFabric);
+
+impl Routing for SimRoutes<'_> {
+    #[inline]
+    fn group_of(&self, switch: usize, dst_host: usize) -> Option<u32> {
+        self.0.group_of(switch, dst_host)
+    }
+
+    #[inline]
+    fn members(&self, switch: usize, group: u32) -> &[usize] {
+        self.0.members(switch, group)
+    }
+
+    fn te_entry(&self, switch: usize, key: &fabric_common::te::TeKey) -> Option<fabric_common::te::TeEntry> {
+        self.0.te.get(&(switch, *key)).copied()
+    }
+
+    fn member_slots(&self) -> usize {
+        self.0.slot_count()
+    }
+
+    #[inline]
+    fn member_slot(&self, switch: usize, group: u32, member: u32) -> usize {
+        self.0.slot(switch, group, member)
+    }
+}
+
+/// The twin's description of `fabric`, every link with `delay_ns` of propagation.
+pub fn network(fabric: &SimFabric, delay_ns: u64) -> Result<Network<SimRoutes<'_>>> {
+    let plan = &fabric.plan;
+    let congestion = &plan.topology.congestion;
+    let nodes = plan
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(n, node)| {
+            let kind = match node.role {
+                Role::Host => NodeKind::Host,
+                role => {
+                    let qos = match role {
+                        Role::Rtsw => &congestion.rtsw,
+                        Role::Ctsw => &congestion.ctsw,
+                        _ => &congestion.atsw,
+                    };
+                    NodeKind::Switch(SwitchSpec {
+                        config: fabric.configs[n],
+                        qos: congestion.qos_config(qos),
+                        pause_quanta: congestion.pause_quanta,
+                        tier: TIERS.iter().position(|t| *t == role).expect("a switch tier"),
+                    })
+                }
+            };
+            let ports = node
+                .ports
+                .iter()
+                .map(|p| PortSpec {
+                    peer_node: p.peer_node,
+                    peer_port: p.peer_port,
+                    rate_bps: (plan.links[p.link].rate_gbps * 1e9) as u64,
+                    delay_ns,
+                })
+                .collect();
+            NodeSpec { name: node.name.clone(), kind, ports }
+        })
+        .collect();
+    let tiers = TIERS.iter().map(|r| r.as_str().to_string()).collect();
+    Network::new(nodes, tiers, SimRoutes(fabric)).context("the topology, as the twin reads it")
+}
+
+/// The endpoints of `fabric run` with options `o`, at the modelled (unscaled) rates.
+pub fn endpoint_config(o: &EndpointOptions) -> Result<EndpointConfig> {
+    let mtu = PathMtu::from_bytes(o.path_mtu).with_context(|| format!("--path-mtu {}", o.path_mtu))?;
+    let cc = match o.cc {
+        CcMode::None => CcChoice::None,
+        CcMode::Dcqcn => {
+            o.dcqcn.validate()?;
+            CcChoice::Dcqcn(o.dcqcn)
+        }
+        CcMode::Cts => {
+            ensure!(o.cts_channels > 0 && o.cts_buffer_bytes > 0, "CTS needs channels and a buffer size above 0");
+            let (channels, buffer_bytes) = (o.cts_channels, o.cts_buffer_bytes);
+            CcChoice::Cts(CtsConfig { channels, buffer_bytes, resend_after_ns: o.retransmit_timeout_ns })
+        }
+    };
+    Ok(EndpointConfig {
+        ack_every: o.ack_every,
+        window_packets: o.window,
+        retransmit_timeout_ns: o.retransmit_timeout_ns,
+        burst_bytes: pacer_burst_bytes(o.path_mtu),
+        dscp: o.dscp,
+        ecn: o.ecn,
+        ..EndpointConfig::new(mtu, cc)
+    })
+}
+
+/// The QPs of one step, as the engine would open them.
+pub fn qp_specs(fabric: &SimFabric, transfers: &[HostTransfer], o: &EndpointOptions) -> Vec<QpSpec> {
+    let flows = step_flows(&fabric.plan, transfers, o);
+    let qps = plan_qps(&fabric.plan, transfers, o);
+    // `step_flows` makes a data flow and an ACK flow per QP that carries bytes, in QP order.
+    qps.iter()
+        .filter(|q| q.bytes > 0)
+        .zip(flows.chunks_exact(2))
+        .map(|(q, f)| QpSpec {
+            src: transfers[q.flow].src,
+            dst: transfers[q.flow].dst,
+            bytes: q.bytes,
+            req_qpn: q.req_qpn,
+            resp_qpn: q.resp_qpn,
+            sport: q.sport,
+            first_psn: first_psn(q).value(),
+            data_packet: route::packet(fabric, &f[0]),
+            ack_packet: route::packet(fabric, &f[1]),
+        })
+        .collect()
+}
+
+/// Adds a step's member counters, `repeat` times, to `load`.
+pub fn add_member_load(r: &StepReport, repeat: u64, load: &mut MemberLoad) {
+    for (slot, (p, b)) in r.member_packets.iter().zip(&r.member_bytes).enumerate() {
+        load.packets[slot] += repeat * p;
+        load.bytes[slot] += repeat * b;
+    }
+}
+
+/// Runs independent cases at once, one per core (up to the number of cases), each thread on
+/// its own copy of the fabric; the results come back in the order of `cases`. The memory
+/// limit holds per case.
+pub fn simulate_packet_cases(fabric: &SimFabric, cases: &[SimOptions], p: &PacketOptions) -> Result<Vec<SimResult>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(cases.len()).max(1);
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<Option<Result<SimResult>>>> = Mutex::new((0..cases.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                let mut fabric = fabric.clone();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(o) = cases.get(i) else { break };
+                    let r = simulate_packet(&mut fabric, o, p);
+                    done.lock().expect("no thread panics holding it")[i] = Some(r);
+                }
+            });
+        }
+    });
+    let done = done.into_inner().expect("no thread panics holding it");
+    done.into_iter().map(|r| r.expect("every case ran")).collect()
+}
+
+/// The twin's settings beyond the case's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketOptions {
+    /// Propagation delay of every link.
+    pub link_delay_ns: u64,
+    /// A step not finished by this modelled time is reported unfinished.
+    pub deadline_ns: u64,
+    /// Seeds the switches' RED draws.
+    pub seed: u64,
+    /// A case whose estimated memory exceeds this is refused before it starts.
+    pub memory_limit_bytes: u64,
+}
+
+/// Simulates one case on the twin: each distinct step once (a step starts on an idle fabric,
+/// after the previous step's barrier), its results counted as often as the step repeats.
+pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions) -> Result<SimResult> {
+    let start = std::time::Instant::now();
+    fabric.set_hash(o.hash, o.hash_seed);
+    let (hosts, steps) = steps_of(fabric, o)?;
+    install_te(fabric, o, &hosts, &steps)?;
+    let fabric = &*fabric;
+    let cfg = endpoint_config(&o.endpoint)?;
+    let net = network(fabric, p.link_delay_ns)?;
+    // Every step's QPs, before any runs: a case too large is refused whole.
+    let mut step_qps = Vec::with_capacity(steps.len());
+    for (i, (step, _)) in steps.iter().enumerate() {
+        let qps = qp_specs(fabric, &crate::model::workload::on_hosts(step, &hosts), &o.endpoint);
+        let estimate = Twin::memory_estimate(&net, &cfg, &qps);
+        ensure!(
+            estimate <= p.memory_limit_bytes,
+            "step {i}: the twin would need up to {:.2} GiB for {} QPs, more than the limit of {:.2} GiB \
+             (--memory-limit-gib)",
+            estimate as f64 / f64::from(1 << 30),
+            qps.len(),
+            p.memory_limit_bytes as f64 / f64::from(1 << 30)
+        );
+        step_qps.push(qps);
+    }
+    let mut twin = Twin::new(&net, cfg, p.seed);
+    let mut load = MemberLoad::new(fabric);
+    let mut stats = PacketStats {
+        cc: o.endpoint.cc.as_str(),
+        link_delay_ns: p.link_delay_ns,
+        finished: true,
+        ..Default::default()
+    };
+    let (mut step_s, mut completion_s, mut step_count, mut qps_per_step) = (Vec::new(), 0.0, 0, 0);
+    for (i, ((_, repeat), qps)) in steps.iter().zip(&step_qps).enumerate() {
+        qps_per_step = qps_per_step.max(qps.len());
+        let r = twin.run_step(qps, p.deadline_ns).with_context(|| format!("step {i}"))?;
+        add_member_load(&r, *repeat as u64, &mut load);
+        stats.add_step(&r, *repeat as u64);
+        let s = r.completion_ns as f64 * 1e-9;
+        step_s.push(s);
+        completion_s += s * *repeat as f64;
+        step_count += repeat;
+    }
+    let e = &o.endpoint;
+    Ok(SimResult {
+        case: format!(
+            "{} {} qps={} sport={} cc={}",
+            o.collective.as_str(),
+            o.hash.as_str(),
+            e.qps,
+            e.sport.as_str(),
+            e.cc.as_str()
+        ),
+        model: "packet",
+        topology: fabric.plan.topology.name.clone(),
+        hosts: fabric.plan.hosts().count(),
+        ranks: hosts.len(),
+        collective: o.collective.as_str(),
+        hash: o.hash.as_str(),
+        qps: e.qps,
+        sport: e.sport.as_str(),
+        message_bytes: o.message_bytes,
+        steps: step_count,
+        distinct_steps: step_s.len(),
+        qps_per_step,
+        tiers: tier_balance(fabric, &load),
+        completion_s,
+        step_s,
+        fair_share_rounds: 0,
+        wall_s: start.elapsed().as_secs_f64(),
+        packet: Some(stats),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        endpoint::SportPolicy,
+        model::{placement::Placement, plan::Plan, topology::Topology, workload::Collective},
+        sim::{cli::build_fabric, predict_member_load},
+    };
+    use fabric_common::config::HashMode;
+
+    fn case(collective: Collective, hash: HashMode, qps: u32, cc: CcMode) -> SimOptions {
+        SimOptions {
+            collective,
+            ranks: None,
+            message_bytes: 1 << 20,
+            placement: Placement::Contiguous,
+            seed: 1,
+            hash,
+            hash_seed: None,
+            endpoint: EndpointOptions { qps, sport: SportPolicy::PerQp, cc, ..Default::default() },
+        }
+    }
+
+    const PACKET: PacketOptions =
+        PacketOptions { link_delay_ns: 1_000, deadline_ns: 1_000_000_000, seed: 1, memory_limit_bytes: 1 << 33 };
+
+    #[test]
+    fn member_counters_equal_the_flow_models_prediction_when_nothing_is_lost() {
+        let fabric = SimFabric::from_controller(&Plan::new(&Topology::default_topology()), &Default::default());
+        for (collective, hash, qps) in [
+            (Collective::Permutation, HashMode::FiveTuple, 1),
+            (Collective::Allreduce, HashMode::Eecmp, 4),
+            (Collective::Alltoall, HashMode::Pin, 2),
+        ] {
+            let o = case(collective, hash, qps, CcMode::None);
+            let mut f = fabric.clone();
+            let r = simulate_packet(&mut f, &o, &PACKET).unwrap();
+            let p = r.packet.as_ref().unwrap();
+            assert!(p.finished, "{}", r.case);
+            assert_eq!((p.drops, p.retransmissions), (0, 0), "{}: lossless", r.case);
+            // The twin's counters, one iteration: rebuild them the way the run does.
+            let predicted = predict_member_load(&fabric, &o, 1).unwrap();
+            let twin_load = {
+                let mut f = fabric.clone();
+                f.set_hash(o.hash, o.hash_seed);
+                let (hosts, steps) = steps_of(&f, &o).unwrap();
+                let net = network(&f, PACKET.link_delay_ns).unwrap();
+                let mut twin = Twin::new(&net, endpoint_config(&o.endpoint).unwrap(), 1);
+                let mut load = MemberLoad::new(&f);
+                for (step, repeat) in &steps {
+                    let t = crate::model::workload::on_hosts(step, &hosts);
+                    let rep = twin.run_step(&qp_specs(&f, &t, &o.endpoint), u64::MAX).unwrap();
+                    add_member_load(&rep, *repeat as u64, &mut load);
+                }
+                load
+            };
+            assert_eq!(twin_load, predicted, "{}: packets and bytes per ECMP member", r.case);
+        }
+    }
+
+    #[test]
+    fn cases_run_in_parallel_come_back_in_order_as_run_alone() {
+        let fabric = build_fabric(None, None).unwrap();
+        let cases: Vec<SimOptions> =
+            HashMode::ALL.iter().map(|&h| case(Collective::Permutation, h, 2, CcMode::Dcqcn)).collect();
+        let together = simulate_packet_cases(&fabric, &cases, &PACKET).unwrap();
+        for (o, r) in cases.iter().zip(&together) {
+            let alone = simulate_packet(&mut fabric.clone(), o, &PACKET).unwrap();
+            assert_eq!(r.hash, o.hash.as_str());
+            assert_eq!((r.completion_s, &r.step_s), (alone.completion_s, &alone.step_s), "{}", r.case);
+            let (a, b) = (r.packet.as_ref().unwrap(), alone.packet.as_ref().unwrap());
+            assert_eq!((a.events, a.ecn_marks, a.cnps), (b.events, b.ecn_marks, b.cnps), "deterministic: {}", r.case);
+        }
+    }
+
+    #[test]
+    fn a_case_over_the_memory_limit_is_refused_with_its_estimate() {
+        let mut fabric = build_fabric(None, None).unwrap();
+        let o = case(Collective::Alltoall, HashMode::Eecmp, 8, CcMode::None);
+        let tight = PacketOptions { memory_limit_bytes: 1 << 20, ..PACKET };
+        let err = simulate_packet(&mut fabric, &o, &tight).unwrap_err().to_string();
+        assert!(err.contains("GiB for 448 QPs") && err.contains("--memory-limit-gib"), "{err}");
+        assert!(simulate_packet(&mut fabric, &o, &PACKET).unwrap().packet.unwrap().finished);
+    }
+
+    #[test]
+    fn incast_with_pfc_pauses_and_loses_nothing_on_every_congestion_control() {
+        let fabric = build_fabric(None, None).unwrap();
+        for cc in [CcMode::None, CcMode::Dcqcn, CcMode::Cts] {
+            let mut f = fabric.clone();
+            let r = simulate_packet(&mut f, &case(Collective::Incast, HashMode::Eecmp, 1, cc), &PACKET).unwrap();
+            let p = r.packet.unwrap();
+            assert!(p.finished, "{cc:?}");
+            assert_eq!(p.drops, 0, "{cc:?}: the lossless class never drops");
+            let pfc: u64 = p.tiers.iter().map(|t| t.pauses_sent).sum();
+            match cc {
+                // Seven senders at line rate into one port: the RTSW pauses them.
+                CcMode::None => assert!(pfc > 0 && p.ecn_marks > 0),
+                CcMode::Dcqcn => assert!(p.cnps > 0, "marks come back as CNPs"),
+                // Receiver-driven: at most 4 chunks of 256 KiB in flight toward the receiver.
+                CcMode::Cts => assert!(p.tiers[0].max_depth_bytes <= 4 * 256 * 1024 + 64 * 1024),
+            }
+        }
+    }
+}
