@@ -339,28 +339,58 @@ pub fn simulate(fabric: &mut SimFabric, o: &SimOptions) -> Result<SimResult> {
         completion_s += s * *repeat as f64;
         step_count += repeat;
     }
-    let e = &o.endpoint;
-    Ok(SimResult {
-        case: format!("{} {} qps={} sport={}", o.collective.as_str(), o.hash.as_str(), e.qps, e.sport.as_str()),
-        model: "flow",
-        topology: fabric.plan.topology.name.clone(),
-        hosts: fabric.plan.hosts().count(),
-        ranks: hosts.len(),
-        collective: o.collective.as_str(),
-        hash: o.hash.as_str(),
-        qps: e.qps,
-        sport: e.sport.as_str(),
-        message_bytes: o.message_bytes,
-        steps: step_count,
-        distinct_steps: step_s.len(),
-        qps_per_step,
-        tiers: tier_balance(fabric, &load),
-        completion_s,
-        step_s,
-        fair_share_rounds: rounds,
-        wall_s: start.elapsed().as_secs_f64(),
-        packet: None,
-    })
+    let times = StepTimes { step_s, completion_s, steps: step_count, qps_per_step };
+    let mut r = SimResult::of_case(fabric, o, hosts.len(), &load, times, "flow");
+    r.fair_share_rounds = rounds;
+    r.wall_s = start.elapsed().as_secs_f64();
+    Ok(r)
+}
+
+/// What a model measured of one case's steps.
+pub struct StepTimes {
+    /// Duration of each distinct step, seconds.
+    pub step_s: Vec<f64>,
+    /// One iteration: every step times its repeats, seconds.
+    pub completion_s: f64,
+    /// Steps, repeats included.
+    pub steps: usize,
+    pub qps_per_step: usize,
+}
+
+impl SimResult {
+    /// The result of case `o` of `model` (the case's options, balance and times; the model's own
+    /// figures, the fair share's rounds, the wall time and the packet section, left to fill).
+    pub fn of_case(
+        fabric: &SimFabric,
+        o: &SimOptions,
+        ranks: usize,
+        load: &MemberLoad,
+        t: StepTimes,
+        model: &'static str,
+    ) -> Self {
+        let e = &o.endpoint;
+        SimResult {
+            case: format!("{} {} qps={} sport={}", o.collective.as_str(), o.hash.as_str(), e.qps, e.sport.as_str()),
+            model,
+            topology: fabric.plan.topology.name.clone(),
+            hosts: fabric.plan.hosts().count(),
+            ranks,
+            collective: o.collective.as_str(),
+            hash: o.hash.as_str(),
+            qps: e.qps,
+            sport: e.sport.as_str(),
+            message_bytes: o.message_bytes,
+            steps: t.steps,
+            distinct_steps: t.step_s.len(),
+            qps_per_step: t.qps_per_step,
+            tiers: tier_balance(fabric, load),
+            completion_s: t.completion_s,
+            step_s: t.step_s,
+            fair_share_rounds: 0,
+            wall_s: 0.0,
+            packet: None,
+        }
+    }
 }
 
 /// The table `fabric sim` prints.

@@ -28,7 +28,7 @@ use fabric_twin::{
     workload::{CcChoice, EndpointConfig, QpSpec},
 };
 
-use super::{MemberLoad, PacketStats, SimOptions, SimResult, install_te, steps_of, tier_balance};
+use super::{MemberLoad, PacketStats, SimOptions, SimResult, StepTimes, install_te, steps_of};
 use crate::{
     endpoint::engine::{first_psn, pacer_burst_bytes, plan_qps},
     endpoint::{CcMode, EndpointOptions},
@@ -247,35 +247,12 @@ pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions
         completion_s += s * *repeat as f64;
         step_count += repeat;
     }
-    let e = &o.endpoint;
-    Ok(SimResult {
-        case: format!(
-            "{} {} qps={} sport={} cc={}",
-            o.collective.as_str(),
-            o.hash.as_str(),
-            e.qps,
-            e.sport.as_str(),
-            e.cc.as_str()
-        ),
-        model: "packet",
-        topology: fabric.plan.topology.name.clone(),
-        hosts: fabric.plan.hosts().count(),
-        ranks: hosts.len(),
-        collective: o.collective.as_str(),
-        hash: o.hash.as_str(),
-        qps: e.qps,
-        sport: e.sport.as_str(),
-        message_bytes: o.message_bytes,
-        steps: step_count,
-        distinct_steps: step_s.len(),
-        qps_per_step,
-        tiers: tier_balance(fabric, &load),
-        completion_s,
-        step_s,
-        fair_share_rounds: 0,
-        wall_s: start.elapsed().as_secs_f64(),
-        packet: Some(stats),
-    })
+    let times = StepTimes { step_s, completion_s, steps: step_count, qps_per_step };
+    let mut r = SimResult::of_case(fabric, o, hosts.len(), &load, times, "packet");
+    r.case = format!("{} cc={}", r.case, o.endpoint.cc.as_str());
+    r.wall_s = start.elapsed().as_secs_f64();
+    r.packet = Some(stats);
+    Ok(r)
 }
 
 #[cfg(test)]
