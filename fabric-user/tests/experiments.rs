@@ -195,3 +195,20 @@ fn cross_zone_topology_aware_placement_crosses_less() {
     let (aware, random) = (mean(&r, "aware", "cross_zone_mib"), mean(&r, "random", "cross_zone_mib"));
     assert!(aware < random, "topology-aware {aware} MiB must cross less than random {random} MiB");
 }
+
+/// The gray failures on a live testbed: whether ECMP with one QP suffers more than E-ECMP is
+/// what the experiment measures (reported either way); a slow link slowing E-ECMP, and the facts,
+/// must hold, and the loss must show in the switches' counters.
+#[test]
+fn gray_failure_slow_lossy_and_flapping_links_deliver_everything() {
+    let r = run("gray-failure", 'g');
+    assert_headlines(&r, &["slow-link-slows-eecmp"]);
+    assert_decision(&r, "keeps-delivering", Decision::Matches);
+    assert_decision(&r, "go-back-n-amplifies", Decision::Matches);
+    assert!(values(&r, "eecmp-lossy", "lost_frames").iter().all(|&v| v > 0.0), "a 0.5% lossy link must drop frames");
+    let (healthy, degraded) = (mean(&r, "ecmp-healthy", "completion_ms"), mean(&r, "ecmp-degraded", "completion_ms"));
+    assert!(
+        degraded > healthy,
+        "ECMP 1 QP behind a 1/4-rate uplink ({degraded} ms) must be slower than healthy ({healthy} ms)"
+    );
+}

@@ -11,6 +11,7 @@ pub mod chart;
 pub mod cli;
 pub mod cross_zone;
 pub mod ecmp_entropy;
+pub mod gray_failure;
 pub mod harness;
 pub mod heatmap;
 pub mod incast;
@@ -43,6 +44,7 @@ pub const ALL: &[Scenario] = &[
     incast::SCENARIO,
     pfc_storm::SCENARIO,
     cross_zone::SCENARIO,
+    gray_failure::SCENARIO,
 ];
 
 pub fn find(name: &str) -> Result<&'static Scenario> {

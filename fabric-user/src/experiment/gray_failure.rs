@@ -1,0 +1,439 @@
+//! `gray-failure`: failures that are not a clean link down. A spine uplink degraded to a quarter
+//! of its rate under ECMP with one QP, E-ECMP with 8 QPs and TE; a lossy link under the
+//! endpoints' go-back-N; a flapping link. Each fault is the testbed's own (`fabric link degrade`,
+//! `fabric link flap`), applied to the uplink of z0r0 that the healthy run of the same mode
+//! loaded most: the worst link to lose for that mode.
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use fabric_common::config::HashMode;
+
+use super::case::find as case;
+use super::{
+    harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, base_options, completion_ms, switch_drops},
+    verdict::{Verdict, cpu_bound, gain_pct, per_seed},
+};
+use crate::{
+    endpoint::SportPolicy, model::placement::Placement, model::workload::Collective, run::RunOptions, run::RunResult,
+    state::State, testbed,
+};
+
+pub const SCENARIO: Scenario = Scenario {
+    name: "gray-failure",
+    summary: "Gray failures on a ring AllReduce: the busiest RTSW-CTSW uplink degraded to a quarter of its \
+              rate (`fabric link degrade --rate`) under ECMP 1 QP, E-ECMP 8 QPs and TE; the same uplink \
+              losing 0.5% of its frames under go-back-N (`--loss`); and the uplink flapping mid-run.",
+    paper: "Not every failure is a clean link down: a link that runs slow or drops a fraction of its frames \
+            stays in every ECMP group, so hashing keeps sending it a full share. One QP per connection puts \
+            a whole connection, and so the whole ring, behind the slow link; many QPs (E-ECMP) put a \
+            fraction of every message there, and a message is as late as its slowest QP. Go-back-N answers \
+            each loss by resending everything after it.",
+    run,
+};
+
+const RTSW: &str = "z0r0";
+/// The degraded link's rate, as a fraction of its own.
+const DEGRADED_FRACTION: f64 = 0.25;
+/// The lossy link's loss, parts per million (0.5%).
+const LOSS_PPM: u32 = 5_000;
+/// The smallest slowdown, or difference of slowdowns, that counts, % or points.
+const MARGIN_POINTS: f64 = 10.0;
+/// The smallest slowdown from loss that counts, %.
+const LOSS_MARGIN_PCT: f64 = 5.0;
+
+/// A routing mode compared: case key, label, hash mode, QPs per connection.
+type Mode = (&'static str, &'static str, HashMode, u32);
+
+const MODES: [Mode; 3] = [
+    ("ecmp", "ECMP 1 QP", HashMode::FiveTuple, 1),
+    ("eecmp", "E-ECMP 8 QPs", HashMode::Eecmp, 8),
+    ("te", "TE (controller) 8 QPs", HashMode::Te, 8),
+];
+
+/// The AllReduce every case runs.
+struct Sizes {
+    ranks: usize,
+    message: u64,
+    iterations: u32,
+}
+
+/// What the runs leave besides the cases' metrics.
+#[derive(Default)]
+struct Runs {
+    /// Rows of the fault table.
+    rows: Vec<Vec<String>>,
+    /// Bytes the faulty runs delivered, of the bytes they needed.
+    delivered: u64,
+    needed: u64,
+    /// Frames the lossy link dropped, and packets the endpoints retransmitted, over the lossy runs.
+    lost: u64,
+    retransmitted: u64,
+}
+
+fn run(ctx: &Ctx) -> Result<Outcome> {
+    let cal = ctx.time_scale()?;
+    let mut topo = super::path_pinning::topology(1, 400.0, cal.time_scale);
+    // Four uplinks per RTSW, as in link-failure: a degraded one is a quarter of the capacity.
+    topo.zones[0].spines = 4;
+    let sizes = Sizes { ranks: 8, message: ctx.pick(2 << 20, 4 << 20), iterations: ctx.pick(2, 3) };
+    let mut cases = Vec::new();
+    for m in &MODES {
+        cases.push(Case::new(&format!("{}-healthy", m.0), &format!("{}, healthy", m.1)));
+        cases.push(Case::new(&format!("{}-degraded", m.0), &format!("{}, busiest uplink at 1/4 rate", m.1)));
+    }
+    cases.push(Case::new("eecmp-lossy", "E-ECMP 8 QPs, busiest uplink loses 0.5%"));
+    cases.push(Case::new("eecmp-flap", "E-ECMP 8 QPs, busiest uplink flaps twice"));
+    let mut runs = Runs::default();
+    ctx.with_testbed(topo, |state| {
+        for &seed in &ctx.seeds {
+            for (mi, mode) in MODES.iter().enumerate() {
+                let o = options(&sizes, mode.2, mode.3, seed);
+                let healthy = ctx.run(state, &format!("{} healthy seed {seed}", mode.0), &o)?;
+                let victim = busiest_uplink(&healthy).context("z0r0 carried nothing")?;
+                let degraded = degraded_run(ctx, state, &o, &victim, &format!("{} degraded seed {seed}", mode.0))?;
+                push_metrics(&mut cases[2 * mi], &healthy, &victim, 0);
+                push_metrics(&mut cases[2 * mi + 1], &degraded, &victim, 0);
+                runs.add(seed, mode.1, "1/4 rate", &victim, &healthy, &degraded);
+                if mode.0 == "eecmp" {
+                    let (lossy, lost) = lossy_run(ctx, state, &o, &victim, seed)?;
+                    push_metrics(&mut cases[6], &lossy, &victim, lost);
+                    runs.lost += lost;
+                    runs.retransmitted += retransmitted(&lossy);
+                    runs.add(seed, mode.1, "0.5% loss", &victim, &healthy, &lossy);
+                    let flap = flap_run(ctx, state, &o, &victim, &healthy, seed)?;
+                    push_metrics(&mut cases[7], &flap, &victim, 0);
+                    runs.add(seed, mode.1, "flapping", &victim, &healthy, &flap);
+                }
+            }
+        }
+        Ok(())
+    })?;
+    let verdicts = verdicts(&cases, &runs);
+    Ok(outcome(&cal.describe(), &sizes, cases, verdicts, runs))
+}
+
+/// The case's AllReduce: fragmented placement (every rack's ring hop crosses the spine), fixed
+/// source port, `hash` with `qps` QPs.
+fn options(sizes: &Sizes, hash: HashMode, qps: u32, seed: u64) -> RunOptions {
+    let mut o = base_options(Collective::Allreduce, sizes.ranks, sizes.message);
+    o.iterations = sizes.iterations;
+    o.placement = Placement::Fragmented;
+    o.hash = Some(hash);
+    o.hash_seed = Some(seed as u32);
+    o.endpoint.qps = qps;
+    o.endpoint.sport = SportPolicy::Fixed;
+    o
+}
+
+/// `o` with uplink `RTSW:victim` at a quarter of its rate; the link is restored afterwards,
+/// whatever the run did.
+fn degraded_run(ctx: &Ctx, state: &State, o: &RunOptions, victim: &str, label: &str) -> Result<RunResult> {
+    let prefix = state.plan.topology.prefix.as_str();
+    let link = format!("{RTSW}:{victim}");
+    let nominal = state.plan.topology.tiers.rtsw.rate_gbps;
+    testbed::fault::degrade(prefix, &link, Some(nominal * DEGRADED_FRACTION), None, 0)?;
+    let r = ctx.run(state, label, o);
+    testbed::fault::restore(prefix, &link)?;
+    r
+}
+
+/// `o` with uplink `RTSW:victim` losing [`LOSS_PPM`] of its frames (seeded by `seed`), and the
+/// frames the switches dropped meanwhile (the lossy link's, as nothing else drops here).
+fn lossy_run(ctx: &Ctx, state: &State, o: &RunOptions, victim: &str, seed: u64) -> Result<(RunResult, u64)> {
+    let prefix = state.plan.topology.prefix.as_str();
+    let link = format!("{RTSW}:{victim}");
+    testbed::fault::degrade(prefix, &link, None, Some(LOSS_PPM), seed)?;
+    let before = switch_drops(state);
+    let r = ctx.run(state, &format!("eecmp lossy seed {seed}"), o);
+    let after = switch_drops(state);
+    testbed::fault::restore(prefix, &link)?;
+    Ok((r?, after?.saturating_sub(before?)))
+}
+
+/// `o` while uplink `RTSW:victim` flaps twice, starting a quarter of the healthy run in, each
+/// cycle a quarter of the healthy run long (half down, half up).
+fn flap_run(
+    ctx: &Ctx,
+    state: &State,
+    o: &RunOptions,
+    victim: &str,
+    healthy: &RunResult,
+    seed: u64,
+) -> Result<RunResult> {
+    let prefix = state.plan.topology.prefix.as_str();
+    let link = format!("{RTSW}:{victim}");
+    let total = Duration::from_secs_f64(completion_ms(healthy) * o.iterations as f64 / 1e3);
+    let (start, period) = (total / 4, (total / 4).max(Duration::from_millis(20)));
+    let r = std::thread::scope(|s| -> Result<RunResult> {
+        let flapper = s.spawn(|| {
+            std::thread::sleep(start);
+            testbed::fault::flap(prefix, &link, period, 2)
+        });
+        let r = ctx.run(state, &format!("eecmp flap seed {seed}"), o);
+        flapper.join().expect("no panic")?;
+        r
+    });
+    // Whatever happened, the link ends up.
+    testbed::set_link(prefix, &link, true)?;
+    r
+}
+
+fn retransmitted(r: &RunResult) -> u64 {
+    r.flows.iter().map(|f| f.retransmitted).sum()
+}
+
+/// The case metrics of one run (`victim`: the faulty uplink; `lost`: frames it dropped).
+fn push_metrics(c: &mut Case, r: &RunResult, victim: &str, lost: u64) {
+    c.push("completion_ms", completion_ms(r));
+    c.push("victim_share_pct", uplink_share(r, victim) * 100.0);
+    c.push("max_over_mean", r.balance.mean_max_over_mean);
+    c.push("retransmitted", retransmitted(r) as f64);
+    c.push("lost_frames", lost as f64);
+    c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
+    c.push("ecn_marked", r.congestion.ecn_marked as f64);
+    c.push_run(r);
+}
+
+impl Runs {
+    fn add(&mut self, seed: u64, mode: &str, fault: &str, victim: &str, healthy: &RunResult, faulty: &RunResult) {
+        self.delivered += faulty.bytes_delivered;
+        self.needed += faulty.bytes_needed;
+        self.rows.push(vec![
+            seed.to_string(),
+            mode.to_string(),
+            fault.to_string(),
+            format!("{RTSW}:{victim}"),
+            format!("{:.0}% -> {:.0}%", uplink_share(healthy, victim) * 100.0, uplink_share(faulty, victim) * 100.0),
+            format!("{:.1} -> {:.1}", completion_ms(healthy), completion_ms(faulty)),
+            format!("{} -> {}", retransmitted(healthy), retransmitted(faulty)),
+        ]);
+    }
+}
+
+/// Per seed, how much fault `fault` slowed mode `key` (gain of healthy over faulty, %).
+fn slowdown(cases: &[Case], key: &str, fault: &str) -> Vec<f64> {
+    let h = case(cases, &format!("{key}-healthy")).values_of("completion_ms");
+    let f = case(cases, &format!("{key}-{fault}")).values_of("completion_ms");
+    h.iter().zip(&f).map(|(&h, &f)| gain_pct(h, f, Better::Lower)).collect()
+}
+
+fn verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
+    vec![
+        slow_link_slows_eecmp(cases).headline(),
+        ecmp_suffers_more(cases),
+        shares_unchanged(cases),
+        loss_slows(cases),
+        Verdict::fact(
+            "go-back-n-amplifies",
+            "Go-back-N resends more packets than the lossy link lost (each loss resends the window after it)",
+            format!("lossy runs: {} frames lost, {} packets retransmitted", runs.lost, runs.retransmitted),
+            runs.lost > 0 && runs.retransmitted > runs.lost,
+        ),
+        Verdict::fact(
+            "keeps-delivering",
+            "Every gray-failure run delivers every byte (slow, lossy and flapping links)",
+            format!("faulty runs delivered {} of {} bytes", runs.delivered, runs.needed),
+            runs.delivered == runs.needed && runs.needed > 0,
+        ),
+    ]
+}
+
+/// Hashing does not route around a slow link: E-ECMP with 8 QPs, whose QPs spread every message
+/// over all uplinks, still waits for the QPs hashed onto the slow one, so the message is as late
+/// as its slowest QP.
+fn slow_link_slows_eecmp(cases: &[Case]) -> Verdict {
+    let s = slowdown(cases, "eecmp", "degraded");
+    let used: Vec<&Case> = ["eecmp-healthy", "eecmp-degraded"].map(|k| case(cases, k)).to_vec();
+    Verdict::from_gains(
+        "slow-link-slows-eecmp",
+        "A slow (1/4 rate) uplink slows the AllReduce even under E-ECMP with 8 QPs: hashing keeps its share on it",
+        format!("slowdown of E-ECMP 8 QPs from the 1/4-rate uplink per seed: {}", per_seed(&s, "%")),
+        s,
+        MARGIN_POINTS,
+    )
+    .unless_cpu_bound(cpu_bound(&used))
+}
+
+/// The slow link costs ECMP 1 QP more than E-ECMP 8 QPs: per seed, ECMP's slowdown minus
+/// E-ECMP's, in points, so that what the lost capacity costs every mode alike cancels.
+fn ecmp_suffers_more(cases: &[Case]) -> Verdict {
+    let [ecmp, eecmp, te] = ["ecmp", "eecmp", "te"].map(|k| slowdown(cases, k, "degraded"));
+    let diff: Vec<f64> = ecmp.iter().zip(&eecmp).map(|(a, b)| a - b).collect();
+    let measured = format!(
+        "slowdown from the 1/4-rate uplink per seed (% of the slower run): ECMP 1 QP {}, E-ECMP 8 QPs {}, TE {}",
+        per_seed(&ecmp, "%"),
+        per_seed(&eecmp, "%"),
+        per_seed(&te, "%")
+    );
+    let used: Vec<&Case> =
+        ["ecmp-healthy", "ecmp-degraded", "eecmp-healthy", "eecmp-degraded"].map(|k| case(cases, k)).to_vec();
+    Verdict::from_gains(
+        "ecmp-suffers-more",
+        "A slow (1/4 rate) uplink hurts ECMP with one QP more than E-ECMP with 8 QPs (slowdown difference, points)",
+        measured,
+        diff,
+        MARGIN_POINTS,
+    )
+    .unless_cpu_bound(cpu_bound(&used))
+}
+
+/// Hashing does not see capacity: the slow uplink keeps the share of bytes it had when healthy
+/// (within 2 points), under both hashed modes.
+fn shares_unchanged(cases: &[Case]) -> Verdict {
+    let share = |k: &str| case(cases, k).values_of("victim_share_pct");
+    let pairs = [("ecmp", "ECMP"), ("eecmp", "E-ECMP")]
+        .map(|(k, label)| (label, share(&format!("{k}-healthy")), share(&format!("{k}-degraded"))));
+    let holds = pairs.iter().all(|(_, h, d)| h.iter().zip(d).all(|(h, d)| (h - d).abs() <= 2.0));
+    let measured = pairs
+        .iter()
+        .map(|(label, h, d)| format!("{label} {} -> {}", per_seed(h, "%"), per_seed(d, "%")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Verdict::identity(
+        "hash-keeps-share",
+        "Hashing keeps sending the slow uplink the share of bytes it had when healthy (it does not see capacity)",
+        format!("the slow uplink's share of {RTSW}'s uplink bytes, healthy -> degraded: {measured}"),
+        holds,
+    )
+}
+
+/// A 0.5% lossy uplink slows E-ECMP's AllReduce under go-back-N by more than [`LOSS_MARGIN_PCT`].
+fn loss_slows(cases: &[Case]) -> Verdict {
+    let s = slowdown(cases, "eecmp", "lossy");
+    let used: Vec<&Case> = ["eecmp-healthy", "eecmp-lossy"].map(|k| case(cases, k)).to_vec();
+    Verdict::from_gains(
+        "loss-slows-gbn",
+        "An uplink losing 0.5% of its frames slows the AllReduce (E-ECMP 8 QPs, go-back-N endpoints)",
+        format!("slowdown from the lossy uplink per seed: {}", per_seed(&s, "%")),
+        s,
+        LOSS_MARGIN_PCT,
+    )
+    .unless_cpu_bound(cpu_bound(&used))
+}
+
+/// The scenario's report: setup, metrics, cases, verdicts, notes and the fault table.
+fn outcome(calibration: &str, sizes: &Sizes, cases: Vec<Case>, verdicts: Vec<Verdict>, runs: Runs) -> Outcome {
+    let Sizes { ranks, message, iterations } = *sizes;
+    Outcome {
+        setup: vec![
+            "Testbed: 1 zone, 4 racks x 2 hosts, 4 CTSWs (four uplinks per RTSW), 400 Gbit/s.".into(),
+            calibration.to_string(),
+            format!(
+                "Ring AllReduce over {ranks} ranks, fragmented placement, {} MiB per rank, {iterations} iterations, \
+                 fixed source port; ECMP (five-tuple) with 1 QP, E-ECMP and TE with 8 QPs.",
+                message >> 20
+            ),
+            format!(
+                "Each mode runs healthy first; the uplink of {RTSW} that run loaded most is then degraded to 100 \
+                 Gbit/s (modelled) for an identical run and restored. Under E-ECMP the same uplink then loses 0.5% \
+                 of its frames (a seeded draw in the switch, counted as link_loss), and then flaps twice \
+                 (`fabric link flap`, a cycle a quarter of the healthy run long, routing repaired each time)."
+            ),
+        ],
+        metrics: vec![
+            Metric::new("completion_ms", "AllReduce completion (mean of iterations)", "ms wall", Better::Lower, true),
+            Metric::new("victim_share_pct", "faulty uplink's share of z0r0's uplink bytes", "%", Better::None, true),
+            Metric::new("max_over_mean", "uplink max/mean (mean over RTSWs)", "", Better::Lower, false),
+            Metric::new("retransmitted", "retransmitted packets", "", Better::Lower, true),
+            Metric::new("lost_frames", "frames the lossy link dropped", "", Better::Lower, false),
+            Metric::new("pfc_frames", "PFC frames sent by switches", "", Better::Lower, false),
+            Metric::new("ecn_marked", "ECN marks", "", Better::Lower, false),
+        ],
+        cases,
+        verdicts,
+        notes: vec![
+            "TE's controller places flows by bytes over the links that are up; it does not read a link's degraded \
+             rate, so a slow link gets its share as under hashing. Weighting members by capacity (WCMP) is what \
+             moves load off it."
+                .into(),
+            "Hashed modes are degraded on the link they loaded most, so ECMP with one QP loses a whole \
+             connection's path; that is the point of the comparison, not a bias: it is where ECMP put the bytes."
+                .into(),
+        ],
+        tables: vec![Table {
+            title: format!("Faults on {RTSW}'s busiest uplink: healthy -> faulty"),
+            header: ["seed", "routing", "fault", "link", "link's share", "completion ms", "retransmitted"]
+                .map(String::from)
+                .to_vec(),
+            rows: runs.rows,
+        }],
+    }
+}
+
+/// The share of z0r0's uplink bytes that went over `port`.
+fn uplink_share(r: &RunResult, port: &str) -> f64 {
+    let Some(u) = r.uplinks.iter().find(|u| u.rtsw == RTSW) else { return f64::NAN };
+    let total: u64 = u.tx_bytes.iter().map(|t| t.1).sum();
+    let on = u.tx_bytes.iter().find(|t| t.0 == port).map_or(0, |t| t.1);
+    if total == 0 { f64::NAN } else { on as f64 / total as f64 }
+}
+
+/// The uplink of z0r0 that carried the most bytes.
+fn busiest_uplink(r: &RunResult) -> Option<String> {
+    let u = r.uplinks.iter().find(|u| u.rtsw == RTSW)?;
+    u.tx_bytes.iter().filter(|t| t.1 > 0).max_by_key(|t| t.1).map(|t| t.0.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::verdict::Decision;
+
+    /// Cases with ECMP slowed to `ecmp_degraded` ms from 100 and E-ECMP from 80 to 100.
+    fn cases(ecmp_degraded: [f64; 3], lossy: [f64; 3], eecmp_share_degraded: [f64; 3]) -> Vec<Case> {
+        let c = |k, t: [f64; 3], share: [f64; 3]| Case::with(k, &[("completion_ms", &t), ("victim_share_pct", &share)]);
+        vec![
+            c("ecmp-healthy", [100.0, 100.0, 100.0], [50.0, 50.0, 50.0]),
+            c("ecmp-degraded", ecmp_degraded, [50.0, 50.0, 50.0]),
+            c("eecmp-healthy", [80.0, 81.0, 79.0], [30.0, 31.0, 29.0]),
+            c("eecmp-degraded", [100.0, 101.0, 99.0], eecmp_share_degraded),
+            c("te-healthy", [70.0, 70.0, 70.0], [25.0, 25.0, 25.0]),
+            c("te-degraded", [75.0, 75.0, 75.0], [25.0, 25.0, 25.0]),
+            c("eecmp-lossy", lossy, [30.0, 30.0, 30.0]),
+            c("eecmp-flap", [90.0, 90.0, 90.0], [20.0, 20.0, 20.0]),
+        ]
+    }
+
+    fn runs(lost: u64, retransmitted: u64, delivered: u64) -> Runs {
+        Runs { rows: Vec::new(), delivered, needed: 10, lost, retransmitted }
+    }
+
+    #[test]
+    fn verdicts_can_match() {
+        // ECMP slows 75% (100 -> 400), E-ECMP 20%; loss slows 20%; go-back-N resends 8x the loss.
+        let v = verdicts(&cases([400.0, 401.0, 399.0], [100.0, 101.0, 99.0], [30.0, 31.0, 29.0]), &runs(10, 80, 10));
+        let keys: Vec<&str> = v.iter().map(|v| v.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "slow-link-slows-eecmp",
+                "ecmp-suffers-more",
+                "hash-keeps-share",
+                "loss-slows-gbn",
+                "go-back-n-amplifies",
+                "keeps-delivering"
+            ]
+        );
+        for v in &v {
+            assert_eq!(v.direction, Decision::Matches, "{}: {}", v.key, v.evidence());
+        }
+    }
+
+    #[test]
+    fn verdicts_can_fail() {
+        // E-ECMP is not slowed and ECMP slows 1%; loss costs nothing; retransmissions only of
+        // what was lost; a byte missing; and the slow link's share moved (as a capacity-aware
+        // mode would).
+        let mut c = cases([101.0, 102.0, 100.0], [80.0, 81.0, 79.0], [10.0, 10.0, 10.0]);
+        c[3] =
+            Case::with("eecmp-degraded", &[("completion_ms", &[80.0, 81.0, 79.0]), ("victim_share_pct", &[10.0; 3])]);
+        let v = verdicts(&c, &runs(10, 10, 9));
+        for v in &v {
+            assert_eq!(v.direction, Decision::DoesNotMatch, "{}: {}", v.key, v.evidence());
+        }
+        // No loss at all is no evidence of amplification either.
+        let v = verdicts(&cases([400.0, 401.0, 399.0], [100.0, 101.0, 99.0], [30.0, 31.0, 29.0]), &runs(0, 5, 10));
+        assert_eq!(v[4].key, "go-back-n-amplifies");
+        assert_eq!(v[4].direction, Decision::DoesNotMatch);
+    }
+}
