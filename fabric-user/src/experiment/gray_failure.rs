@@ -79,10 +79,10 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     let mut cases = Vec::new();
     for m in &MODES {
         cases.push(Case::new(&format!("{}-healthy", m.0), &format!("{}, healthy", m.1)));
-        cases.push(Case::new(&format!("{}-degraded", m.0), &format!("{}, busiest uplink at 1/4 rate", m.1)));
+        cases.push(Case::new(&format!("{}-degraded", m.0), &format!("{}, uplink at 1/4 rate", m.1)));
     }
-    cases.push(Case::new("eecmp-lossy", "E-ECMP 8 QPs, busiest uplink loses 0.5%"));
-    cases.push(Case::new("eecmp-flap", "E-ECMP 8 QPs, busiest uplink flaps twice"));
+    cases.push(Case::new("eecmp-lossy", "E-ECMP 8 QPs, lossy uplink (0.5%)"));
+    cases.push(Case::new("eecmp-flap", "E-ECMP 8 QPs, flapping uplink"));
     let mut runs = Runs::default();
     ctx.with_testbed(topo, |state| {
         for &seed in &ctx.seeds {
