@@ -41,6 +41,9 @@ const MARGIN_POINTS: f64 = 10.0;
 /// The smallest slowdown from loss that counts, %.
 const LOSS_MARGIN_PCT: f64 = 5.0;
 
+/// How far the slow link's share of bytes may move while its flows keep their paths, points.
+const SHARE_TOLERANCE_POINTS: f64 = 5.0;
+
 /// A routing mode compared: case key, label, hash mode, QPs per connection.
 type Mode = (&'static str, &'static str, HashMode, u32);
 
@@ -278,12 +281,13 @@ fn ecmp_suffers_more(cases: &[Case]) -> Verdict {
 }
 
 /// Hashing does not see capacity: the slow uplink keeps the share of bytes it had when healthy
-/// (within 2 points), under both hashed modes.
+/// under both hashed modes, within [`SHARE_TOLERANCE_POINTS`]: the flows keep their paths, and
+/// only retransmitted bytes (which differ from run to run) move the shares.
 fn shares_unchanged(cases: &[Case]) -> Verdict {
     let share = |k: &str| case(cases, k).values_of("victim_share_pct");
     let pairs = [("ecmp", "ECMP"), ("eecmp", "E-ECMP")]
         .map(|(k, label)| (label, share(&format!("{k}-healthy")), share(&format!("{k}-degraded"))));
-    let holds = pairs.iter().all(|(_, h, d)| h.iter().zip(d).all(|(h, d)| (h - d).abs() <= 2.0));
+    let holds = pairs.iter().all(|(_, h, d)| h.iter().zip(d).all(|(h, d)| (h - d).abs() <= SHARE_TOLERANCE_POINTS));
     let measured = pairs
         .iter()
         .map(|(label, h, d)| format!("{label} {} -> {}", per_seed(h, "%"), per_seed(d, "%")))
