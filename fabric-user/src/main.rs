@@ -95,7 +95,6 @@ enum GraphFormat {
 }
 
 #[derive(Subcommand)]
-#[expect(clippy::large_enum_variant, reason = "parsed once per process; boxing would buy nothing")]
 enum Command {
     /// Build a testbed: namespaces, veths, addresses, XDP switches with their routes.
     Up {

@@ -229,9 +229,17 @@ pub fn partition(g: &Graph, caps: &[usize], seed: u64) -> Result<Vec<usize>> {
 /// each zone among its racks, each by min-cut.
 pub fn place(plan: &Plan, g: &Graph, seed: u64) -> Result<Vec<NodeId>> {
     let hosts: Vec<NodeId> = plan.hosts().collect();
+    place_on(plan, g, &hosts, seed)
+}
+
+/// [`place`] onto the hosts `free` only (a scheduler's free hosts): each zone's and rack's
+/// capacity is its free hosts, so a job fills the emptiest racks' gaps the min-cut prefers.
+pub fn place_on(plan: &Plan, g: &Graph, free: &[NodeId], seed: u64) -> Result<Vec<NodeId>> {
     ensure!(g.n >= 2, "a job needs at least 2 ranks");
-    ensure!(g.n <= hosts.len(), "{} ranks but the testbed has only {} hosts", g.n, hosts.len());
+    ensure!(g.n <= free.len(), "{} ranks but only {} hosts are free", g.n, free.len());
     // Zones -> racks -> hosts, in plan order.
+    let mut hosts = free.to_vec();
+    hosts.sort_unstable();
     let mut zones: Vec<Vec<Vec<NodeId>>> = Vec::new();
     for &h in &hosts {
         let (z, r) = (plan.nodes[h].zone.unwrap_or(0), plan.nodes[h].rack.unwrap_or(0));
@@ -540,6 +548,22 @@ mod tests {
         hosts.sort();
         hosts.dedup();
         assert_eq!(hosts.len(), 8, "every rank on its own host");
+    }
+
+    /// On free hosts only, a 2-rank ring takes the one rack with two free hosts (no cut), and a
+    /// job larger than the free hosts is refused with the count.
+    #[test]
+    fn placement_on_free_hosts_fills_the_rack_that_holds_the_job() {
+        let plan = Plan::new(&Topology::default_topology());
+        let h = |n: &str| plan.node_by_name(n).unwrap();
+        let free = [h("z0r0h0"), h("z0r1h0"), h("z0r2h1"), h("z0r1h1")];
+        let g = Graph::of_collective(Collective::Allreduce, 2, 1 << 20, 0);
+        let mut placed = place_on(&plan, &g, &free, 1).unwrap();
+        placed.sort_unstable();
+        assert_eq!(placed, [h("z0r1h0"), h("z0r1h1")]);
+        let g = Graph::of_collective(Collective::Allreduce, 5, 1 << 20, 0);
+        let err = place_on(&plan, &g, &free, 1).unwrap_err().to_string();
+        assert!(err.contains("5 ranks but only 4 hosts are free"), "{err}");
     }
 
     #[test]

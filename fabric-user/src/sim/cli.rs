@@ -34,8 +34,18 @@ pub enum Model {
     Packet,
 }
 
+/// Scenarios of `fabric sim` beyond one case.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum SimScenario {
+    /// A scheduler's stream of jobs: Poisson arrivals placed by min-cut on the free hosts, so
+    /// that placement fragments over time; every start measured under pin, ECMP and E-ECMP.
+    Schedule(super::schedule::ScheduleArgs),
+}
+
 #[derive(Clone, Debug, clap::Args)]
 pub struct SimArgs {
+    #[command(subcommand)]
+    pub scenario: Option<SimScenario>,
     /// flow (max-min fair share) or packet (the packet-level twin).
     #[arg(long, value_enum, default_value_t = Model::Flow)]
     pub model: Model,
@@ -207,6 +217,9 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
 
 /// `fabric sim`: run, print, write JSON.
 pub fn main(a: &SimArgs) -> Result<()> {
+    if let Some(SimScenario::Schedule(s)) = &a.scenario {
+        return super::schedule::main(s);
+    }
     let report = run(a)?;
     print(&report.results);
     println!("fabric description built in {:.3} s", report.build_s);
