@@ -218,7 +218,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
 /// `fabric sim`: run, print, write JSON.
 pub fn main(a: &SimArgs) -> Result<()> {
     if let Some(SimScenario::Schedule(s)) = &a.scenario {
-        return super::schedule::main(s);
+        return super::schedule::main(s, build_fabric(s.topology.as_deref(), s.scale_or_default())?);
     }
     let report = run(a)?;
     print(&report.results);

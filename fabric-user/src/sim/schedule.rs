@@ -25,7 +25,6 @@ use serde::Serialize;
 
 use super::{
     MemberLoad, capacities,
-    cli::build_fabric,
     fairshare::{Paths, max_min},
     trace_step,
 };
@@ -174,9 +173,16 @@ pub fn generate(jobs: usize, sizes: &[usize], load: f64, hosts: usize, seed: u64
     (out, mean_duration)
 }
 
-/// `fabric sim schedule`.
-pub fn main(a: &ScheduleArgs) -> Result<()> {
-    let report = run(a)?;
+impl ScheduleArgs {
+    /// The synthetic fabric to build: `--scale`, or 1k when no topology file is given.
+    pub fn scale_or_default(&self) -> Option<Scale> {
+        if self.topology.is_none() { Some(self.scale.unwrap_or(Scale::K1)) } else { self.scale }
+    }
+}
+
+/// `fabric sim schedule` on `fabric` (built from the arguments' topology or scale).
+pub fn main(a: &ScheduleArgs, fabric: SimFabric) -> Result<()> {
+    let report = run(a, fabric)?;
     print(&report);
     if let Some(path) = &a.json {
         if let Some(dir) = path.parent() {
@@ -189,9 +195,7 @@ pub fn main(a: &ScheduleArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn run(a: &ScheduleArgs) -> Result<ScheduleReport> {
-    let scale = if a.topology.is_none() { Some(a.scale.unwrap_or(Scale::K1)) } else { a.scale };
-    let fabric = build_fabric(a.topology.as_deref(), scale)?;
+pub fn run(a: &ScheduleArgs, fabric: SimFabric) -> Result<ScheduleReport> {
     let hosts = fabric.plan.hosts().count();
     check(a, hosts)?;
     let (jobs, mean_duration) = generate(a.jobs, &a.sizes, a.load, hosts, a.seed);
