@@ -10,7 +10,10 @@ use fabric_common::config::HashMode;
 
 use super::case::find as case;
 use super::{
-    harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, base_options, completion_ms, switch_drops},
+    harness::{
+        Better, Case, Ctx, Metric, Outcome, Scenario, Table, base_options, busiest_uplink, completion_ms, switch_drops,
+        uplink_share,
+    },
     verdict::{Verdict, cpu_bound, gain_pct, per_seed},
 };
 use crate::{
@@ -92,7 +95,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
             for (mi, mode) in MODES.iter().enumerate() {
                 let o = options(&sizes, mode.2, mode.3, seed);
                 let healthy = ctx.run(state, &format!("{} healthy seed {seed}", mode.0), &o)?;
-                let victim = busiest_uplink(&healthy).context("z0r0 carried nothing")?;
+                let victim = busiest_uplink(&healthy, RTSW).context("z0r0 carried nothing")?;
                 let degraded = degraded_run(ctx, state, &o, &victim, &format!("{} degraded seed {seed}", mode.0))?;
                 push_metrics(&mut cases[2 * mi], &healthy, &victim, 0);
                 push_metrics(&mut cases[2 * mi + 1], &degraded, &victim, 0);
@@ -188,7 +191,7 @@ fn retransmitted(r: &RunResult) -> u64 {
 /// The case metrics of one run (`victim`: the faulty uplink; `lost`: frames it dropped).
 fn push_metrics(c: &mut Case, r: &RunResult, victim: &str, lost: u64) {
     c.push("completion_ms", completion_ms(r));
-    c.push("victim_share_pct", uplink_share(r, victim) * 100.0);
+    c.push("victim_share_pct", uplink_share(r, RTSW, victim) * 100.0);
     c.push("max_over_mean", r.balance.mean_max_over_mean);
     c.push("retransmitted", retransmitted(r) as f64);
     c.push("lost_frames", lost as f64);
@@ -206,7 +209,11 @@ impl Runs {
             mode.to_string(),
             fault.to_string(),
             format!("{RTSW}:{victim}"),
-            format!("{:.0}% -> {:.0}%", uplink_share(healthy, victim) * 100.0, uplink_share(faulty, victim) * 100.0),
+            format!(
+                "{:.0}% -> {:.0}%",
+                uplink_share(healthy, RTSW, victim) * 100.0,
+                uplink_share(faulty, RTSW, victim) * 100.0
+            ),
             format!("{:.1} -> {:.1}", completion_ms(healthy), completion_ms(faulty)),
             format!("{} -> {}", retransmitted(healthy), retransmitted(faulty)),
         ]);
@@ -362,20 +369,6 @@ fn outcome(calibration: &str, sizes: &Sizes, cases: Vec<Case>, verdicts: Vec<Ver
             rows: runs.rows,
         }],
     }
-}
-
-/// The share of z0r0's uplink bytes that went over `port`.
-fn uplink_share(r: &RunResult, port: &str) -> f64 {
-    let Some(u) = r.uplinks.iter().find(|u| u.rtsw == RTSW) else { return f64::NAN };
-    let total: u64 = u.tx_bytes.iter().map(|t| t.1).sum();
-    let on = u.tx_bytes.iter().find(|t| t.0 == port).map_or(0, |t| t.1);
-    if total == 0 { f64::NAN } else { on as f64 / total as f64 }
-}
-
-/// The uplink of z0r0 that carried the most bytes.
-fn busiest_uplink(r: &RunResult) -> Option<String> {
-    let u = r.uplinks.iter().find(|u| u.rtsw == RTSW)?;
-    u.tx_bytes.iter().filter(|t| t.1 > 0).max_by_key(|t| t.1).map(|t| t.0.clone())
 }
 
 #[cfg(test)]

@@ -387,6 +387,21 @@ impl DepthSnapshot {
     }
 }
 
+/// The share of RTSW `rtsw`'s uplink bytes in `r` that went over its port `port` (NaN if it
+/// sent nothing).
+pub fn uplink_share(r: &RunResult, rtsw: &str, port: &str) -> f64 {
+    let Some(u) = r.uplinks.iter().find(|u| u.rtsw == rtsw) else { return f64::NAN };
+    let total: u64 = u.tx_bytes.iter().map(|t| t.1).sum();
+    let on = u.tx_bytes.iter().find(|t| t.0 == port).map_or(0, |t| t.1);
+    if total == 0 { f64::NAN } else { on as f64 / total as f64 }
+}
+
+/// The uplink of RTSW `rtsw` that carried the most bytes in `r`.
+pub fn busiest_uplink(r: &RunResult, rtsw: &str) -> Option<String> {
+    let u = r.uplinks.iter().find(|u| u.rtsw == rtsw)?;
+    u.tx_bytes.iter().filter(|t| t.1 > 0).max_by_key(|t| t.1).map(|t| t.0.clone())
+}
+
 /// Every drop of every switch port so far, all reasons (malformed frames, no route, full
 /// queues): a run's difference says whether anything was lost inside the fabric.
 pub fn switch_drops(state: &State) -> Result<u64> {

@@ -7,7 +7,9 @@ use fabric_common::config::HashMode;
 
 use super::case::find as case;
 use super::{
-    harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, base_options, completion_ms},
+    harness::{
+        Better, Case, Ctx, Metric, Outcome, Scenario, Table, base_options, busiest_uplink, completion_ms, uplink_share,
+    },
     verdict::{Verdict, cpu_bound, gain_pct, per_seed},
 };
 use crate::{
@@ -113,7 +115,7 @@ fn healthy_and_failed(ctx: &Ctx, state: &State, sizes: &Sizes, mode: &Mode, seed
     let &(key, _, hash, qps) = mode;
     let o = options(sizes, hash, qps, seed);
     let healthy = ctx.run(state, &format!("{key} healthy seed {seed}"), &o)?;
-    let victim = busiest_uplink(&healthy).context("z0r0 carried nothing")?;
+    let victim = busiest_uplink(&healthy, RTSW).context("z0r0 carried nothing")?;
     let link = format!("{RTSW}:{victim}");
     let delay = Duration::from_secs_f64(completion_ms(&healthy) * sizes.iterations as f64 / 1e3 / 3.0);
     let failed = run_with_link_down(ctx, state, &link, delay, &format!("{key} failure seed {seed}"), &o);
@@ -144,7 +146,7 @@ fn run_with_link_down(
 
 /// The case metrics of one run (`victim`: the uplink that fails).
 fn push_metrics(c: &mut Case, r: &RunResult, victim: &str) {
-    c.push("victim_share_pct", uplink_share(r, victim) * 100.0);
+    c.push("victim_share_pct", uplink_share(r, RTSW, victim) * 100.0);
     c.push("completion_ms", completion_ms(r));
     c.push("last_iteration_ms", r.iterations.last().map_or(f64::NAN, |i| i.completion_ns as f64 / 1e6));
     c.push("max_over_mean", r.balance.mean_max_over_mean);
@@ -297,20 +299,6 @@ fn outcome(calibration: &str, sizes: &Sizes, cases: Vec<Case>, verdicts: Vec<Ver
             rows: redistribution,
         }],
     }
-}
-
-/// The share of z0r0's uplink bytes that went over `port`.
-fn uplink_share(r: &RunResult, port: &str) -> f64 {
-    let Some(u) = r.uplinks.iter().find(|u| u.rtsw == RTSW) else { return f64::NAN };
-    let total: u64 = u.tx_bytes.iter().map(|t| t.1).sum();
-    let on = u.tx_bytes.iter().find(|t| t.0 == port).map_or(0, |t| t.1);
-    if total == 0 { f64::NAN } else { on as f64 / total as f64 }
-}
-
-/// The uplink of z0r0 that carried the most bytes.
-fn busiest_uplink(r: &RunResult) -> Option<String> {
-    let u = r.uplinks.iter().find(|u| u.rtsw == RTSW)?;
-    u.tx_bytes.iter().filter(|t| t.1 > 0).max_by_key(|t| t.1).map(|t| t.0.clone())
 }
 
 #[cfg(test)]
