@@ -82,11 +82,7 @@ pub fn main(args: &AnalyzeArgs) -> Result<()> {
     let r = analyze_file(&args.capture, &group)?;
     report::print(&r, args.per_qp);
     if let Some(path) = &args.json {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(path, serde_json::to_vec_pretty(&r)?).with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
+        crate::sys::file::write_json(path, &r)?;
     }
     if let Some(path) = &args.chart {
         for f in chart::write(&r, path)? {

@@ -191,7 +191,7 @@ pub fn main(args: &RxeArgs) -> Result<()> {
             print(&r);
             let path =
                 json.clone().unwrap_or_else(|| PathBuf::from(format!("results/rxe-{}.json", spec.test.binary())));
-            write_json(&path, &r)?;
+            crate::sys::file::write_json(&path, &r)?;
         }
         RxeCommand::Smoke { topology, out, allreduce } => smoke(topology, out, *allreduce)?,
         RxeCommand::Allreduce { spec, prefix, json } => {
@@ -204,7 +204,7 @@ pub fn main(args: &RxeArgs) -> Result<()> {
             let r = allreduce(&state, &layout, spec)?;
             print_allreduce(&r);
             let path = json.clone().unwrap_or_else(|| PathBuf::from("results/rxe-allreduce.json"));
-            write_json(&path, &r)?;
+            crate::sys::file::write_json(&path, &r)?;
         }
     }
     Ok(())
@@ -738,15 +738,6 @@ pub fn print(r: &PerftestResult) {
     println!("  note: {}", r.pfc);
 }
 
-fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d)?;
-    }
-    std::fs::write(path, serde_json::to_vec_pretty(value)?).with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {}", path.display());
-    Ok(())
-}
-
 /// What the smoke test checked.
 #[derive(Debug, Serialize)]
 pub struct SmokeReport {
@@ -807,7 +798,7 @@ pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
         checks,
         passed,
     };
-    write_json(&out.join("rxe-smoke.json"), &report)?;
+    crate::sys::file::write_json(&out.join("rxe-smoke.json"), &report)?;
     drop(guard);
     ensure!(RxeLayout::load(&prefix).is_err(), "down left the rxe layout behind");
     println!("rxe smoke: {} ({:.1} s)", if passed { "passed" } else { "FAILED" }, started.elapsed().as_secs_f64());

@@ -224,12 +224,7 @@ pub fn main(a: &SimArgs) -> Result<()> {
     print(&report.results);
     println!("fabric description built in {:.3} s", report.build_s);
     if let Some(path) = &a.json {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
+        crate::sys::file::write_json(path, &report)?;
     }
     Ok(())
 }

@@ -185,12 +185,7 @@ pub fn main(a: &ScheduleArgs, fabric: SimFabric) -> Result<()> {
     let report = run(a, fabric)?;
     print(&report);
     if let Some(path) = &a.json {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
+        crate::sys::file::write_json(path, &report)?;
     }
     Ok(())
 }
