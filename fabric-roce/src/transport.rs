@@ -16,14 +16,21 @@
 //! - a message completes on both sides only when all its PSNs, and all before, have arrived.
 use std::{fmt, str::FromStr};
 
-use super::wire::RethOn;
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+use super::{
+    psn::Psn,
+    wire::{RethOn, SACK_BITS},
+};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Transport {
     /// RC as the IBTA defines it: in-order acceptance, NAK on a gap, go back N.
     #[default]
+    #[serde(rename = "gbn")]
     GoBackN,
     /// Out-of-order placement, SACK and selective retransmission (see the module docs).
+    #[serde(rename = "ooo")]
     ReorderTolerant,
 }
 
@@ -36,6 +43,22 @@ impl Transport {
             Transport::GoBackN => "gbn",
             Transport::ReorderTolerant => "ooo",
         }
+    }
+
+    /// The most packets a requester may keep in flight: go-back-N's PSN order allows half the
+    /// PSN space; the reorder-tolerant transport, what one SACK describes ([`SACK_BITS`]).
+    pub const fn max_window_packets(self) -> u32 {
+        match self {
+            Transport::GoBackN => Psn::WINDOW - 1,
+            Transport::ReorderTolerant => SACK_BITS,
+        }
+    }
+
+    /// The window a requester of this transport runs when `requested` is asked for: at most
+    /// [`Self::max_window_packets`]. Drivers apply it, so one large default serves both.
+    pub const fn window_packets(self, requested: u32) -> u32 {
+        let max = self.max_window_packets();
+        if requested < max { requested } else { max }
     }
 
     /// Which WRITE packets carry a RETH under this transport.
@@ -78,5 +101,15 @@ mod tests {
         assert_eq!(err, UnknownTransport("spray".into()));
         let text = err.to_string();
         assert!(text.contains("`spray`") && text.contains("gbn") && text.contains("ooo"), "{text}");
+    }
+
+    #[test]
+    fn windows_are_capped_by_what_each_transport_can_order_or_describe() {
+        assert_eq!(Transport::GoBackN.window_packets(4096), 4096);
+        assert_eq!(Transport::ReorderTolerant.window_packets(4096), 128);
+        assert_eq!(Transport::ReorderTolerant.window_packets(32), 32);
+        assert_eq!(Transport::GoBackN.window_packets(u32::MAX), Psn::WINDOW - 1);
+        assert_eq!(serde_json::to_string(&Transport::ReorderTolerant).unwrap(), "\"ooo\"");
+        assert_eq!(serde_json::from_str::<Transport>("\"gbn\"").unwrap(), Transport::GoBackN);
     }
 }

@@ -42,6 +42,10 @@ pub struct SimArgs {
     /// Packet model: congestion control on top of PFC (repeatable; default: none).
     #[arg(long, value_enum)]
     pub cc: Vec<CcMode>,
+    /// Packet model: the endpoints' reliability, gbn or ooo (as `fabric run --transport`; the
+    /// twin's hosts run the same QP code).
+    #[arg(long, default_value_t = EndpointOptions::default().transport, value_parser = crate::run::parse_transport)]
+    pub transport: fabric_roce::transport::Transport,
     /// Packet model: propagation delay of every link, ns (a topology file states none).
     #[arg(long, default_value_t = 1_000)]
     pub link_delay_ns: u64,
@@ -176,6 +180,11 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         a.model == Model::Packet || ccs == [EndpointOptions::default().cc],
         "--cc: the flow model has no congestion control (use --model packet)"
     );
+    ensure!(
+        a.model == Model::Packet || a.transport == EndpointOptions::default().transport,
+        "--transport {}: the flow model has no packets to reorder (use --model packet)",
+        a.transport
+    );
     let mut cases = Vec::new();
     for &hash in &modes {
         for (&q, &cc) in qps.iter().flat_map(|q| ccs.iter().map(move |c| (q, c))) {
@@ -193,6 +202,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
                     path_mtu: a.path_mtu,
                     ack_every: a.ack_every,
                     cc,
+                    transport: a.transport,
                     ..Default::default()
                 },
             });
