@@ -2,7 +2,8 @@
 //! view applied to PSNs): a packet is *reordered* when a higher PSN arrived before it and its
 //! own PSN had not; its *depth* is how far below the highest PSN seen it is; a *duplicate* is a
 //! PSN that had arrived before (a retransmission of something that got through, or of a packet
-//! a go-back-N responder dropped for being early).
+//! a go-back-N responder dropped for being early). The first arrival of a lost packet's
+//! retransmission also comes below the highest PSN: it counts as reordered, as RFC 4737 has it.
 //!
 //! The meter remembers the last [`HISTORY`] PSNs below the highest seen. A PSN further back than
 //! that (only a requester with a larger window can send one) counts as a duplicate if the

@@ -554,4 +554,25 @@ mod tests {
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn the_transport_flag_and_field_choose_the_endpoints_reliability() {
+        assert_eq!(from_flags(&[]).unwrap().endpoint.transport, Transport::GoBackN);
+        assert_eq!(from_flags(&["--transport", "ooo"]).unwrap().endpoint.transport, Transport::ReorderTolerant);
+        let spec: RunSpec = toml::from_str("workload = \"allreduce\"\ntransport = \"ooo\"\n").unwrap();
+        assert_eq!(spec.to_options().unwrap().endpoint.transport, Transport::ReorderTolerant);
+        // An unknown name lists the choices, on the command line and in a file.
+        let e = from_flags(&["--transport", "sack"]).unwrap_err().to_string();
+        assert!(e.contains("--transport") && e.contains("`sack`") && e.contains("gbn") && e.contains("ooo"), "{e}");
+        let e = toml::from_str::<RunSpec>("workload = \"allreduce\"\ntransport = \"sack\"\n").unwrap_err();
+        assert!(e.to_string().contains("sack") && e.to_string().contains("ooo"), "{e}");
+    }
+
+    #[test]
+    fn rxe_hosts_refuse_the_reorder_tolerant_transport() {
+        check_transport(Endpoints::Fabric, Transport::ReorderTolerant).unwrap();
+        check_transport(Endpoints::Rxe, Transport::GoBackN).unwrap();
+        let e = check_transport(Endpoints::Rxe, Transport::ReorderTolerant).unwrap_err().to_string();
+        assert!(e.contains("--transport ooo") && e.contains("rxe") && e.contains("go-back-N only"), "{e}");
+    }
 }
