@@ -277,4 +277,25 @@ mod tests {
         assert!(err(&["--degrade", "z0r0:z9=100"]).contains("has no port"));
         assert!(err(&["--down", "nope:z0c0"]).contains("no node"));
     }
+
+    /// `--transport` reaches the twin's hosts: both transports carry a small allreduce to the
+    /// end in the packet model, and the report says which ran. The flow model, which has no
+    /// packets, refuses it, and an unknown name lists the choices.
+    #[test]
+    fn the_packet_model_runs_either_transport() {
+        let small = ["--model", "packet", "--hash", "eecmp", "--qps", "2", "--message", "256Ki"];
+        for transport in ["gbn", "ooo"] {
+            let cli = Cli::try_parse_from([&["sim"][..], &small, &["--transport", transport]].concat()).unwrap();
+            let report = run(&cli.sim).unwrap_or_else(|e| panic!("{e:#}"));
+            let p = report.results[0].packet.as_ref().expect("packet stats");
+            assert!(p.finished, "{transport}");
+            assert_eq!(p.transport, transport);
+            assert_eq!(p.retransmissions, 0, "{transport}: lossless, per-flow paths");
+            assert_eq!(p.reordered_packets, 0, "{transport}: per-flow paths keep order");
+        }
+        let cli = Cli::try_parse_from(["sim", "--transport", "ooo"]).unwrap();
+        assert!(format!("{:#}", run(&cli.sim).unwrap_err()).contains("--transport ooo: the flow model"));
+        let e = Cli::try_parse_from(["sim", "--transport", "irn"]).err().unwrap().to_string();
+        assert!(e.contains("`irn`") && e.contains("gbn") && e.contains("ooo"), "{e}");
+    }
 }
