@@ -904,7 +904,7 @@ impl Responder {
         self.counters.reordered_packets = seen.reordered_packets;
         self.counters.reorder_depth_max = seen.reorder_depth_max;
         self.counters.duplicate_psns = seen.duplicate_psns;
-        let arrival = Arrival { psn, ack_req: packet.bth.ack_req, position, payload, reth };
+        let arrival = WritePacket { psn, ack_req: packet.bth.ack_req, position, payload, reth };
         match self.config.transport {
             Transport::GoBackN => self.receive_in_order(arrival, now_ns),
             Transport::ReorderTolerant => self.receive_out_of_order(arrival, now_ns),
@@ -912,8 +912,8 @@ impl Responder {
     }
 
     /// Go-back-N: the expected PSN is accepted, an early one NAKed (once per gap) and dropped.
-    fn receive_in_order(&mut self, arrival: Arrival<'_>, now_ns: u64) -> Option<RocePacketRepr<'static>> {
-        let Arrival { psn, ack_req, position, payload, reth } = arrival;
+    fn receive_in_order(&mut self, arrival: WritePacket<'_>, now_ns: u64) -> Option<RocePacketRepr<'static>> {
+        let WritePacket { psn, ack_req, position, payload, reth } = arrival;
         let ahead = self.expected_psn.offset_to(psn);
         if ahead < 0 {
             // Our ACK was lost or the requester went back too far: say again where we are.
@@ -990,8 +990,8 @@ impl Responder {
     /// recorded; the in-order accounting (completions, MSN) follows the expected PSN as gaps
     /// fill. Early packets, duplicates and gap fills are answered at once (a SACK while
     /// anything is missing); in-order ones coalesce as under go-back-N.
-    fn receive_out_of_order(&mut self, arrival: Arrival<'_>, now_ns: u64) -> Option<RocePacketRepr<'static>> {
-        let Arrival { psn, ack_req, position, payload, reth } = arrival;
+    fn receive_out_of_order(&mut self, arrival: WritePacket<'_>, now_ns: u64) -> Option<RocePacketRepr<'static>> {
+        let WritePacket { psn, ack_req, position, payload, reth } = arrival;
         let Some(reth) = reth else {
             // Without its address a packet cannot be placed out of order: the peer is not
             // running this transport.
@@ -1060,7 +1060,7 @@ impl Responder {
 
 /// One WRITE packet as the responder takes it, whatever its layout.
 #[derive(Clone, Copy, Debug)]
-struct Arrival<'a> {
+struct WritePacket<'a> {
     psn: Psn,
     ack_req: bool,
     position: Position,
