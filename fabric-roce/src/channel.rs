@@ -57,6 +57,8 @@ pub struct ChannelConfig {
     pub seed: u64,
     /// PSNs whose first transmission is lost.
     pub lose_first_try: BTreeSet<u32>,
+    /// PSNs whose first retransmission is lost as well.
+    pub lose_first_resend: BTreeSet<u32>,
     /// Data packets (by sending order, from 0) delivered twice.
     pub duplicate: BTreeSet<usize>,
     pub window_packets: u32,
@@ -74,6 +76,7 @@ impl ChannelConfig {
             reorder_window: 0,
             seed: 1,
             lose_first_try: BTreeSet::new(),
+            lose_first_resend: BTreeSet::new(),
             duplicate: BTreeSet::new(),
             window_packets: 128,
             give_up_ns: 10_000_000_000,
@@ -168,7 +171,7 @@ pub fn transfer(sizes: &[u32], cfg: &ChannelConfig) -> TransferReport {
     let mut to_responder: BTreeSet<(u64, u64)> = BTreeSet::new();
     let mut in_flight: BTreeMap<(u64, u64), InFlight> = BTreeMap::new();
     let mut to_requester: VecDeque<(u64, RocePacketRepr<'static>)> = VecDeque::new();
-    let mut first_tries: BTreeSet<u32> = BTreeSet::new();
+    let mut tries: BTreeMap<u32, u32> = BTreeMap::new();
     let (mut now, mut sent, mut seq) = (0u64, 0usize, 0u64);
     let mut report = TransferReport {
         completions: Vec::new(),
@@ -184,12 +187,17 @@ pub fn transfer(sizes: &[u32], cfg: &ChannelConfig) -> TransferReport {
     while req.outstanding_messages() > 0 && now < cfg.give_up_ns && req.failure().is_none() {
         while let Some(p) = req.poll_transmit_repr(now) {
             let psn = p.bth.psn.value();
-            let first_try = first_tries.insert(psn);
-            if !first_try {
+            let try_count = tries.entry(psn).or_insert(0);
+            *try_count += 1;
+            if *try_count > 1 {
                 report.retransmitted_psns.push(psn);
             }
             let copies = if cfg.duplicate.contains(&sent) { 2 } else { 1 };
-            let lost = first_try && cfg.lose_first_try.contains(&psn);
+            let lost = match *try_count {
+                1 => cfg.lose_first_try.contains(&psn),
+                2 => cfg.lose_first_resend.contains(&psn),
+                _ => false,
+            };
             sent += 1;
             if lost {
                 continue;

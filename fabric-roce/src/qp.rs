@@ -227,6 +227,10 @@ pub struct Requester {
     sacked: u128,
     lost: u128,
     resent: u128,
+    /// For a resent PSN `p`, at `p`'s value mod [`SACK_BITS`] (the window holds fewer): one past
+    /// the highest PSN sent when `p` was last resent. PSNs from there on were first sent after
+    /// the resend, so enough of them acknowledged while `p` is not says the resend was lost.
+    resent_horizon: [Psn; SACK_BITS as usize],
 }
 
 /// `bits >> n`, zero when `n` is 128 or more.
@@ -264,6 +268,7 @@ impl Requester {
             sacked: 0,
             lost: 0,
             resent: 0,
+            resent_horizon: [Psn::new(0); SACK_BITS as usize],
         }
     }
 
@@ -436,6 +441,7 @@ impl Requester {
             let bit = 1u128 << self.oldest_unacked.distance_to(psn).min(127);
             self.lost &= !bit;
             self.resent |= bit;
+            self.resent_horizon[(psn.value() % SACK_BITS) as usize] = self.sent_end;
         } else {
             self.sent_end = psn + 1;
         }
@@ -612,8 +618,21 @@ impl Requester {
     }
 
     /// Takes for lost every PSN with at least the threshold of later PSNs selectively
-    /// acknowledged, unless it was resent since it was last taken for lost.
+    /// acknowledged, unless it was resent since it was last taken for lost; and every resent PSN
+    /// still missing with the threshold of PSNs first sent after its resend acknowledged (the
+    /// resend was lost too: without this only the timer would find out).
     fn mark_lost(&mut self) {
+        let threshold = self.config.loss_threshold_packets;
+        let mut resent = self.resent & !self.sacked;
+        while resent != 0 {
+            let i = resent.trailing_zeros();
+            resent &= resent - 1;
+            let horizon = self.resent_horizon[((self.oldest_unacked + i).value() % SACK_BITS) as usize];
+            let from = self.oldest_unacked.offset_to(horizon).max(0) as u32;
+            if shift_down(self.sacked, from).count_ones() >= threshold {
+                self.resent &= !(1u128 << i);
+            }
+        }
         let sent = self.oldest_unacked.distance_to(self.sent_end).min(SACK_BITS);
         for i in 0..sent {
             let later_sacked = shift_down(self.sacked, i + 1).count_ones();

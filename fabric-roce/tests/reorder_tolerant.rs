@@ -66,6 +66,21 @@ fn tail_losses_are_recovered_by_the_timer_resending_only_the_holes() {
 }
 
 #[test]
+fn a_lost_resend_is_found_by_the_packets_sent_after_it_not_the_timer() {
+    let sizes = [256 * 1024u32];
+    let mut cfg = ChannelConfig::new(Transport::ReorderTolerant);
+    cfg.reorder_window = 4;
+    cfg.lose_first_try = [10, 11, 100].into();
+    cfg.lose_first_resend = [11].into();
+    let report = transfer(&sizes, &cfg);
+    assert_exact(&report, &sizes, "lost resend");
+    assert_eq!(report.requester.timeouts, 0, "SACKs of later packets found both losses of 11");
+    let mut resent = report.retransmitted_psns.clone();
+    resent.sort();
+    assert_eq!(resent, [10, 11, 11, 100], "each loss resent once, 11 twice");
+}
+
+#[test]
 fn permutations_without_loss_cost_ooo_nothing_and_gbn_retransmissions() {
     let sizes = [1 << 20];
     for k in [2, 8] {
