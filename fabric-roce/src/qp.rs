@@ -231,7 +231,13 @@ pub struct Requester {
     /// the highest PSN sent when `p` was last resent. PSNs from there on were first sent after
     /// the resend, so enough of them acknowledged while `p` is not says the resend was lost.
     resent_horizon: [Psn; SACK_BITS as usize],
+    /// Reorder-tolerant: when to take the tail's holes for lost (see [`Self::arm_tail_check`]).
+    tail_deadline_ns: Option<u64>,
 }
+
+/// A reorder-tolerant requester with nothing new to send waits this fraction of its
+/// retransmission timeout before taking holes behind its last acknowledged packet for lost.
+pub const TAIL_LOSS_DELAY_DIVISOR: u64 = 8;
 
 /// `bits >> n`, zero when `n` is 128 or more.
 fn shift_down(bits: u128, n: u32) -> u128 {
@@ -269,6 +275,7 @@ impl Requester {
             lost: 0,
             resent: 0,
             resent_horizon: [Psn::new(0); SACK_BITS as usize],
+            tail_deadline_ns: None,
         }
     }
 
@@ -464,10 +471,7 @@ impl Requester {
             return None;
         }
         let send_at = self.window_open().then(|| self.pacer.as_ref().map_or(now_ns, |p| p.ready_at().max(now_ns)));
-        match (send_at, self.retransmit_deadline_ns) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [send_at, self.retransmit_deadline_ns, self.tail_deadline_ns].into_iter().flatten().min()
     }
 
     /// The posted message holding `psn` (which must be in `oldest_unacked..posted_end`).
@@ -484,6 +488,13 @@ impl Requester {
     }
 
     fn run_timer(&mut self, now_ns: u64) {
+        if let Some(tail) = self.tail_deadline_ns
+            && now_ns >= tail
+        {
+            self.tail_deadline_ns = None;
+            let sent = low_bits(self.oldest_unacked.distance_to(self.sent_end));
+            self.lost |= !self.sacked & !self.resent & sent;
+        }
         let Some(deadline) = self.retransmit_deadline_ns else { return };
         if now_ns < deadline || self.failure.is_some() {
             return;
@@ -614,7 +625,21 @@ impl Requester {
         self.sacked |= received;
         self.lost &= !self.sacked;
         self.mark_lost();
+        self.arm_tail_check(now_ns);
         completed
+    }
+
+    /// Early retransmit for the tail: with nothing new left to send, a hole behind the highest
+    /// PSN sent may never see the threshold of later PSNs acknowledged. Once the highest PSN
+    /// has been, holes still neither lost nor resent after a reorder delay (a fraction of the
+    /// timeout) are taken for lost, instead of waiting for the whole timeout.
+    fn arm_tail_check(&mut self, now_ns: u64) {
+        let sent = self.oldest_unacked.distance_to(self.sent_end);
+        let waiting = !self.sacked & !self.resent & !self.lost & low_bits(sent);
+        let top_acked = sent > 0 && self.sacked & (1u128 << (sent - 1).min(127)) != 0;
+        if self.sent_end == self.posted_end && top_acked && waiting != 0 && self.tail_deadline_ns.is_none() {
+            self.tail_deadline_ns = Some(now_ns + self.config.retransmit_timeout_ns / TAIL_LOSS_DELAY_DIVISOR);
+        }
     }
 
     /// Takes for lost every PSN with at least the threshold of later PSNs selectively

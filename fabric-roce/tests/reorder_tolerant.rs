@@ -66,6 +66,19 @@ fn tail_losses_are_recovered_by_the_timer_resending_only_the_holes() {
 }
 
 #[test]
+fn a_hole_behind_the_acknowledged_last_packet_goes_early_not_at_the_timeout() {
+    let sizes = [8 * 1024u32];
+    let mut cfg = ChannelConfig::new(Transport::ReorderTolerant);
+    cfg.reorder_window = 2;
+    cfg.lose_first_try = [5].into();
+    let report = transfer(&sizes, &cfg);
+    assert_exact(&report, &sizes, "tail hole");
+    assert_eq!((report.requester.timeouts, &report.retransmitted_psns[..]), (0, &[5][..]));
+    // The requester's timeout is 1 ms: the hole went after an eighth of it, plus a round trip.
+    assert!(report.finished_ns > 125_000 && report.finished_ns < 200_000, "{} ns", report.finished_ns);
+}
+
+#[test]
 fn a_lost_resend_is_found_by_the_packets_sent_after_it_not_the_timer() {
     let sizes = [256 * 1024u32];
     let mut cfg = ChannelConfig::new(Transport::ReorderTolerant);
