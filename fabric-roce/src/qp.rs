@@ -492,8 +492,10 @@ impl Requester {
             && now_ns >= tail
         {
             self.tail_deadline_ns = None;
-            let sent = low_bits(self.oldest_unacked.distance_to(self.sent_end));
-            self.lost |= !self.sacked & !self.resent & sent;
+            // Only holes behind the highest PSN acknowledged: anything sent since (more was
+            // posted meanwhile) is still in flight.
+            let behind_top = low_bits(u128::BITS - self.sacked.leading_zeros()) >> 1;
+            self.lost |= !self.sacked & !self.resent & behind_top;
         }
         let Some(deadline) = self.retransmit_deadline_ns else { return };
         if now_ns < deadline || self.failure.is_some() {
@@ -1603,6 +1605,26 @@ mod tests {
         assert_eq!(resp.counters().beyond_window, 1);
         let r = resp.on_repr(&ooo_write(3, Body::WriteMiddle { payload: b"" }), 6).unwrap();
         assert_eq!(r.body, Body::Ack(AethRepr { syndrome: Syndrome::Nak(NakCode::InvalidRequest), msn: 1 }));
+    }
+
+    #[test]
+    fn ooo_tail_check_resends_only_holes_behind_the_highest_acknowledged_psn() {
+        let mut cfg = RequesterConfig::new(requester_side());
+        cfg.transport = Transport::ReorderTolerant;
+        let mut req = Requester::new(cfg);
+        req.post_write(1, 4 * 1024).unwrap();
+        assert_eq!(std::iter::from_fn(|| req.poll_transmit_repr(0)).count(), 4);
+        // PSN 1 missing, 0 acknowledged, 2 and 3 selectively: 2 later PSNs, under the threshold.
+        assert!(req.on_sack(ack(OK), Psn::new(0), 0b110, 10).is_empty());
+        assert_eq!(req.poll_timeout(10), Some(10 + 1_000_000 / TAIL_LOSS_DELAY_DIVISOR), "the tail check");
+        // More is posted and sent before the check: in flight, not lost.
+        req.post_write(2, 2 * 1024).unwrap();
+        let psns: Vec<u32> = std::iter::from_fn(|| req.poll_transmit_repr(20)).map(|p| p.bth.psn.value()).collect();
+        assert_eq!(psns, [4, 5]);
+        let at = 10 + 1_000_000 / TAIL_LOSS_DELAY_DIVISOR;
+        let psns: Vec<u32> = std::iter::from_fn(|| req.poll_transmit_repr(at)).map(|p| p.bth.psn.value()).collect();
+        assert_eq!(psns, [1], "the hole, not what was sent since");
+        assert_eq!((req.counters().packets_retransmitted, req.counters().timeouts), (1, 0));
     }
 
     #[test]
