@@ -12,6 +12,8 @@
 //! - [`segment`]: one message into packets at the path MTU.
 //! - [`pacer`]: the token bucket that sets the sending rate (the hook for DCQCN).
 //! - [`qp`]: the [`qp::Requester`] and [`qp::Responder`] state machines.
+//! - [`transport`]: go-back-N or reorder-tolerant (out-of-order placement, SACK, selective
+//!   retransmission), chosen per QP; [`reorder`]: the reordering a receiver observes.
 //! - [`buf`]: packet buffers reused across packets (no allocation per packet).
 //! - [`cc`]: congestion control behind one trait, [`cc::CongestionControl`], with three schemes
 //!   (none, DCQCN, CTS), and the QPs driven through it ([`cc::SenderQp`], [`cc::ReceiverQp`]).
@@ -20,6 +22,7 @@
 //! - [`traffic_class`]: DSCP and ECN of each kind of packet; [`pause`]: PFC obedience.
 pub mod buf;
 pub mod cc;
+pub mod channel;
 pub mod cts;
 pub mod dcqcn;
 pub mod icrc;
@@ -27,6 +30,8 @@ pub mod pacer;
 pub mod pause;
 pub mod psn;
 pub mod qp;
+pub mod reorder;
 pub mod segment;
 pub mod traffic_class;
+pub mod transport;
 pub mod wire;

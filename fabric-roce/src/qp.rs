@@ -9,6 +9,11 @@
 //! - [`Responder`]: accepts exactly the expected PSN, NAKs the first packet after a gap (once per
 //!   gap), re-acknowledges duplicates, and coalesces ACKs.
 //!
+//! Both run either transport of [`super::transport`]: go-back-N above, or reorder-tolerant, where
+//! the responder places every packet where its RETH says, keeps a bitmap of what arrived beyond
+//! the expected PSN and answers gaps with SACKs, and the requester retransmits only what it
+//! takes for lost. Either way the responder measures the reordering it sees ([`super::reorder`]).
+//!
 //! Payload bytes are zeros: the endpoint exists to put realistic RoCE traffic on the fabric, not to
 //! move data. ICRCs follow the design in [`super::icrc`]; incoming ICRCs are the driver's to check
 //! ([`Connection::verify_incoming`]) because only it knows the packet's UDP source port.
@@ -22,8 +27,12 @@ use super::{
     icrc::{self, IpPair},
     pacer::{Pacer, PacerConfig},
     psn::Psn,
-    segment::{self, PathMtu, Position},
-    wire::{AethRepr, Body, BthFields, CREDIT_UNLIMITED, NakCode, RethRepr, RocePacketRepr, Syndrome, WireError},
+    reorder::ReorderMeter,
+    segment::{self, PathMtu, Position, Segment},
+    transport::Transport,
+    wire::{
+        AethRepr, Body, BthFields, CREDIT_UNLIMITED, NakCode, RethRepr, RocePacketRepr, SACK_BITS, Syndrome, WireError,
+    },
 };
 
 /// The default partition key, as rxe and most NICs use.
@@ -91,6 +100,12 @@ pub struct RequesterConfig {
     /// Where every WRITE lands on the responder (RETH address and key).
     pub remote_addr: u64,
     pub rkey: u32,
+    pub transport: Transport,
+    /// Reorder-tolerant only: a PSN not yet acknowledged is taken for lost (and retransmitted,
+    /// once) when at least this many later PSNs have been selectively acknowledged. Reordering
+    /// deeper than this costs spurious retransmissions; a larger value leaves more losses to
+    /// the timer.
+    pub loss_threshold_packets: u32,
 }
 
 impl RequesterConfig {
@@ -111,9 +126,15 @@ impl RequesterConfig {
             retry_limit: 7,
             remote_addr: 0,
             rkey: 0,
+            transport: Transport::GoBackN,
+            loss_threshold_packets: DEFAULT_LOSS_THRESHOLD_PACKETS,
         }
     }
 }
+
+/// See [`RequesterConfig::loss_threshold_packets`]: deeper than the reordering a sprayed fabric
+/// of equal paths produces, well within a window.
+pub const DEFAULT_LOSS_THRESHOLD_PACKETS: u32 = 16;
 
 /// A message the responder has acknowledged in full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,6 +187,7 @@ pub struct RequesterCounters {
 struct OutboundMessage {
     msg_id: u64,
     len: u32,
+    remote_addr: u64,
     first_psn: Psn,
     packets: u32,
 }
@@ -200,12 +222,41 @@ pub struct Requester {
     timeouts_in_a_row: u32,
     failure: Option<Failure>,
     counters: RequesterCounters,
+    /// Reorder-tolerant only (zero under go-back-N), bit `i` for PSN `oldest_unacked + i`:
+    /// selectively acknowledged, taken for lost and not yet resent, resent since last taken.
+    sacked: u128,
+    lost: u128,
+    resent: u128,
+    /// For a resent PSN `p`, at `p`'s value mod [`SACK_BITS`] (the window holds fewer): one past
+    /// the highest PSN sent when `p` was last resent. PSNs from there on were first sent after
+    /// the resend, so enough of them acknowledged while `p` is not says the resend was lost.
+    resent_horizon: [Psn; SACK_BITS as usize],
+    /// Reorder-tolerant: when to take the tail's holes for lost (see [`Self::arm_tail_check`]).
+    tail_deadline_ns: Option<u64>,
+}
+
+/// A reorder-tolerant requester with nothing new to send waits this fraction of its
+/// retransmission timeout before taking holes behind its last acknowledged packet for lost.
+pub const TAIL_LOSS_DELAY_DIVISOR: u64 = 8;
+
+/// `bits >> n`, zero when `n` is 128 or more.
+fn shift_down(bits: u128, n: u32) -> u128 {
+    bits.checked_shr(n).unwrap_or(0)
+}
+
+/// The low `n` bits set.
+fn low_bits(n: u32) -> u128 {
+    if n >= 128 { u128::MAX } else { (1u128 << n) - 1 }
 }
 
 impl Requester {
     pub fn new(config: RequesterConfig) -> Self {
         assert!(config.window_packets > 0, "a window of 0 packets never sends");
         assert!(config.window_packets < Psn::WINDOW, "the window must stay within half the PSN space");
+        assert!(
+            config.transport == Transport::GoBackN || config.window_packets <= SACK_BITS,
+            "a reorder-tolerant window must fit the {SACK_BITS}-PSN SACK bitmap"
+        );
         let psn = config.first_psn;
         Requester {
             config,
@@ -220,6 +271,11 @@ impl Requester {
             timeouts_in_a_row: 0,
             failure: None,
             counters: RequesterCounters::default(),
+            sacked: 0,
+            lost: 0,
+            resent: 0,
+            resent_horizon: [Psn::new(0); SACK_BITS as usize],
+            tail_deadline_ns: None,
         }
     }
 
@@ -253,8 +309,14 @@ impl Requester {
         self.oldest_unacked
     }
 
-    /// Queues an RDMA WRITE of `len` bytes; its completion will carry `msg_id`.
+    /// Queues an RDMA WRITE of `len` bytes to the configured remote address; its completion
+    /// will carry `msg_id`.
     pub fn post_write(&mut self, msg_id: u64, len: u32) -> Result<(), PostError> {
+        self.post_write_at(msg_id, len, self.config.remote_addr)
+    }
+
+    /// [`Self::post_write`] to `remote_addr`.
+    pub fn post_write_at(&mut self, msg_id: u64, len: u32, remote_addr: u64) -> Result<(), PostError> {
         if let Some(failure) = self.failure {
             return Err(PostError::Failed(failure));
         }
@@ -263,7 +325,7 @@ impl Requester {
         if outstanding >= Psn::WINDOW as u64 {
             return Err(PostError::PsnSpaceExhausted { outstanding_packets: outstanding });
         }
-        self.messages.push_back(OutboundMessage { msg_id, len, first_psn: self.posted_end, packets });
+        self.messages.push_back(OutboundMessage { msg_id, len, remote_addr, first_psn: self.posted_end, packets });
         self.posted_end += packets;
         Ok(())
     }
@@ -287,7 +349,48 @@ impl Requester {
     }
 
     fn window_open(&self) -> bool {
-        self.next_psn != self.posted_end && self.oldest_unacked.distance_to(self.next_psn) < self.config.window_packets
+        match self.config.transport {
+            Transport::GoBackN => {
+                self.next_psn != self.posted_end
+                    && self.oldest_unacked.distance_to(self.next_psn) < self.config.window_packets
+            }
+            Transport::ReorderTolerant => {
+                self.lost != 0
+                    || (self.sent_end != self.posted_end
+                        && self.oldest_unacked.distance_to(self.sent_end) < self.config.window_packets)
+            }
+        }
+    }
+
+    /// The PSN the next packet carries: go-back-N's `next_psn`; reorder-tolerant, the oldest
+    /// PSN taken for lost, else the next new one.
+    fn psn_to_send(&self) -> Psn {
+        match self.config.transport {
+            Transport::GoBackN => self.next_psn,
+            Transport::ReorderTolerant if self.lost != 0 => self.oldest_unacked + self.lost.trailing_zeros(),
+            Transport::ReorderTolerant => self.sent_end,
+        }
+    }
+
+    /// The WRITE packet for `seg` of `message`. Reorder-tolerant MIDDLE and LAST packets carry a
+    /// RETH with their own address (see [`super::transport`]).
+    fn write_body(&self, message: &OutboundMessage, seg: Segment) -> Body<'static> {
+        let payload = &ZEROS[..seg.len as usize];
+        let at = |offset: u32| RethRepr {
+            virtual_addr: message.remote_addr.wrapping_add(u64::from(offset)),
+            rkey: self.config.rkey,
+            dma_len: message.len,
+        };
+        let reth = at(0);
+        let every = self.config.transport == Transport::ReorderTolerant;
+        match seg.position {
+            Position::First => Body::WriteFirst { reth, payload },
+            Position::Middle if every => Body::WriteMiddleAt { reth: at(seg.offset), payload },
+            Position::Middle => Body::WriteMiddle { payload },
+            Position::Last if every => Body::WriteLastAt { reth: at(seg.offset), payload },
+            Position::Last => Body::WriteLast { payload },
+            Position::Only => Body::WriteOnly { reth, payload },
+        }
     }
 
     /// The next packet to send at `now_ns` (new data or a retransmission), or `None` if the
@@ -328,20 +431,13 @@ impl Requester {
         {
             return None;
         }
-        let psn = self.next_psn;
+        let psn = self.psn_to_send();
         let message = *self.locate(psn);
         let seg = segment::segment(message.len, self.config.mtu, message.first_psn, message.first_psn.distance_to(psn));
         // Ask for an ACK when the window fills too, or a responder that coalesces more packets
         // than the window holds would leave us waiting for the timer.
         let fills_window = self.oldest_unacked.distance_to(psn + 1) >= self.config.window_packets;
-        let payload = &ZEROS[..seg.len as usize];
-        let reth = RethRepr { virtual_addr: self.config.remote_addr, rkey: self.config.rkey, dma_len: message.len };
-        let body = match seg.position {
-            Position::First => Body::WriteFirst { reth, payload },
-            Position::Middle => Body::WriteMiddle { payload },
-            Position::Last => Body::WriteLast { payload },
-            Position::Only => Body::WriteOnly { reth, payload },
-        };
+        let body = self.write_body(&message, seg);
         let repr = RocePacketRepr { bth: self.config.connection.bth(psn, seg.ack_req || fills_window), body };
 
         if let Some(pacer) = &mut self.pacer {
@@ -349,12 +445,19 @@ impl Requester {
         }
         if psn.is_before(self.sent_end) {
             self.counters.packets_retransmitted += 1;
+            let bit = 1u128 << self.oldest_unacked.distance_to(psn).min(127);
+            self.lost &= !bit;
+            self.resent |= bit;
+            self.resent_horizon[(psn.value() % SACK_BITS) as usize] = self.sent_end;
         } else {
             self.sent_end = psn + 1;
         }
         self.counters.packets_sent += 1;
         self.counters.bytes_sent += seg.len as u64;
-        self.next_psn = psn + 1;
+        self.next_psn = match self.config.transport {
+            Transport::GoBackN => psn + 1,
+            Transport::ReorderTolerant => self.sent_end,
+        };
         if self.retransmit_deadline_ns.is_none() {
             self.retransmit_deadline_ns = Some(now_ns + self.config.retransmit_timeout_ns);
         }
@@ -368,10 +471,7 @@ impl Requester {
             return None;
         }
         let send_at = self.window_open().then(|| self.pacer.as_ref().map_or(now_ns, |p| p.ready_at().max(now_ns)));
-        match (send_at, self.retransmit_deadline_ns) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [send_at, self.retransmit_deadline_ns, self.tail_deadline_ns].into_iter().flatten().min()
     }
 
     /// The posted message holding `psn` (which must be in `oldest_unacked..posted_end`).
@@ -388,6 +488,15 @@ impl Requester {
     }
 
     fn run_timer(&mut self, now_ns: u64) {
+        if let Some(tail) = self.tail_deadline_ns
+            && now_ns >= tail
+        {
+            self.tail_deadline_ns = None;
+            // Only holes behind the highest PSN acknowledged: anything sent since (more was
+            // posted meanwhile) is still in flight.
+            let behind_top = low_bits(u128::BITS - self.sacked.leading_zeros()) >> 1;
+            self.lost |= !self.sacked & !self.resent & behind_top;
+        }
         let Some(deadline) = self.retransmit_deadline_ns else { return };
         if now_ns < deadline || self.failure.is_some() {
             return;
@@ -402,7 +511,15 @@ impl Requester {
             self.fail(Failure::RetryLimitExceeded);
             return;
         }
-        self.next_psn = self.oldest_unacked;
+        match self.config.transport {
+            Transport::GoBackN => self.next_psn = self.oldest_unacked,
+            Transport::ReorderTolerant => {
+                // Everything not selectively acknowledged goes again, once.
+                let sent = low_bits(self.oldest_unacked.distance_to(self.sent_end));
+                self.resent = 0;
+                self.lost = !self.sacked & sent;
+            }
+        }
         self.retransmit_deadline_ns = Some(now_ns + self.config.retransmit_timeout_ns);
     }
 
@@ -436,7 +553,10 @@ impl Requester {
                     return Vec::new();
                 }
                 let completed = self.advance(psn, now_ns);
-                self.next_psn = psn;
+                match self.config.transport {
+                    Transport::GoBackN => self.next_psn = psn,
+                    Transport::ReorderTolerant => self.lost |= 1 & !self.resent,
+                }
                 self.retransmit_deadline_ns = Some(now_ns + self.config.retransmit_timeout_ns);
                 completed
             }
@@ -467,6 +587,9 @@ impl Requester {
         self.counters.messages_completed += completed.len() as u64;
         if acked > 0 {
             self.timeouts_in_a_row = 0;
+            self.sacked = shift_down(self.sacked, acked);
+            self.lost = shift_down(self.lost, acked);
+            self.resent = shift_down(self.resent, acked);
         }
         if self.next_psn.is_before(new_oldest) {
             self.next_psn = new_oldest;
@@ -477,8 +600,81 @@ impl Requester {
         completed
     }
 
+    /// Handles a SACK whose BTH carried the cumulative acknowledgement `psn` (to a go-back-N
+    /// requester, an ACK like any other); returns the messages it completes.
+    pub fn on_sack(&mut self, aeth: AethRepr, psn: Psn, received: u128, now_ns: u64) -> Vec<Completion> {
+        let selective = matches!(aeth.syndrome, Syndrome::Ack { .. })
+            && self.config.transport == Transport::ReorderTolerant
+            && self.failure.is_none();
+        if !selective {
+            return self.on_ack(aeth, psn, now_ns);
+        }
+        self.counters.acks_received += 1;
+        let acked = self.oldest_unacked.distance_to(psn + 1);
+        if acked > self.oldest_unacked.distance_to(self.sent_end) {
+            self.counters.duplicate_acks += 1;
+            return Vec::new();
+        }
+        let completed = if acked > 0 { self.advance(psn + 1, now_ns) } else { Vec::new() };
+        // Bit `i` of the bitmap is PSN `psn + 1 + i`: now `oldest_unacked + i`.
+        let received = received & low_bits(self.oldest_unacked.distance_to(self.sent_end));
+        let news = received & !self.sacked;
+        if news != 0 {
+            self.timeouts_in_a_row = 0;
+        } else if acked == 0 {
+            self.counters.duplicate_acks += 1;
+        }
+        self.sacked |= received;
+        self.lost &= !self.sacked;
+        self.mark_lost();
+        self.arm_tail_check(now_ns);
+        completed
+    }
+
+    /// Early retransmit for the tail: with nothing new left to send, a hole behind the highest
+    /// PSN sent may never see the threshold of later PSNs acknowledged. Once the highest PSN
+    /// has been, holes still neither lost nor resent after a reorder delay (a fraction of the
+    /// timeout) are taken for lost, instead of waiting for the whole timeout.
+    fn arm_tail_check(&mut self, now_ns: u64) {
+        let sent = self.oldest_unacked.distance_to(self.sent_end);
+        let waiting = !self.sacked & !self.resent & !self.lost & low_bits(sent);
+        let top_acked = sent > 0 && self.sacked & (1u128 << (sent - 1).min(127)) != 0;
+        if self.sent_end == self.posted_end && top_acked && waiting != 0 && self.tail_deadline_ns.is_none() {
+            self.tail_deadline_ns = Some(now_ns + self.config.retransmit_timeout_ns / TAIL_LOSS_DELAY_DIVISOR);
+        }
+    }
+
+    /// Takes for lost every PSN with at least the threshold of later PSNs selectively
+    /// acknowledged, unless it was resent since it was last taken for lost; and every resent PSN
+    /// still missing with the threshold of PSNs first sent after its resend acknowledged (the
+    /// resend was lost too: without this only the timer would find out).
+    fn mark_lost(&mut self) {
+        let threshold = self.config.loss_threshold_packets;
+        let mut resent = self.resent & !self.sacked;
+        while resent != 0 {
+            let i = resent.trailing_zeros();
+            resent &= resent - 1;
+            let horizon = self.resent_horizon[((self.oldest_unacked + i).value() % SACK_BITS) as usize];
+            let from = self.oldest_unacked.offset_to(horizon).max(0) as u32;
+            if shift_down(self.sacked, from).count_ones() >= threshold {
+                self.resent &= !(1u128 << i);
+            }
+        }
+        let sent = self.oldest_unacked.distance_to(self.sent_end).min(SACK_BITS);
+        for i in 0..sent {
+            let later_sacked = shift_down(self.sacked, i + 1).count_ones();
+            if later_sacked < self.config.loss_threshold_packets {
+                break; // fewer still above every later PSN
+            }
+            let bit = 1u128 << i;
+            if (self.sacked | self.resent) & bit == 0 {
+                self.lost |= bit;
+            }
+        }
+    }
+
     /// Handles a UDP payload from the peer (ICRC already checked): ACKs and NAKs for this QP go to
-    /// [`Self::on_ack`], CNPs are counted; anything else is ignored.
+    /// [`Self::on_ack`], SACKs to [`Self::on_sack`], CNPs are counted; anything else is ignored.
     pub fn on_packet(&mut self, udp_payload: &[u8], now_ns: u64) -> Result<Vec<Completion>, WireError> {
         let packet = RocePacketRepr::parse(udp_payload)?;
         Ok(self.on_repr(&packet, now_ns))
@@ -492,6 +688,7 @@ impl Requester {
         }
         match packet.body {
             Body::Ack(aeth) => self.on_ack(aeth, packet.bth.psn, now_ns),
+            Body::Sack { aeth, received } => self.on_sack(aeth, packet.bth.psn, received, now_ns),
             Body::Cnp => {
                 self.counters.cnps_received += 1;
                 Vec::new()
@@ -514,12 +711,14 @@ pub struct ResponderConfig {
     pub first_psn: Psn,
     /// Acknowledge every `ack_every` accepted packets, and always on AckReq or a message's end.
     pub ack_every: u32,
+    /// Must be the requester's.
+    pub transport: Transport,
 }
 
 impl ResponderConfig {
-    /// Defaults: PSN 0, an ACK every 4 packets.
+    /// Defaults: PSN 0, an ACK every 4 packets, go-back-N.
     pub fn new(connection: Connection) -> Self {
-        ResponderConfig { connection, first_psn: Psn::new(0), ack_every: 4 }
+        ResponderConfig { connection, first_psn: Psn::new(0), ack_every: 4, transport: Transport::GoBackN }
     }
 }
 
@@ -557,12 +756,41 @@ pub struct ResponderCounters {
     pub malformed: u64,
     /// Packets for another QP, or ACKs and CNPs, which a responder does not take.
     pub ignored_packets: u64,
+    /// Packets that arrived after a higher PSN, their own PSN for the first time (see
+    /// [`super::reorder`]: the network's reordering, whatever the transport made of it).
+    pub reordered_packets: u64,
+    /// The deepest of those: PSNs below the highest PSN seen.
+    pub reorder_depth_max: u64,
+    /// Packets whose PSN had arrived before (unlike `duplicates`, which counts the packets
+    /// behind the expected PSN, a go-back-N responder's dropped early packets come back as these).
+    pub duplicate_psns: u64,
+    /// Reorder-tolerant: ACKs that carried a SACK bitmap (also counted in `acks_sent`).
+    pub sacks_sent: u64,
+    /// Reorder-tolerant: packets too far ahead for the SACK bitmap (dropped).
+    pub beyond_window: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
 struct InboundMessage {
     reth: RethRepr,
     received: u64,
+}
+
+/// A reorder-tolerant responder's record of a packet placed ahead of the expected PSN: what the
+/// in-order accounting needs when the gap before it fills.
+#[derive(Clone, Copy, Debug)]
+struct Placed {
+    position: Position,
+    len: u32,
+    reth: RethRepr,
+}
+
+/// Bytes a responder writes WRITE payloads into, for tests that check every byte landed where it
+/// belongs (the endpoint itself sends zeros and keeps no memory).
+#[derive(Clone, Debug)]
+struct Memory {
+    base: u64,
+    bytes: Vec<u8>,
 }
 
 /// The receiving side of one RC QP.
@@ -578,6 +806,11 @@ pub struct Responder {
     inbound: Option<InboundMessage>,
     completions: VecDeque<ReceivedWrite>,
     counters: ResponderCounters,
+    /// Reorder-tolerant only: entry `i` for PSN `expected_psn + i` (entry 0 is always a gap:
+    /// the expected PSN is consumed on arrival), at most [`SACK_BITS`] long.
+    ahead: VecDeque<Option<Placed>>,
+    meter: ReorderMeter,
+    memory: Option<Memory>,
 }
 
 impl Responder {
@@ -592,6 +825,31 @@ impl Responder {
             inbound: None,
             completions: VecDeque::new(),
             counters: ResponderCounters::default(),
+            ahead: VecDeque::new(),
+            meter: ReorderMeter::default(),
+            memory: None,
+        }
+    }
+
+    /// The responder writing payloads into `len` bytes at address `base` (bytes outside are
+    /// not written): see [`Self::memory`].
+    pub fn with_memory(mut self, base: u64, len: usize) -> Self {
+        self.memory = Some(Memory { base, bytes: vec![0; len] });
+        self
+    }
+
+    /// What [`Self::with_memory`]'s bytes hold now.
+    pub fn memory(&self) -> Option<&[u8]> {
+        self.memory.as_ref().map(|m| &m.bytes[..])
+    }
+
+    fn place(&mut self, addr: u64, payload: &[u8]) {
+        let Some(m) = &mut self.memory else { return };
+        for (i, &b) in payload.iter().enumerate() {
+            let at = addr.wrapping_add(i as u64).wrapping_sub(m.base);
+            if let Some(slot) = usize::try_from(at).ok().and_then(|at| m.bytes.get_mut(at)) {
+                *slot = b;
+            }
         }
     }
 
@@ -658,7 +916,7 @@ impl Responder {
 
     /// What [`Self::on_packet`] does, up to the bytes of its response.
     fn receive(&mut self, udp_payload: &[u8], now_ns: u64) -> Option<RocePacketRepr<'static>> {
-        let Ok(packet) = RocePacketRepr::parse(udp_payload) else {
+        let Ok(packet) = RocePacketRepr::parse_with(udp_payload, self.config.transport.reth_on()) else {
             self.counters.malformed += 1;
             return None;
         };
@@ -673,7 +931,9 @@ impl Responder {
             Body::WriteMiddle { payload } => (Position::Middle, payload, None),
             Body::WriteLast { payload } => (Position::Last, payload, None),
             Body::WriteOnly { reth, payload } => (Position::Only, payload, Some(reth)),
-            Body::Ack(_) | Body::Cnp => {
+            Body::WriteMiddleAt { reth, payload } => (Position::Middle, payload, Some(reth)),
+            Body::WriteLastAt { reth, payload } => (Position::Last, payload, Some(reth)),
+            Body::Ack(_) | Body::Sack { .. } | Body::Cnp => {
                 self.counters.ignored_packets += 1;
                 return None;
             }
@@ -684,6 +944,22 @@ impl Responder {
         }
         self.counters.packets_received += 1;
         let psn = packet.bth.psn;
+        let accepted_before = self.expected_psn.offset_to(psn) < 0;
+        self.meter.observe(psn, accepted_before);
+        let seen = self.meter.counters();
+        self.counters.reordered_packets = seen.reordered_packets;
+        self.counters.reorder_depth_max = seen.reorder_depth_max;
+        self.counters.duplicate_psns = seen.duplicate_psns;
+        let arrival = WritePacket { psn, ack_req: packet.bth.ack_req, position, payload, reth };
+        match self.config.transport {
+            Transport::GoBackN => self.receive_in_order(arrival, now_ns),
+            Transport::ReorderTolerant => self.receive_out_of_order(arrival, now_ns),
+        }
+    }
+
+    /// Go-back-N: the expected PSN is accepted, an early one NAKed (once per gap) and dropped.
+    fn receive_in_order(&mut self, arrival: WritePacket<'_>, now_ns: u64) -> Option<RocePacketRepr<'static>> {
+        let WritePacket { psn, ack_req, position, payload, reth } = arrival;
         let ahead = self.expected_psn.offset_to(psn);
         if ahead < 0 {
             // Our ACK was lost or the requester went back too far: say again where we are.
@@ -708,31 +984,134 @@ impl Responder {
         self.counters.packets_accepted += 1;
         self.counters.bytes_received += payload.len() as u64;
         self.packets_since_ack += 1;
-        let message = match reth {
-            Some(reth) => self.inbound.insert(InboundMessage { reth, received: 0 }),
-            None => self.inbound.as_mut().expect("checked: inside a message"),
+        let addr = match (reth, &self.inbound) {
+            (Some(reth), _) => reth.virtual_addr,
+            (None, Some(m)) => m.reth.virtual_addr.wrapping_add(m.received),
+            (None, None) => unreachable!("checked: inside a message"),
         };
-        message.received += payload.len() as u64;
-        if position.ends_message() {
-            let message = self.inbound.take().expect("inside a message");
-            if message.received != message.reth.dma_len as u64 {
-                self.counters.length_mismatches += 1;
-            }
-            self.completions.push_back(ReceivedWrite {
-                remote_addr: message.reth.virtual_addr,
-                rkey: message.reth.rkey,
-                len: message.received,
-                completed_ns: now_ns,
-            });
-            self.counters.messages_completed += 1;
-            self.msn = (self.msn + 1) & Psn::MASK;
-        }
-        if packet.bth.ack_req || position.ends_message() || self.packets_since_ack >= self.config.ack_every {
+        self.place(addr, payload);
+        self.account(position, payload.len() as u32, reth, now_ns);
+        if ack_req || position.ends_message() || self.packets_since_ack >= self.config.ack_every {
             self.packets_since_ack = 0;
             return Some(self.response(psn, Syndrome::Ack { credit: CREDIT_UNLIMITED }));
         }
         None
     }
+
+    /// A packet taken in PSN order into its message (`reth` present on FIRST and ONLY); the
+    /// message completes at its end. Returns whether one did. A packet that does not fit the
+    /// message structure is counted as an invalid request and left out.
+    fn account(&mut self, position: Position, len: u32, reth: Option<RethRepr>, now_ns: u64) -> bool {
+        let message = match (position.starts_message(), reth, self.inbound.is_some()) {
+            (true, Some(reth), inside) => {
+                self.counters.invalid_requests += u64::from(inside);
+                self.inbound.insert(InboundMessage { reth, received: 0 })
+            }
+            (false, _, true) => self.inbound.as_mut().expect("inside a message"),
+            _ => {
+                self.counters.invalid_requests += 1;
+                return false;
+            }
+        };
+        message.received += u64::from(len);
+        if !position.ends_message() {
+            return false;
+        }
+        let message = self.inbound.take().expect("inside a message");
+        if message.received != message.reth.dma_len as u64 {
+            self.counters.length_mismatches += 1;
+        }
+        self.completions.push_back(ReceivedWrite {
+            remote_addr: message.reth.virtual_addr,
+            rkey: message.reth.rkey,
+            len: message.received,
+            completed_ns: now_ns,
+        });
+        self.counters.messages_completed += 1;
+        self.msn = (self.msn + 1) & Psn::MASK;
+        true
+    }
+
+    /// Reorder-tolerant: any PSN in the bitmap's reach is placed where its RETH says and
+    /// recorded; the in-order accounting (completions, MSN) follows the expected PSN as gaps
+    /// fill. Early packets, duplicates and gap fills are answered at once (a SACK while
+    /// anything is missing); in-order ones coalesce as under go-back-N.
+    fn receive_out_of_order(&mut self, arrival: WritePacket<'_>, now_ns: u64) -> Option<RocePacketRepr<'static>> {
+        let WritePacket { psn, ack_req, position, payload, reth } = arrival;
+        let Some(reth) = reth else {
+            // Without its address a packet cannot be placed out of order: the peer is not
+            // running this transport.
+            self.counters.invalid_requests += 1;
+            return Some(self.response(self.expected_psn, Syndrome::Nak(NakCode::InvalidRequest)));
+        };
+        let ahead = self.expected_psn.offset_to(psn);
+        if ahead < 0 {
+            self.counters.duplicates += 1;
+            return Some(self.selective_ack());
+        }
+        let ahead = ahead as u32;
+        if ahead >= SACK_BITS {
+            self.counters.beyond_window += 1;
+            return Some(self.selective_ack());
+        }
+        let slot = ahead as usize;
+        if self.ahead.len() <= slot {
+            self.ahead.resize(slot + 1, None);
+        }
+        if self.ahead[slot].is_some() {
+            self.counters.duplicates += 1;
+            return Some(self.selective_ack());
+        }
+        self.place(reth.virtual_addr, payload);
+        self.ahead[slot] = Some(Placed { position, len: payload.len() as u32, reth });
+        self.counters.packets_accepted += 1;
+        self.counters.bytes_received += payload.len() as u64;
+        if ahead > 0 {
+            self.counters.out_of_order += 1;
+            return Some(self.selective_ack());
+        }
+        let mut taken = 0;
+        let mut completed = false;
+        while let Some(Some(placed)) = self.ahead.front().copied() {
+            self.ahead.pop_front();
+            self.expected_psn += 1;
+            taken += 1;
+            completed |= self.account(placed.position, placed.len, Some(placed.reth), now_ns);
+        }
+        self.packets_since_ack += 1;
+        let due = ack_req || completed || taken > 1 || !self.ahead.is_empty();
+        if due || self.packets_since_ack >= self.config.ack_every {
+            self.packets_since_ack = 0;
+            return Some(self.selective_ack());
+        }
+        None
+    }
+
+    /// The cumulative ACK of everything before the expected PSN, with the SACK bitmap of what
+    /// arrived after it if anything did (a plain ACK otherwise).
+    fn selective_ack(&mut self) -> RocePacketRepr<'static> {
+        let cumulative = self.expected_psn - 1;
+        let received =
+            self.ahead.iter().enumerate().filter(|(_, p)| p.is_some()).fold(0u128, |bits, (i, _)| bits | 1 << i);
+        if received == 0 {
+            return self.response(cumulative, Syndrome::Ack { credit: CREDIT_UNLIMITED });
+        }
+        self.counters.acks_sent += 1;
+        self.counters.sacks_sent += 1;
+        let c = &self.config.connection;
+        let aeth = AethRepr { syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED }, msn: self.msn };
+        RocePacketRepr { bth: c.bth(cumulative, false), body: Body::Sack { aeth, received } }
+    }
+}
+
+/// One WRITE packet as the responder takes it, whatever its layout.
+#[derive(Clone, Copy, Debug)]
+struct WritePacket<'a> {
+    psn: Psn,
+    ack_req: bool,
+    position: Position,
+    payload: &'a [u8],
+    reth: Option<RethRepr>,
 }
 
 #[cfg(test)]
@@ -1189,6 +1568,79 @@ mod tests {
         let c = resp.counters();
         assert_eq!((c.naks_sent, c.out_of_order, c.duplicates, c.packets_accepted), (2, 3, 1, 2));
         assert_eq!(c.bytes_received, 2048);
+    }
+
+    fn ooo_write(psn: u32, body: Body<'_>) -> RocePacketRepr<'_> {
+        RocePacketRepr { bth: requester_side().bth(Psn::new(psn), false), body }
+    }
+
+    #[test]
+    fn ooo_responder_places_early_packets_sacks_them_and_completes_when_whole() {
+        let mut cfg = ResponderConfig::new(responder_side());
+        cfg.transport = Transport::ReorderTolerant;
+        let mut resp = Responder::new(cfg).with_memory(0x100, 12);
+        let at = |offset: u64| RethRepr { virtual_addr: 0x100 + offset, rkey: 1, dma_len: 12 };
+        // A 12-byte message in three 4-byte packets (PSNs 0, 1, 2), arriving 2, 1, 2, 0.
+        let last = ooo_write(2, Body::WriteLastAt { reth: at(8), payload: b"ijkl" });
+        let r = resp.on_repr(&last, 1).unwrap();
+        let sack = |received| Body::Sack { aeth: AethRepr { syndrome: OK, msn: 0 }, received };
+        assert_eq!((r.bth.psn, r.body), (Psn::new(Psn::MASK), sack(0b100)), "cumulative: nothing yet");
+        let r = resp.on_repr(&ooo_write(1, Body::WriteMiddleAt { reth: at(4), payload: b"efgh" }), 2).unwrap();
+        assert_eq!(r.body, sack(0b110));
+        let r = resp.on_repr(&last, 3).unwrap();
+        assert_eq!(r.body, sack(0b110), "a duplicate is answered with the same SACK");
+        assert_eq!(resp.poll_completion(), None, "not whole yet");
+        let r = resp.on_repr(&ooo_write(0, Body::WriteFirst { reth: at(0), payload: b"abcd" }), 4).unwrap();
+        assert_eq!((r.bth.psn, r.body), (Psn::new(2), Body::Ack(AethRepr { syndrome: OK, msn: 1 })), "a plain ACK");
+        assert_eq!(
+            resp.poll_completion(),
+            Some(ReceivedWrite { remote_addr: 0x100, rkey: 1, len: 12, completed_ns: 4 })
+        );
+        assert_eq!(resp.memory(), Some(&b"abcdefghijkl"[..]));
+        let c = resp.counters();
+        assert_eq!((c.packets_accepted, c.out_of_order, c.duplicates, c.sacks_sent, c.acks_sent), (3, 2, 1, 3, 4));
+        assert_eq!((c.reordered_packets, c.reorder_depth_max, c.duplicate_psns), (2, 2, 1));
+        // Beyond the bitmap: dropped and counted; a packet without its address is refused.
+        resp.on_repr(&ooo_write(3 + SACK_BITS, Body::WriteOnly { reth: at(0), payload: b"" }), 5);
+        assert_eq!(resp.counters().beyond_window, 1);
+        let r = resp.on_repr(&ooo_write(3, Body::WriteMiddle { payload: b"" }), 6).unwrap();
+        assert_eq!(r.body, Body::Ack(AethRepr { syndrome: Syndrome::Nak(NakCode::InvalidRequest), msn: 1 }));
+    }
+
+    #[test]
+    fn ooo_tail_check_resends_only_holes_behind_the_highest_acknowledged_psn() {
+        let mut cfg = RequesterConfig::new(requester_side());
+        cfg.transport = Transport::ReorderTolerant;
+        let mut req = Requester::new(cfg);
+        req.post_write(1, 4 * 1024).unwrap();
+        assert_eq!(std::iter::from_fn(|| req.poll_transmit_repr(0)).count(), 4);
+        // PSN 1 missing, 0 acknowledged, 2 and 3 selectively: 2 later PSNs, under the threshold.
+        assert!(req.on_sack(ack(OK), Psn::new(0), 0b110, 10).is_empty());
+        assert_eq!(req.poll_timeout(10), Some(10 + 1_000_000 / TAIL_LOSS_DELAY_DIVISOR), "the tail check");
+        // More is posted and sent before the check: in flight, not lost.
+        req.post_write(2, 2 * 1024).unwrap();
+        let psns: Vec<u32> = std::iter::from_fn(|| req.poll_transmit_repr(20)).map(|p| p.bth.psn.value()).collect();
+        assert_eq!(psns, [4, 5]);
+        let at = 10 + 1_000_000 / TAIL_LOSS_DELAY_DIVISOR;
+        let psns: Vec<u32> = std::iter::from_fn(|| req.poll_transmit_repr(at)).map(|p| p.bth.psn.value()).collect();
+        assert_eq!(psns, [1], "the hole, not what was sent since");
+        assert_eq!((req.counters().packets_retransmitted, req.counters().timeouts), (1, 0));
+    }
+
+    #[test]
+    fn go_back_n_responders_count_the_reordering_they_see() {
+        let mut resp = Responder::new(ResponderConfig::new(responder_side()));
+        let data = [0u8; 1024];
+        let mid = |psn| write(psn, Body::WriteMiddle { payload: &data });
+        resp.on_packet(&write(0, Body::WriteFirst { reth: reth(8192), payload: &data }), 0);
+        for psn in [3, 1, 2, 5, 4, 3] {
+            resp.on_packet(&mid(psn), 0);
+        }
+        let c = resp.counters();
+        // 3 is dropped early (NAK), 1 and 2 arrive late, 5 early (NAK), 4 late but still early
+        // (dropped), 3 a second time: accepted, yet a duplicate for the network.
+        assert_eq!((c.reordered_packets, c.reorder_depth_max, c.duplicate_psns), (3, 2, 1));
+        assert_eq!((c.packets_accepted, c.out_of_order, c.naks_sent), (4, 3, 2));
     }
 
     #[test]

@@ -18,6 +18,12 @@ pub const RETH_LEN: usize = 16;
 pub const AETH_LEN: usize = 4;
 /// A CNP carries 16 reserved bytes after its BTH (annex A17.9.3).
 pub const CNP_RESERVED_LEN: usize = 16;
+/// The selective acknowledgement that follows the AETH of a reorder-tolerant QP's ACK: a 128-bit
+/// bitmap, big-endian, bit `i` (counted from the least significant) saying whether PSN
+/// `BTH.psn + 1 + i` has arrived. See [`Body::Sack`].
+pub const SACK_LEN: usize = 16;
+/// PSNs a SACK can describe: the reorder-tolerant window.
+pub const SACK_BITS: u32 = (SACK_LEN * 8) as u32;
 
 /// Byte offsets inside the extension headers (the BTH's are [`layout`]'s).
 mod field {
@@ -44,6 +50,7 @@ pub enum Header {
     Reth,
     Aeth,
     CnpReserved,
+    Sack,
     Icrc,
 }
 
@@ -54,6 +61,7 @@ impl fmt::Display for Header {
             Header::Reth => "RETH",
             Header::Aeth => "AETH",
             Header::CnpReserved => "CNP reserved bytes",
+            Header::Sack => "SACK bitmap",
             Header::Icrc => "ICRC",
         })
     }
@@ -72,7 +80,7 @@ pub enum WireError {
     UnalignedLength(usize),
     #[error("pad count {pad_count} exceeds the {padded_len}-byte payload")]
     PadLongerThanPayload { pad_count: u8, padded_len: usize },
-    #[error("opcode {opcode:#04x} carries no payload, found {len} bytes")]
+    #[error("opcode {opcode:#04x} carries no payload (an ACK at most a {SACK_LEN}-byte SACK), found {len} bytes")]
     UnexpectedPayload { opcode: u8, len: usize },
     #[error("AETH syndrome {0:#04x} is reserved")]
     ReservedSyndrome(u8),
@@ -541,7 +549,26 @@ pub enum Body<'a> {
         reth: RethRepr,
         payload: &'a [u8],
     },
+    /// A MIDDLE of a reorder-tolerant QP: a RETH with this packet's own address (the message's
+    /// address plus the packet's offset), the message's key and its whole length.
+    WriteMiddleAt {
+        reth: RethRepr,
+        payload: &'a [u8],
+    },
+    /// A LAST of a reorder-tolerant QP, its RETH as [`Body::WriteMiddleAt`]'s.
+    WriteLastAt {
+        reth: RethRepr,
+        payload: &'a [u8],
+    },
     Ack(AethRepr),
+    /// An ACK of a reorder-tolerant QP with PSNs missing: the AETH (syndrome ACK; the BTH's PSN
+    /// is the cumulative acknowledgement), then [`SACK_LEN`] bytes saying which PSNs after it
+    /// have arrived (bit `i`: PSN `BTH.psn + 1 + i`). Opcode ACKNOWLEDGE, so every RoCE decoder
+    /// shows a valid BTH and AETH; the bitmap sits where an ACK has nothing.
+    Sack {
+        aeth: AethRepr,
+        received: u128,
+    },
     /// Congestion notification: 16 reserved bytes, sent as zero and ignored on receipt.
     Cnp,
 }
@@ -550,10 +577,10 @@ impl<'a> Body<'a> {
     pub const fn opcode(&self) -> u8 {
         match self {
             Body::WriteFirst { .. } => opcode::RC_WRITE_FIRST,
-            Body::WriteMiddle { .. } => opcode::RC_WRITE_MIDDLE,
-            Body::WriteLast { .. } => opcode::RC_WRITE_LAST,
+            Body::WriteMiddle { .. } | Body::WriteMiddleAt { .. } => opcode::RC_WRITE_MIDDLE,
+            Body::WriteLast { .. } | Body::WriteLastAt { .. } => opcode::RC_WRITE_LAST,
             Body::WriteOnly { .. } => opcode::RC_WRITE_ONLY,
-            Body::Ack(_) => opcode::RC_ACK,
+            Body::Ack(_) | Body::Sack { .. } => opcode::RC_ACK,
             Body::Cnp => opcode::CNP,
         }
     }
@@ -564,14 +591,19 @@ impl<'a> Body<'a> {
             Body::WriteFirst { payload, .. }
             | Body::WriteMiddle { payload }
             | Body::WriteLast { payload }
-            | Body::WriteOnly { payload, .. } => payload,
-            Body::Ack(_) | Body::Cnp => &[],
+            | Body::WriteOnly { payload, .. }
+            | Body::WriteMiddleAt { payload, .. }
+            | Body::WriteLastAt { payload, .. } => payload,
+            Body::Ack(_) | Body::Sack { .. } | Body::Cnp => &[],
         }
     }
 
     pub const fn reth(&self) -> Option<RethRepr> {
         match *self {
-            Body::WriteFirst { reth, .. } | Body::WriteOnly { reth, .. } => Some(reth),
+            Body::WriteFirst { reth, .. }
+            | Body::WriteOnly { reth, .. }
+            | Body::WriteMiddleAt { reth, .. }
+            | Body::WriteLastAt { reth, .. } => Some(reth),
             _ => None,
         }
     }
@@ -579,12 +611,26 @@ impl<'a> Body<'a> {
     /// Length of the extension header between the BTH and the payload.
     const fn extension_len(&self) -> usize {
         match self {
-            Body::WriteFirst { .. } | Body::WriteOnly { .. } => RETH_LEN,
+            Body::WriteFirst { .. }
+            | Body::WriteOnly { .. }
+            | Body::WriteMiddleAt { .. }
+            | Body::WriteLastAt { .. } => RETH_LEN,
             Body::Ack(_) => AETH_LEN,
+            Body::Sack { .. } => AETH_LEN + SACK_LEN,
             Body::Cnp => CNP_RESERVED_LEN,
             Body::WriteMiddle { .. } | Body::WriteLast { .. } => 0,
         }
     }
+}
+
+/// Which WRITE packets carry a RETH (see [`RocePacketRepr::parse_with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RethOn {
+    /// The IBTA's layout: FIRST and ONLY.
+    #[default]
+    FirstAndOnly,
+    /// Every WRITE packet (the reorder-tolerant transport: each packet says where it goes).
+    EveryWrite,
 }
 
 /// A whole RoCEv2 UDP payload: BTH + extension header + payload + pad + ICRC.
@@ -602,12 +648,21 @@ impl<'a> RocePacketRepr<'a> {
     }
 
     /// Parses a UDP payload that ends with the 4-byte ICRC (not checked here: see
-    /// [`super::icrc::verify`]). The returned payload excludes the pad bytes.
+    /// [`super::icrc::verify`]). The returned payload excludes the pad bytes. WRITE packets are
+    /// read as the IBTA lays them out (RETH on FIRST and ONLY).
     pub fn parse(udp_payload: &'a [u8]) -> Result<Self, WireError> {
+        Self::parse_with(udp_payload, RethOn::FirstAndOnly)
+    }
+
+    /// [`Self::parse`] for a QP whose WRITE packets carry their RETH as `reth_on` says: the
+    /// bytes alone cannot tell a MIDDLE with a RETH from one whose data starts with 16 bytes.
+    pub fn parse_with(udp_payload: &'a [u8], reth_on: RethOn) -> Result<Self, WireError> {
         let bth_packet = BthPacket::new_checked(udp_payload)?;
         let bth = BthRepr::parse(&bth_packet)?;
+        let every = reth_on == RethOn::EveryWrite;
         let ext_len = match bth.opcode {
             opcode::RC_WRITE_FIRST | opcode::RC_WRITE_ONLY => RETH_LEN,
+            opcode::RC_WRITE_MIDDLE | opcode::RC_WRITE_LAST if every => RETH_LEN,
             opcode::RC_WRITE_MIDDLE | opcode::RC_WRITE_LAST => 0,
             opcode::RC_ACK => AETH_LEN,
             opcode::CNP => CNP_RESERVED_LEN,
@@ -640,8 +695,19 @@ impl<'a> RocePacketRepr<'a> {
             opcode::RC_WRITE_ONLY => {
                 Body::WriteOnly { reth: RethRepr::parse(&RethPacket::new_unchecked(ext))?, payload }
             }
+            opcode::RC_WRITE_MIDDLE if every => {
+                Body::WriteMiddleAt { reth: RethRepr::parse(&RethPacket::new_unchecked(ext))?, payload }
+            }
+            opcode::RC_WRITE_LAST if every => {
+                Body::WriteLastAt { reth: RethRepr::parse(&RethPacket::new_unchecked(ext))?, payload }
+            }
             opcode::RC_WRITE_MIDDLE => Body::WriteMiddle { payload },
             opcode::RC_WRITE_LAST => Body::WriteLast { payload },
+            opcode::RC_ACK if padded_len == SACK_LEN && bth.pad_count == 0 => {
+                let bitmap: [u8; SACK_LEN] = rest[..SACK_LEN].try_into().expect("length checked");
+                let aeth = AethRepr::parse(&AethPacket::new_unchecked(ext))?;
+                Body::Sack { aeth, received: u128::from_be_bytes(bitmap) }
+            }
             opcode::RC_ACK | opcode::CNP => {
                 if padded_len != 0 {
                     return Err(WireError::UnexpectedPayload { opcode: bth.opcode, len: padded_len });
@@ -698,10 +764,16 @@ impl<'a> RocePacketRepr<'a> {
         let rest = &mut buffer[BTH_LEN..];
         let (ext, rest) = rest.split_at_mut(self.body.extension_len());
         match self.body {
-            Body::WriteFirst { reth, .. } | Body::WriteOnly { reth, .. } => {
-                reth.emit(&mut RethPacket::new_unchecked(ext))
-            }
+            Body::WriteFirst { reth, .. }
+            | Body::WriteOnly { reth, .. }
+            | Body::WriteMiddleAt { reth, .. }
+            | Body::WriteLastAt { reth, .. } => reth.emit(&mut RethPacket::new_unchecked(ext)),
             Body::Ack(aeth) => aeth.emit(&mut AethPacket::new_unchecked(ext)),
+            Body::Sack { aeth, received } => {
+                let (aeth_bytes, bitmap) = ext.split_at_mut(AETH_LEN);
+                aeth.emit(&mut AethPacket::new_unchecked(aeth_bytes));
+                bitmap.copy_from_slice(&received.to_be_bytes());
+            }
             Body::Cnp => ext.fill(0),
             Body::WriteMiddle { .. } | Body::WriteLast { .. } => {}
         }
@@ -950,6 +1022,49 @@ mod tests {
             body: Body::Ack(AethRepr { syndrome: Syndrome::Nak(NakCode::PsnSequenceError), msn: 0xFF_FFFF }),
         };
         assert_eq!(RocePacketRepr::parse(&ack.to_bytes()).unwrap(), ack);
+    }
+
+    #[test]
+    fn reorder_tolerant_bodies_round_trip_under_their_own_layout() {
+        let data: Vec<u8> = (0..40).collect();
+        let reth = RethRepr { virtual_addr: 0x1000 + 3 * 1024, rkey: 7, dma_len: 4000 };
+        for len in [0, 1, 3, 40] {
+            let payload = &data[..len];
+            for body in [Body::WriteMiddleAt { reth, payload }, Body::WriteLastAt { reth, payload }] {
+                let repr = RocePacketRepr { bth: fields(9), body };
+                let bytes = repr.to_bytes();
+                assert_eq!(bytes.len(), BTH_LEN + RETH_LEN + len + pad_count(len) as usize + ICRC_LEN);
+                assert_eq!(RocePacketRepr::parse_with(&bytes, RethOn::EveryWrite).unwrap(), repr);
+                // Read as the IBTA lays a MIDDLE out, the RETH is the first 16 bytes of data.
+                let plain = RocePacketRepr::parse(&bytes).unwrap();
+                assert_eq!(plain.body.opcode(), body.opcode());
+                assert_eq!(plain.body.payload().len(), RETH_LEN + len);
+            }
+        }
+        // A WRITE FIRST parses the same either way.
+        let first = RocePacketRepr { bth: fields(2), body: Body::WriteFirst { reth, payload: &data } }.to_bytes();
+        assert_eq!(RocePacketRepr::parse_with(&first, RethOn::EveryWrite), RocePacketRepr::parse(&first));
+    }
+
+    #[test]
+    fn a_sack_is_an_ack_with_its_bitmap_after_the_aeth() {
+        let received = (1u128 << 127) | 0b1011_0110;
+        let aeth = AethRepr { syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED }, msn: 5 };
+        let repr = RocePacketRepr { bth: fields(41), body: Body::Sack { aeth, received } };
+        let bytes = repr.to_bytes();
+        assert_eq!(bytes.len(), BTH_LEN + AETH_LEN + SACK_LEN + ICRC_LEN);
+        assert_eq!(bytes[0], opcode::RC_ACK);
+        assert_eq!(&bytes[BTH_LEN..BTH_LEN + AETH_LEN], &[0x1F, 0, 0, 5], "a valid AETH");
+        assert_eq!(bytes[BTH_LEN + AETH_LEN], 0x80, "big-endian: bit 127 first");
+        assert_eq!(bytes[BTH_LEN + AETH_LEN + SACK_LEN - 1], 0b1011_0110);
+        assert_eq!(RocePacketRepr::parse(&bytes).unwrap(), repr);
+        // Any other length after an AETH is still refused by name.
+        let mut longer = bytes.clone();
+        longer.splice(BTH_LEN + AETH_LEN..BTH_LEN + AETH_LEN, [0; 4]);
+        assert_eq!(
+            RocePacketRepr::parse(&longer).unwrap_err(),
+            WireError::UnexpectedPayload { opcode: opcode::RC_ACK, len: SACK_LEN + 4 }
+        );
     }
 
     #[test]

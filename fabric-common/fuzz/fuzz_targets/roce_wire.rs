@@ -11,7 +11,7 @@
 #![no_main]
 
 use fabric_common::wire::bth;
-use fabric_roce::wire::{AETH_LEN, BTH_LEN, Body, BthPacket, CNP_RESERVED_LEN, ICRC_LEN, RETH_LEN, RocePacketRepr};
+use fabric_roce::wire::{AETH_LEN, BTH_LEN, Body, BthPacket, CNP_RESERVED_LEN, ICRC_LEN, RETH_LEN, RocePacketRepr, SACK_LEN};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -50,7 +50,9 @@ fuzz_target!(|data: &[u8]| {
 fn ext_len(body: &Body) -> usize {
     match body {
         Body::WriteFirst { .. } | Body::WriteOnly { .. } => RETH_LEN,
+        Body::WriteMiddleAt { .. } | Body::WriteLastAt { .. } => RETH_LEN,
         Body::Ack(_) => AETH_LEN,
+        Body::Sack { .. } => AETH_LEN + SACK_LEN,
         Body::Cnp => CNP_RESERVED_LEN,
         Body::WriteMiddle { .. } | Body::WriteLast { .. } => 0,
     }

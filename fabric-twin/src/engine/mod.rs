@@ -118,7 +118,10 @@ impl<'n, R: Routing> Twin<'n, R> {
         let per_packet = size_of::<Option<Packet>>() + size_of::<Queued>() + 2 * size_of::<crate::event::Event>();
         let packets: u64 = qps
             .iter()
-            .map(|q| u64::from(cfg.window_packets).min(q.bytes.div_ceil(u64::from(cfg.mtu.bytes())) + 1))
+            .map(|q| {
+                u64::from(cfg.transport.window_packets(cfg.window_packets))
+                    .min(q.bytes.div_ceil(u64::from(cfg.mtu.bytes())) + 1)
+            })
             .sum();
         let fixed = net.port_count() * size_of::<Port>()
             + net.nodes.len() * (size_of::<Option<Switch>>() + size_of::<Option<Host>>())
@@ -611,6 +614,7 @@ fn host_port(hosts: &[Option<Host>], h: usize) -> u32 {
 
 fn outcome(qp: &QpState) -> QpOutcome {
     let c = qp.sender.requester.counters();
+    let r = qp.receiver.responder.counters();
     QpOutcome {
         src: qp.spec.src,
         dst: qp.spec.dst,
@@ -624,5 +628,8 @@ fn outcome(qp: &QpState) -> QpOutcome {
         cnps_received: c.cnps_received,
         min_rate_bps: qp.min_rate_bps,
         failed: qp.sender.requester.failure().is_some(),
+        reordered_packets: r.reordered_packets,
+        reorder_depth_max: r.reorder_depth_max,
+        duplicate_psns: r.duplicate_psns,
     }
 }

@@ -87,7 +87,8 @@ impl QpState {
             Connection { local_qp: spec.resp_qpn, remote_qp: spec.req_qpn, ip: req_end.ip.reversed(), ..req_end };
         let mut rc = RequesterConfig::new(req_end);
         rc.mtu = cfg.mtu;
-        rc.window_packets = cfg.window_packets;
+        rc.window_packets = cfg.transport.window_packets(cfg.window_packets);
+        rc.transport = cfg.transport;
         rc.retransmit_timeout_ns = cfg.retransmit_timeout_ns;
         rc.retry_limit = cfg.retry_limit;
         rc.first_psn = Psn::new(spec.first_psn);
@@ -96,6 +97,7 @@ impl QpState {
         let mut sc = ResponderConfig::new(resp_end);
         sc.first_psn = rc.first_psn;
         sc.ack_every = cfg.ack_every;
+        sc.transport = cfg.transport;
         let sender = SenderQp::new(Requester::new(rc), spec.bytes, sender_cc, now)?;
         let receiver = ReceiverQp::new(Responder::new(sc), spec.bytes, receiver_cc);
         let data_tos = data_tos(cfg.dscp, cfg.ecn);

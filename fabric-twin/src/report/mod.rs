@@ -81,6 +81,11 @@ pub struct QpOutcome {
     pub min_rate_bps: Option<u64>,
     /// The requester failed (retry limit, fatal NAK).
     pub failed: bool,
+    /// The responder's view of the network's reordering ([`fabric_roce::reorder`]): packets
+    /// that arrived after a higher PSN, the deepest of them in PSNs, and PSNs that came twice.
+    pub reordered_packets: u64,
+    pub reorder_depth_max: u64,
+    pub duplicate_psns: u64,
 }
 
 /// What the ports of one tier (switch tiers, then `host`) saw.
@@ -136,5 +141,15 @@ pub struct StepReport {
 impl StepReport {
     pub fn retransmitted(&self) -> u64 {
         self.qps.iter().map(|q| q.retransmitted).sum()
+    }
+
+    /// Packets the responders saw arrive out of order, summed over the QPs.
+    pub fn reordered(&self) -> u64 {
+        self.qps.iter().map(|q| q.reordered_packets).sum()
+    }
+
+    /// The deepest reordering any responder saw, PSNs.
+    pub fn reorder_depth_max(&self) -> u64 {
+        self.qps.iter().map(|q| q.reorder_depth_max).max().unwrap_or(0)
     }
 }

@@ -11,6 +11,7 @@ use fabric_roce::{
     qp::{Connection, DEFAULT_PKEY, RequesterConfig, ResponderConfig},
     segment::PathMtu,
     traffic_class::DSCP_ROCE,
+    transport::Transport,
 };
 
 /// One RC queue pair: `bytes` from host `src` to host `dst`.
@@ -78,6 +79,8 @@ pub struct EndpointConfig {
     /// Data, ACKs and NAKs are ECT(0).
     pub ecn: bool,
     pub cc: CcChoice,
+    /// Go-back-N or reorder-tolerant: the testbed's endpoints' choice, the same code.
+    pub transport: Transport,
 }
 
 impl EndpointConfig {
@@ -104,6 +107,7 @@ impl EndpointConfig {
             dscp: DSCP_ROCE,
             ecn: true,
             cc,
+            transport: Transport::GoBackN,
         }
     }
 }

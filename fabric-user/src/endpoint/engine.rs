@@ -69,6 +69,12 @@ pub struct FlowResult {
     pub wire_errors: u64,
     /// Bytes the responders accepted (in order, once): equals `bytes` when nothing was lost.
     pub bytes_received: u64,
+    /// What the responders saw of the network's reordering ([`fabric_roce::reorder`]), whatever
+    /// the transport: packets that arrived after a higher PSN (summed over the QPs), the
+    /// deepest of them in PSNs (the QPs' largest), and packets whose PSN had arrived before.
+    pub reordered_packets: u64,
+    pub reorder_depth_max: u64,
+    pub duplicate_psns: u64,
     /// Packets that reached the responders marked CE.
     pub ce_packets: u64,
     /// CNPs the responders sent, and the requesters received.
@@ -196,6 +202,9 @@ struct QpOutcome {
     ce_packets: u64,
     cnps_sent: u64,
     cnps_received: u64,
+    reordered_packets: u64,
+    reorder_depth_max: u64,
+    duplicate_psns: u64,
     trajectory: Option<RateTrajectory>,
 }
 
@@ -335,6 +344,9 @@ fn flow_result(
         icrc_errors: sum(|o| o.icrc_errors),
         wire_errors: sum(|o| o.wire_errors),
         bytes_received: sum(|o| o.bytes_received),
+        reordered_packets: sum(|o| o.reordered_packets),
+        reorder_depth_max: mine.iter().map(|(i, _)| get(*i).reorder_depth_max).max().unwrap_or(0),
+        duplicate_psns: sum(|o| o.duplicate_psns),
         ce_packets: sum(|o| o.ce_packets),
         cnps_sent: sum(|o| o.cnps_sent),
         cnps_received: sum(|o| o.cnps_received),
@@ -447,7 +459,8 @@ impl SenderEntry {
         let peer = ipv4(cx.plan, cx.transfers[q.flow].dst);
         let mut cfg = RequesterConfig::new(cx.end(q, q.req_qpn, q.resp_qpn, peer));
         cfg.mtu = cx.mtu;
-        cfg.window_packets = cx.opts.window;
+        cfg.window_packets = cx.opts.transport.window_packets(cx.opts.window);
+        cfg.transport = cx.opts.transport;
         cfg.retransmit_timeout_ns = cx.retransmit_timeout_ns();
         cfg.first_psn = first_psn(q);
         let burst_bytes = pacer_burst_bytes(cx.opts.path_mtu);
@@ -500,6 +513,7 @@ impl ReceiverEntry {
         let mut cfg = ResponderConfig::new(cx.end(q, q.resp_qpn, q.req_qpn, peer));
         cfg.first_psn = first_psn(q);
         cfg.ack_every = cx.opts.ack_every;
+        cfg.transport = cx.opts.transport;
         let dst = SocketAddrV4::new(peer, fabric_common::wire::udp::ROCEV2_PORT);
         ReceiverEntry { idx, qp: ReceiverQp::new(Responder::new(cfg), q.bytes, cc), dst, sport: q.sport }
     }
@@ -887,6 +901,9 @@ impl<'a> HostRun<'a> {
                 let mine = std::mem::take(&mut e.outcome);
                 *o = QpOutcome {
                     bytes_received: o.bytes_received,
+                    reordered_packets: o.reordered_packets,
+                    reorder_depth_max: o.reorder_depth_max,
+                    duplicate_psns: o.duplicate_psns,
                     ce_packets: o.ce_packets,
                     cnps_sent: o.cnps_sent,
                     cnps_received: e.qp.cnps_received(),
@@ -896,7 +913,11 @@ impl<'a> HostRun<'a> {
             }
             for r in self.qps.receivers.values() {
                 let o = all.entry(r.idx).or_default();
-                o.bytes_received = r.qp.responder.counters().bytes_received;
+                let c = r.qp.responder.counters();
+                o.bytes_received = c.bytes_received;
+                o.reordered_packets = c.reordered_packets;
+                o.reorder_depth_max = c.reorder_depth_max;
+                o.duplicate_psns = c.duplicate_psns;
                 o.ce_packets = r.qp.ce_packets();
                 o.cnps_sent = r.qp.cnps_sent();
             }

@@ -18,6 +18,7 @@ pub mod socket;
 use fabric_roce::{
     cc::{CongestionControl, cts::Cts, dcqcn::Dcqcn, none::PfcOnly},
     cts::CtsConfig,
+    transport::Transport,
 };
 use serde::{Deserialize, Serialize};
 
@@ -167,6 +168,11 @@ pub struct EndpointOptions {
     /// S: the fabric's slowdown (the topology's); rates / S, timers x S.
     pub time_scale: u64,
     pub slow_receiver: Option<SlowReceiver>,
+    /// Go-back-N (RC as NICs run it) or reorder-tolerant ([`fabric_roce::transport`]); a
+    /// reorder-tolerant QP keeps at most [`Transport::max_window_packets`] packets in flight
+    /// whatever `window` says.
+    #[serde(default)]
+    pub transport: Transport,
 }
 
 impl EndpointOptions {
@@ -212,6 +218,7 @@ impl Default for EndpointOptions {
             cts_buffer_bytes: 256 * 1024,
             time_scale: 1,
             slow_receiver: None,
+            transport: Transport::GoBackN,
         }
     }
 }

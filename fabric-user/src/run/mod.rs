@@ -31,7 +31,7 @@ use crate::{
     telemetry::stats::UplinkBytes,
     testbed,
 };
-use fabric_roce::dcqcn::DcqcnParams;
+use fabric_roce::{dcqcn::DcqcnParams, transport::Transport};
 use result::{CPU_BOUND_LATE_SHARE, late_wake_share};
 
 /// A run as the command line or a workload file states it (one definition for both). Values are
@@ -86,6 +86,11 @@ pub struct RunSpec {
     /// Workload seed (permutation).
     #[arg(long, default_value_t = RunSpec::default().seed)]
     pub seed: u64,
+    /// The endpoints' reliability: gbn (go-back-N, as RC NICs do) or ooo (reorder-tolerant:
+    /// out-of-order placement, SACK, selective retransmission; at most 128 packets in flight
+    /// per QP). Our endpoints only: rxe is go-back-N.
+    #[arg(long, default_value_t = RunSpec::default().transport, value_parser = parse_transport)]
+    pub transport: Transport,
     /// Congestion control on top of PFC: none, dcqcn, cts.
     #[arg(long, value_enum, default_value_t = RunSpec::default().cc)]
     pub cc: CcMode,
@@ -130,6 +135,7 @@ impl Default for RunSpec {
             ack_every: e.ack_every,
             window: e.window,
             seed: 1,
+            transport: e.transport,
             cc: e.cc,
             dscp: e.dscp,
             ecn: e.ecn,
@@ -170,6 +176,7 @@ impl RunSpec {
                 rate_bps: self.rate.map_or(0, Size::get),
                 ack_every: self.ack_every,
                 window: self.window,
+                transport: self.transport,
                 dscp: self.dscp,
                 ecn: self.ecn,
                 cc: self.cc,
@@ -225,7 +232,26 @@ impl RunSpec {
     }
 }
 
+/// `--transport`: a name of [`Transport`], or an error that lists them.
+pub fn parse_transport(s: &str) -> Result<Transport, String> {
+    s.parse().map_err(|e: fabric_roce::transport::UnknownTransport| e.to_string())
+}
+
+/// Refuses a transport the testbed's hosts cannot run: rxe (the kernel's soft-RoCE) implements
+/// RC as the IBTA defines it, go-back-N only.
+pub fn check_transport(endpoints: Endpoints, transport: Transport) -> Result<()> {
+    ensure!(
+        endpoints == Endpoints::Fabric || transport == Transport::GoBackN,
+        "--transport {transport}: the testbed's hosts are rxe (kernel soft-RoCE), whose RC is go-back-N only; \
+         use --transport gbn, or bring the testbed up with our endpoints (`fabric up` without --endpoints rxe)"
+    );
+    Ok(())
+}
+
 pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
+    let prefix = &state.plan.topology.prefix;
+    let endpoints = if testbed::rxe::RxeLayout::path(prefix).exists() { Endpoints::Rxe } else { Endpoints::Fabric };
+    check_transport(endpoints, opts.endpoint.transport)?;
     crate::sys::netns::require_capabilities()?;
     let plan = &state.plan;
     ensure!(opts.iterations >= 1, "at least one iteration");
@@ -355,6 +381,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         congestion,
         te_flows,
         cc: opts.endpoint.cc,
+        transport: opts.endpoint.transport,
         time_scale: opts.endpoint.time_scale,
         hosts: {
             hosts_result.sort_by(|a, b| a.host.cmp(&b.host));
@@ -526,5 +553,26 @@ mod tests {
             assert!(format!("{err:#}").contains(expect), "{text}: {err:#}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_transport_flag_and_field_choose_the_endpoints_reliability() {
+        assert_eq!(from_flags(&[]).unwrap().endpoint.transport, Transport::GoBackN);
+        assert_eq!(from_flags(&["--transport", "ooo"]).unwrap().endpoint.transport, Transport::ReorderTolerant);
+        let spec: RunSpec = toml::from_str("workload = \"allreduce\"\ntransport = \"ooo\"\n").unwrap();
+        assert_eq!(spec.to_options().unwrap().endpoint.transport, Transport::ReorderTolerant);
+        // An unknown name lists the choices, on the command line and in a file.
+        let e = from_flags(&["--transport", "sack"]).unwrap_err().to_string();
+        assert!(e.contains("--transport") && e.contains("`sack`") && e.contains("gbn") && e.contains("ooo"), "{e}");
+        let e = toml::from_str::<RunSpec>("workload = \"allreduce\"\ntransport = \"sack\"\n").unwrap_err();
+        assert!(e.to_string().contains("sack") && e.to_string().contains("ooo"), "{e}");
+    }
+
+    #[test]
+    fn rxe_hosts_refuse_the_reorder_tolerant_transport() {
+        check_transport(Endpoints::Fabric, Transport::ReorderTolerant).unwrap();
+        check_transport(Endpoints::Rxe, Transport::GoBackN).unwrap();
+        let e = check_transport(Endpoints::Rxe, Transport::ReorderTolerant).unwrap_err().to_string();
+        assert!(e.contains("--transport ooo") && e.contains("rxe") && e.contains("go-back-N only"), "{e}");
     }
 }

@@ -112,6 +112,8 @@ pub struct RunResult<F = FlowResult, X = NoExtras> {
     pub host_cpu_busy: Option<f64>,
     /// Congestion control on top of PFC.
     pub cc: CcMode,
+    /// The endpoints' reliability: `gbn` or `ooo` (rxe: always `gbn`).
+    pub transport: fabric_roce::transport::Transport,
     /// The topology's time scale the endpoints ran at (rates / S, timers x S).
     pub time_scale: u64,
     /// Per host, over every step of every iteration: PFC frames received and sent, paused time
@@ -186,6 +188,13 @@ pub fn print(r: &RunResult) {
         r.balance.mean_max_over_mean, r.balance.worst_max_over_mean, r.balance.mean_jain
     );
     let retx: u64 = r.flows.iter().map(|f| f.retransmitted).sum();
+    let reordered: u64 = r.flows.iter().map(|f| f.reordered_packets).sum();
+    let depth = r.flows.iter().map(|f| f.reorder_depth_max).max().unwrap_or(0);
+    let dups: u64 = r.flows.iter().map(|f| f.duplicate_psns).sum();
+    println!(
+        "transport {}: receivers saw {reordered} packets out of order (deepest {depth} PSNs), {dups} duplicate PSNs",
+        r.transport
+    );
     let achieved = r.achieved_over_intended.map_or_else(|| "not measured".into(), |a| format!("{a:.2}"));
     let cpu = match (r.host_cpu_busy, r.late_wake_share) {
         (Some(b), Some(l)) => format!(

@@ -1134,6 +1134,7 @@ fn allreduce_result(
         late_wake_share: None,
         host_cpu_busy: None,
         cc: CcMode::None,
+        transport: fabric_roce::transport::Transport::GoBackN,
         time_scale: scale,
         hosts: Vec::new(),
         cts_bound_bytes: None,

@@ -52,6 +52,10 @@ pub struct SimArgs {
     /// Packet model: congestion control on top of PFC (repeatable; default: none).
     #[arg(long, value_enum)]
     pub cc: Vec<CcMode>,
+    /// Packet model: the endpoints' reliability, gbn or ooo (as `fabric run --transport`; the
+    /// twin's hosts run the same QP code).
+    #[arg(long, default_value_t = EndpointOptions::default().transport, value_parser = crate::run::parse_transport)]
+    pub transport: fabric_roce::transport::Transport,
     /// Packet model: propagation delay of every link, ns (a topology file states none).
     #[arg(long, default_value_t = 1_000)]
     pub link_delay_ns: u64,
@@ -186,6 +190,11 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         a.model == Model::Packet || ccs == [EndpointOptions::default().cc],
         "--cc: the flow model has no congestion control (use --model packet)"
     );
+    ensure!(
+        a.model == Model::Packet || a.transport == EndpointOptions::default().transport,
+        "--transport {}: the flow model has no packets to reorder (use --model packet)",
+        a.transport
+    );
     let mut cases = Vec::new();
     for &hash in &modes {
         for (&q, &cc) in qps.iter().flat_map(|q| ccs.iter().map(move |c| (q, c))) {
@@ -203,6 +212,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
                     path_mtu: a.path_mtu,
                     ack_every: a.ack_every,
                     cc,
+                    transport: a.transport,
                     ..Default::default()
                 },
             });
@@ -274,5 +284,26 @@ mod tests {
         assert!(err(&["--degrade", "z0r0:z0c0=500"]).contains("at most its own 400"));
         assert!(err(&["--degrade", "z0r0:z9=100"]).contains("has no port"));
         assert!(err(&["--down", "nope:z0c0"]).contains("no node"));
+    }
+
+    /// `--transport` reaches the twin's hosts: both transports carry a small allreduce to the
+    /// end in the packet model, and the report says which ran. The flow model, which has no
+    /// packets, refuses it, and an unknown name lists the choices.
+    #[test]
+    fn the_packet_model_runs_either_transport() {
+        let small = ["--model", "packet", "--hash", "eecmp", "--qps", "2", "--message", "256Ki"];
+        for transport in ["gbn", "ooo"] {
+            let cli = Cli::try_parse_from([&["sim"][..], &small, &["--transport", transport]].concat()).unwrap();
+            let report = run(&cli.sim).unwrap_or_else(|e| panic!("{e:#}"));
+            let p = report.results[0].packet.as_ref().expect("packet stats");
+            assert!(p.finished, "{transport}");
+            assert_eq!(p.transport, transport);
+            assert_eq!(p.retransmissions, 0, "{transport}: lossless, per-flow paths");
+            assert_eq!(p.reordered_packets, 0, "{transport}: per-flow paths keep order");
+        }
+        let cli = Cli::try_parse_from(["sim", "--transport", "ooo"]).unwrap();
+        assert!(format!("{:#}", run(&cli.sim).unwrap_err()).contains("--transport ooo: the flow model"));
+        let e = Cli::try_parse_from(["sim", "--transport", "irn"]).err().unwrap().to_string();
+        assert!(e.contains("`irn`") && e.contains("gbn") && e.contains("ooo"), "{e}");
     }
 }

@@ -128,6 +128,8 @@ pub struct SimResult {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct PacketStats {
     pub cc: &'static str,
+    /// The endpoints' reliability, `gbn` or `ooo`.
+    pub transport: &'static str,
     pub link_delay_ns: u64,
     /// Every QP of every distinct step completed.
     pub finished: bool,
@@ -137,6 +139,11 @@ pub struct PacketStats {
     pub ecn_marks: u64,
     pub drops: u64,
     pub retransmissions: u64,
+    /// What the responders saw of the network's reordering ([`fabric_roce::reorder`]): packets
+    /// that arrived after a higher PSN, the deepest of them (PSNs), PSNs that arrived twice.
+    pub reordered_packets: u64,
+    pub reorder_depth_max: u64,
+    pub duplicate_psns: u64,
     pub timeouts: u64,
     pub cnps: u64,
     /// Per switch tier (and `host`): PFC frames sent and received, queue depths.
@@ -157,6 +164,9 @@ impl PacketStats {
         self.ecn_marks += repeat * tiers_sum(|t| t.ecn_marked);
         self.drops += repeat * tiers_sum(|t| t.drops);
         self.retransmissions += repeat * r.retransmitted();
+        self.reordered_packets += repeat * r.reordered();
+        self.reorder_depth_max = self.reorder_depth_max.max(r.reorder_depth_max());
+        self.duplicate_psns += repeat * r.qps.iter().map(|q| q.duplicate_psns).sum::<u64>();
         self.timeouts += repeat * r.qps.iter().map(|q| q.timeouts).sum::<u64>();
         self.cnps += repeat * r.qps.iter().map(|q| q.cnps_received).sum::<u64>();
         if self.tiers.is_empty() {
@@ -481,6 +491,10 @@ fn print_packet(results: &[SimResult]) {
             p.events,
             p.packet_hops,
             r.wall_s
+        );
+        println!(
+            "{:<36} transport {}: {} packets reordered at the receivers (deepest {} PSNs), {} duplicate PSNs",
+            r.case, p.transport, p.reordered_packets, p.reorder_depth_max, p.duplicate_psns
         );
     }
 }

@@ -132,6 +132,7 @@ pub fn endpoint_config(o: &EndpointOptions) -> Result<EndpointConfig> {
         burst_bytes: pacer_burst_bytes(o.path_mtu),
         dscp: o.dscp,
         ecn: o.ecn,
+        transport: o.transport,
         ..EndpointConfig::new(mtu, cc)
     })
 }
@@ -232,6 +233,7 @@ pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions
     let mut load = MemberLoad::new(fabric);
     let mut stats = PacketStats {
         cc: o.endpoint.cc.as_str(),
+        transport: o.endpoint.transport.name(),
         link_delay_ns: p.link_delay_ns,
         finished: true,
         ..Default::default()
