@@ -15,6 +15,7 @@ pub mod harness;
 pub mod heatmap;
 pub mod incast;
 pub mod link_failure;
+pub mod multi_tenant;
 pub mod path_pinning;
 pub mod pfc_storm;
 pub mod report;
@@ -43,6 +44,7 @@ pub const ALL: &[Scenario] = &[
     incast::SCENARIO,
     pfc_storm::SCENARIO,
     cross_zone::SCENARIO,
+    multi_tenant::SCENARIO,
 ];
 
 pub fn find(name: &str) -> Result<&'static Scenario> {

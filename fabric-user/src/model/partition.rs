@@ -228,12 +228,16 @@ pub fn partition(g: &Graph, caps: &[usize], seed: u64) -> Result<Vec<usize>> {
 /// The host of each rank: ranks divided among zones (capacity: the zone's hosts), then within
 /// each zone among its racks, each by min-cut.
 pub fn place(plan: &Plan, g: &Graph, seed: u64) -> Result<Vec<NodeId>> {
-    let hosts: Vec<NodeId> = plan.hosts().collect();
+    place_on(plan, &plan.hosts().collect::<Vec<_>>(), g, seed)
+}
+
+/// [`place`] on a subset of the hosts (the free ones, when other jobs hold the rest).
+pub fn place_on(plan: &Plan, hosts: &[NodeId], g: &Graph, seed: u64) -> Result<Vec<NodeId>> {
     ensure!(g.n >= 2, "a job needs at least 2 ranks");
-    ensure!(g.n <= hosts.len(), "{} ranks but the testbed has only {} hosts", g.n, hosts.len());
+    ensure!(g.n <= hosts.len(), "{} ranks but only {} hosts are free", g.n, hosts.len());
     // Zones -> racks -> hosts, in plan order.
     let mut zones: Vec<Vec<Vec<NodeId>>> = Vec::new();
-    for &h in &hosts {
+    for &h in hosts {
         let (z, r) = (plan.nodes[h].zone.unwrap_or(0), plan.nodes[h].rack.unwrap_or(0));
         if zones.len() <= z {
             zones.resize(z + 1, Vec::new());
