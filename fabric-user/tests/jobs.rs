@@ -130,4 +130,27 @@ fn concurrent_jobs_deliver_everything_and_their_uplink_bytes_add_up_to_the_count
     let s = check_run(&prefix, HashMode::Te);
     assert!(s.te_placements >= 2, "placed at the start and when a job ended: {}", s.te_placements);
     remove_records(&s);
+
+    // A straggler and a slow NIC: recorded in the job's record; the NIC's link is degraded while
+    // the job runs (in its faults, with times) and restored after it.
+    let mut f = three_jobs("eecmp");
+    f.job.truncate(2);
+    f.job[1].straggler = Some(fabric_user::run::jobs::Straggler { host: "z0r1h1".into(), factor: 2.0 });
+    f.job[1].slow_nic = Some(fabric_user::run::jobs::SlowNic { host: "z0r2h1".into(), rate_gbps: 100.0 });
+    let plan = f.resolve(&state.plan, HashMode::Eecmp).unwrap_or_else(|e| panic!("{e:#}"));
+    let out = runner::run_jobs(&state, &plan, true).unwrap_or_else(|e| panic!("{e:#}"));
+    for j in &out.summary.jobs {
+        assert_eq!(j.bytes_delivered, j.bytes_needed, "job {}", j.name);
+    }
+    let b = JobRecord::load(&out.summary.jobs[1].job_id).unwrap();
+    assert_eq!(b.straggler.as_ref().map(|s| (s.host.as_str(), s.factor)), Some(("z0r1h1", 2.0)));
+    assert!(b.diagnosis.iter().any(|d| d.starts_with("straggler z0r1h1 computes 2.0x slower")), "{:?}", b.diagnosis);
+    let kinds: Vec<String> = b.faults.iter().map(|f| format!("{} {:?}", f.target, f.kind)).collect();
+    assert!(
+        kinds.iter().any(|k| k.contains("z0r2h1") && k.contains("LinkDegraded"))
+            && kinds.iter().any(|k| k.contains("z0r2h1") && k.contains("LinkRestored")),
+        "{kinds:?}"
+    );
+    assert!(fabric_user::state::State::load(&prefix).unwrap().degraded.is_empty(), "the NIC's link was restored");
+    remove_records(&out.summary);
 }

@@ -143,6 +143,12 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
              per-job uplink bytes are the forwarding model's (the same hash as the switches), checked \
              against the switches' counters (verdict attribution-adds-up)."
                 .into(),
+            "Four ranks per job over four racks put two connections (one per job) on each RTSW's four \
+             uplinks. Under 5-tuple ECMP with 1 QP two of them can hash onto one uplink; with 8 QPs per \
+             connection under E-ECMP each uplink carries about a quarter of each, so the uplinks may \
+             leave no interference for TE to remove: then te-less-interference does not match, which \
+             says that on this load E-ECMP is already enough, not that TE does harm."
+                .into(),
         ],
         tables: vec![Table {
             title: "Slow steps and the neighbour on their busiest uplink".into(),

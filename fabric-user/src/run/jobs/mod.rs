@@ -71,6 +71,18 @@ pub struct JobSpec {
     pub qps: Option<u32>,
     #[serde(default)]
     pub straggler: Option<Straggler>,
+    /// A host of the job whose NIC is slower: its host link's modelled rate, Gbit/s.
+    #[serde(default)]
+    pub slow_nic: Option<SlowNic>,
+}
+
+/// `slow_nic = { host = "z0r0h0", rate_gbps = 100 }`: while the job runs, the host's link runs at
+/// that modelled rate (`fabric link degrade` on the host link; restored when the job ends).
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SlowNic {
+    pub host: String,
+    pub rate_gbps: f64,
 }
 
 fn default_message() -> Size {
@@ -92,6 +104,9 @@ pub struct PlannedJob {
     pub steps: Vec<Vec<Transfer>>,
     pub start_ms: u64,
     pub straggler: Option<(NodeId, f64)>,
+    /// The host link to degrade while the job runs (`NODE:PORT`, as `fabric link` names it),
+    /// and its modelled rate.
+    pub slow_nic: Option<(String, f64)>,
 }
 
 /// Every job of a file, checked, and the run's hash mode.
@@ -121,6 +136,7 @@ impl JobsFile {
             hash: None,
             qps: None,
             straggler: None,
+            slow_nic: None,
         };
         let run = RunSpec {
             workload: None,
@@ -247,7 +263,21 @@ impl JobSpec {
             }
             None => None,
         };
+        let slow_nic = match &self.slow_nic {
+            Some(n) => {
+                let h = plan
+                    .node_by_name(&n.host)
+                    .filter(|&h| hosts.contains(&h))
+                    .with_context(|| format!("slow_nic: {:?} is not one of this job's hosts", n.host))?;
+                let link = plan.nodes[h].ports[0].link;
+                crate::model::fault::check_rate(n.rate_gbps, plan.links[link].rate_gbps)
+                    .context("slow_nic.rate_gbps")?;
+                Some((plan.link_label(link), n.rate_gbps))
+            }
+            None => None,
+        };
         Ok(PlannedJob {
+            slow_nic,
             name: self.name.clone(),
             steps: schedule(self.workload, self.ranks, self.message.get(), run.seed),
             options,
@@ -318,6 +348,11 @@ straggler = { host = "z0r0h1", factor = 2.0 }
         assert_eq!(a.steps.len(), 6);
         let pl = plan();
         assert_eq!(b.straggler, Some((pl.node_by_name("z0r0h1").unwrap(), 2.0)));
+        let text = TWO.replace("iterations = 2", "slow_nic = { host = \"z0r1h1\", rate_gbps = 100 }");
+        let p = resolve(&text).unwrap_or_else(|e| panic!("{e:#}"));
+        let (link, rate) = p.jobs[1].slow_nic.clone().unwrap();
+        assert_eq!(rate, 100.0);
+        assert!(link.contains("z0r1h1"), "{link}");
     }
 
     #[test]
@@ -329,6 +364,8 @@ straggler = { host = "z0r0h1", factor = 2.0 }
             (job("placement = \"hosts:z0r0h0,z0r0h1,z0r1h0,z9r9h9\""), "z9r9h9"),
             (job("straggler = { host = \"nowhere\", factor = 2.0 }"), "nowhere"),
             (job("straggler = { host = \"z0r0h0\", factor = 0.5 }"), "factor"),
+            (job("slow_nic = { host = \"z0r3h1\", rate_gbps = 100 }"), "slow_nic"),
+            (job("slow_nic = { host = \"z0r0h0\", rate_gbps = 900 }"), "slow_nic.rate_gbps"),
             (job("ranks = 9"), "ranks"),
             (
                 format!(

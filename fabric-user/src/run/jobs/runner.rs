@@ -213,6 +213,7 @@ pub fn run_jobs(state: &State, jp: &JobsPlan, quiet: bool) -> Result<JobsOutcome
     let mut results: Vec<Option<RunResult>> = jp.jobs.iter().map(|_| None).collect();
     let mut predicted_total: BTreeMap<String, u64> = BTreeMap::new();
     let mut retransmitted = 0;
+    let mut slow_nics = SlowNics { prefix: plan.topology.prefix.clone(), active: Vec::new() };
     loop {
         gauges(jp, &live, &names, &run_clock.id).write(&plan.topology.prefix);
         let now_ms = run_start.elapsed().as_millis() as u64;
@@ -231,6 +232,9 @@ pub fn run_jobs(state: &State, jp: &JobsPlan, quiet: bool) -> Result<JobsOutcome
                 let clock = JobClock::start_named(&run_clock.id, &jp.jobs[j].name);
                 live[j].started = Some((clock, crate::telemetry::stats::collect(state)?, Some(faulty_links(state))));
                 live[j].uplinks_before = Some(UplinkBytes::read(state)?);
+                if let Some((link, rate)) = &jp.jobs[j].slow_nic {
+                    slow_nics.degrade(link, *rate)?;
+                }
                 if !quiet {
                     println!("job {} starts at +{:.2} s", jp.jobs[j].name, run_start.elapsed().as_secs_f64());
                 }
@@ -301,6 +305,9 @@ pub fn run_jobs(state: &State, jp: &JobsPlan, quiet: bool) -> Result<JobsOutcome
                 if !quiet {
                     println!("job {} ends at +{:.2} s", job.name, run_start.elapsed().as_secs_f64());
                 }
+                if let Some((link, _)) = &job.slow_nic {
+                    slow_nics.restore(link)?;
+                }
                 let (result, record) = finish(state, jp, j, l, &names[j])?;
                 results[j] = Some(result);
                 records.push(record);
@@ -340,6 +347,35 @@ pub fn run_jobs(state: &State, jp: &JobsPlan, quiet: bool) -> Result<JobsOutcome
         retransmitted_packets: retransmitted,
     };
     Ok(JobsOutcome { summary, results, records })
+}
+
+/// Host links degraded for slow NICs, restored when their job ends, or when the run fails.
+struct SlowNics {
+    prefix: String,
+    active: Vec<String>,
+}
+
+impl SlowNics {
+    fn degrade(&mut self, link: &str, rate_gbps: f64) -> Result<()> {
+        testbed::fault::degrade(&self.prefix, link, Some(rate_gbps), None, 0).context("slow NIC")?;
+        self.active.push(link.to_string());
+        Ok(())
+    }
+
+    fn restore(&mut self, link: &str) -> Result<()> {
+        self.active.retain(|l| l != link);
+        testbed::fault::restore(&self.prefix, link).map(|_| ()).context("slow NIC")
+    }
+}
+
+impl Drop for SlowNics {
+    fn drop(&mut self) {
+        for l in std::mem::take(&mut self.active) {
+            if let Err(e) = testbed::fault::restore(&self.prefix, &l) {
+                log::warn!("restoring the slow NIC's link {l}: {e:#}");
+            }
+        }
+    }
 }
 
 /// Every job's progress and bytes so far, for the exporter (`job` label).
