@@ -88,6 +88,8 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         for &seed in &ctx.seeds {
             for (i, &(key, _, qps, hash)) in MODES.iter().enumerate() {
                 let mut run_file = |only: Option<&str>| -> Result<runner::JobsSummary> {
+                    // A negative control swaps the mode the switches run (the case keeps its name).
+                    let hash = ctx.control.as_ref().map_or(hash, |c| c.hash_for(hash));
                     let mut f = jobs_file(qps, hash, message, iterations, only)?;
                     f.run.hash_seed = Some(seed as u32);
                     let plan = f.resolve(&state.plan, default_hash)?;
