@@ -27,6 +27,7 @@
 pub mod cli;
 pub mod fairshare;
 pub mod packet;
+pub mod scheduler;
 
 use std::time::Instant;
 
