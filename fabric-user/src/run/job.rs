@@ -171,7 +171,12 @@ impl JobClock {
 
     /// A job of the run `run_id` (several start in one millisecond: the name tells them apart).
     pub fn start_named(run_id: &str, name: &str) -> Self {
-        JobClock { id: format!("{run_id}-{name}"), started_unix_ms: unix_ms() }
+        JobClock { id: Self::named_id(run_id, name), started_unix_ms: unix_ms() }
+    }
+
+    /// The id of job `name` of the run `run_id`.
+    pub fn named_id(run_id: &str, name: &str) -> String {
+        format!("{run_id}-{name}")
     }
 
     /// The record of a finished run, from the stats before and after it.

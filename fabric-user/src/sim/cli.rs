@@ -97,7 +97,7 @@ pub struct SimArgs {
     #[arg(long = "degrade", value_name = "LINK=GBPS")]
     pub degrade: Vec<String>,
     /// The scheduler scenario: N ring AllReduce jobs arriving and leaving (Poisson arrivals of
-    /// mean gap 1, holding their hosts for a mean of 6, sizes 1/40, 1/20 and 1/10 of the hosts,
+    /// mean gap 1, holding their hosts for a mean of 20 (the cluster about full), sizes 1/40, 1/20 and 1/10 of the hosts,
     /// not aligned to racks as production jobs are not),
     /// each placed by min-cut on the free hosts and simulated under pin 1 QP, five-tuple 1 QP and
     /// E-ECMP 8 QPs (or the --hash x --qps given); `--seed` seeds the arrivals.
@@ -251,7 +251,7 @@ fn scheduler_main(a: &SimArgs, jobs: usize) -> Result<()> {
         jobs,
         seed: a.seed,
         mean_gap: 1.0,
-        mean_hold: 6.0,
+        mean_hold: 20.0,
         sizes: [40, 20, 10].iter().map(|d| (hosts / d).max(2)).collect(),
         message_bytes: a.message.get(),
         modes,

@@ -387,7 +387,7 @@ fn gauges(jp: &JobsPlan, live: &[Live], names: &[String], run_id: &str) -> JobsG
         .zip(names)
         .map(|((job, l), name)| JobGauge {
             job: name.clone(),
-            job_id: format!("{run_id}-{name}"),
+            job_id: JobClock::named_id(run_id, name),
             steps_done: l.next as u64,
             steps: (job.steps.len() * job.options.iterations as usize) as u64,
             done: l.done,
