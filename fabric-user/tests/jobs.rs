@@ -133,8 +133,12 @@ fn concurrent_jobs_deliver_everything_and_their_uplink_bytes_add_up_to_the_count
 
     // A straggler and a slow NIC: recorded in the job's record; the NIC's link is degraded while
     // the job runs (in its faults, with times) and restored after it.
+    // With them, a trace job (Chakra, 8 ranks) on hosts the other two use too.
     let mut f = three_jobs("eecmp");
     f.job.truncate(2);
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/../testbed/traces/dp-step");
+    let extra: JobsFile = toml::from_str(&format!("[[job]]\nname = \"t\"\ntrace = \"{trace}\"\n")).unwrap();
+    f.job.extend(extra.job);
     f.job[1].straggler = Some(fabric_user::run::jobs::Straggler { host: "z0r1h1".into(), factor: 2.0 });
     f.job[1].slow_nic = Some(fabric_user::run::jobs::SlowNic { host: "z0r2h1".into(), rate_gbps: 100.0 });
     let plan = f.resolve(&state.plan, HashMode::Eecmp).unwrap_or_else(|e| panic!("{e:#}"));
@@ -142,6 +146,8 @@ fn concurrent_jobs_deliver_everything_and_their_uplink_bytes_add_up_to_the_count
     for j in &out.summary.jobs {
         assert_eq!(j.bytes_delivered, j.bytes_needed, "job {}", j.name);
     }
+    assert_eq!(out.summary.jobs[2].bytes_needed, 14 * (2 * 32768 + 2 * 16384), "the trace's four buckets");
+    assert!(JobRecord::load(&out.summary.jobs[2].job_id).unwrap().collective.starts_with("trace "));
     let b = JobRecord::load(&out.summary.jobs[1].job_id).unwrap();
     assert_eq!(b.straggler.as_ref().map(|s| (s.host.as_str(), s.factor)), Some(("z0r1h1", 2.0)));
     assert!(b.diagnosis.iter().any(|d| d.starts_with("straggler z0r1h1 computes 2.0x slower")), "{:?}", b.diagnosis);

@@ -49,8 +49,19 @@ pub use crate::run::job::Straggler;
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     pub name: String,
-    pub workload: Collective,
-    pub ranks: usize,
+    /// A collective, or else `trace`.
+    #[serde(default)]
+    pub workload: Option<Collective>,
+    /// A Chakra or PARAM trace (a rank's file or a directory, as `fabric run trace` takes it),
+    /// replayed in the rounds of its dependency graph.
+    #[serde(default)]
+    pub trace: Option<std::path::PathBuf>,
+    /// Multiply every op of the trace by this (as `fabric run trace --scale`).
+    #[serde(default)]
+    pub scale: Option<f64>,
+    /// Ranks: a collective needs them; a trace has its own (if given, they must agree).
+    #[serde(default)]
+    pub ranks: Option<usize>,
     #[serde(default = "default_message")]
     pub message: Size,
     /// `contiguous`, `fragmented`, `random:SEED`, `hosts:H1,...`, or `place`.
@@ -103,6 +114,8 @@ pub struct PlannedJob {
     pub hosts: Vec<NodeId>,
     pub steps: Vec<Vec<Transfer>>,
     pub start_ms: u64,
+    /// `allreduce`, ..., or `trace FILE`.
+    pub workload_label: String,
     pub straggler: Option<(NodeId, f64)>,
     /// The host link to degrade while the job runs (`NODE:PORT`, as `fabric link` names it),
     /// and its modelled rate.
@@ -127,8 +140,10 @@ impl JobsFile {
     pub fn of_run(spec: &RunSpec) -> Result<Self> {
         let job = JobSpec {
             name: "job".into(),
-            workload: spec.workload.context("no workload given")?,
-            ranks: spec.ranks.context("--ranks: give the ranks of a run with --straggler")?,
+            workload: Some(spec.workload.context("no workload given")?),
+            trace: None,
+            scale: None,
+            ranks: Some(spec.ranks.context("--ranks: give the ranks of a run with --straggler")?),
             message: spec.message,
             placement: spec.placement.spelling(),
             start_ms: 0,
@@ -227,28 +242,65 @@ impl JobsFile {
 }
 
 impl JobSpec {
+    /// The job's steps (in ranks), its rank count, its traffic graph and what it runs.
+    fn workload(&self, seed: u64) -> Result<(Vec<Vec<Transfer>>, usize, Graph, String)> {
+        match (self.workload, &self.trace) {
+            (Some(w), None) => {
+                ensure!(self.scale.is_none(), "scale: only for a trace");
+                let ranks = self.ranks.context("ranks: a collective job needs its ranks")?;
+                ensure!(ranks >= 2, "ranks: a collective needs at least 2");
+                let g = Graph::of_collective(w, ranks, self.message.get(), seed);
+                Ok((schedule(w, ranks, self.message.get(), seed), ranks, g, w.as_str().into()))
+            }
+            (None, Some(path)) => {
+                let mut args = crate::run::trace::replay::TraceArgs::for_file(path);
+                args.ranks = self.ranks;
+                args.scale = self.scale.unwrap_or(1.0);
+                let job = crate::run::trace::replay::job(&args).context("trace")?;
+                ensure!(
+                    self.ranks.is_none_or(|r| r == job.ranks),
+                    "ranks: {} but the trace has {}",
+                    self.ranks.unwrap_or(0),
+                    job.ranks
+                );
+                let steps: Vec<Vec<Transfer>> = job
+                    .rounds()
+                    .iter()
+                    .map(|round| round.iter().flat_map(|&(op, step)| job.ops[op].steps()[step].clone()).collect())
+                    .collect();
+                ensure!(!steps.is_empty(), "trace: {} moves no bytes", path.display());
+                let mut g = Graph::new(job.ranks);
+                for t in steps.iter().flatten() {
+                    g.add(t.src, t.dst, t.bytes as f64);
+                }
+                Ok((steps, job.ranks, g, format!("trace {}", path.display())))
+            }
+            (Some(_), Some(_)) => bail!("give either `workload` or `trace`, not both"),
+            (None, None) => bail!("workload: give a collective (or a `trace`)"),
+        }
+    }
+
     fn plan(&self, plan: &Plan, run: &RunSpec, hash: HashMode, used: &BTreeSet<NodeId>) -> Result<PlannedJob> {
+        let (steps, ranks, graph, workload_label) = self.workload(run.seed)?;
         let mut spec = run.clone();
-        spec.workload = Some(self.workload);
-        spec.ranks = Some(self.ranks);
+        // A trace job's results name a collective too (the schema's field): its label says more.
+        spec.workload = Some(self.workload.unwrap_or(Collective::Allreduce));
+        spec.ranks = Some(ranks);
         spec.message = self.message;
         spec.iterations = self.iterations;
         spec.hash = Some(hash);
         let hosts = if self.placement == "place" {
             let free: Vec<NodeId> = plan.hosts().filter(|h| !used.contains(h)).collect();
             ensure!(
-                self.ranks <= free.len(),
-                "placement = \"place\": {} ranks need {} free hosts, but the jobs placed before it leave {} of {}",
-                self.ranks,
-                self.ranks,
+                ranks <= free.len(),
+                "placement = \"place\": {ranks} ranks need {ranks} free hosts, but the jobs placed before it leave {} of {}",
                 free.len(),
                 plan.hosts().count()
             );
-            let g = Graph::of_collective(self.workload, self.ranks, self.message.get(), run.seed);
-            place_on(plan, &free, &g, run.seed)?
+            place_on(plan, &free, &graph, run.seed)?
         } else {
             let p = Placement::parse(&self.placement).context("placement")?;
-            p.place(plan, self.ranks).context("placement")?
+            p.place(plan, ranks).context("placement")?
         };
         spec.placement = Placement::Explicit { hosts: hosts.iter().map(|&h| plan.nodes[h].name.clone()).collect() };
         let options = spec.to_options()?;
@@ -278,8 +330,9 @@ impl JobSpec {
         };
         Ok(PlannedJob {
             slow_nic,
+            workload_label,
             name: self.name.clone(),
-            steps: schedule(self.workload, self.ranks, self.message.get(), run.seed),
+            steps,
             options,
             hosts,
             start_ms: self.start_ms,
@@ -380,6 +433,9 @@ straggler = { host = "z0r0h1", factor = 2.0 }
             (format!("[run]\nworkload = \"allreduce\"\n{}", job("")), "[run].workload"),
             ("[run]\nqps = 4\n".to_string(), "no [[job]]"),
             (format!("[run]\nqps = 0\n{}", job("")), "--qps"),
+            (job("trace = \"../testbed/traces/dp-step\""), "not both"),
+            ("[[job]]\nname = \"t\"\nranks = 4\n".into(), "workload"),
+            ("[[job]]\nname = \"t\"\nworkload = \"allreduce\"\n".into(), "ranks"),
         ];
         for (text, needle) in cases {
             let e = resolve(&text).expect_err(&text);
@@ -400,6 +456,23 @@ straggler = { host = "z0r0h1", factor = 2.0 }
             }
         }
         assert!(n >= 1);
+    }
+
+    #[test]
+    fn a_trace_job_runs_its_rounds_and_place_uses_its_traffic() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed/traces/dp-step");
+        let text =
+            format!("[[job]]\nname = \"t\"\ntrace = \"{}\"\nscale = 2.0\nplacement = \"place\"\n", dir.display());
+        let p = resolve(&text).unwrap_or_else(|e| panic!("{e:#}"));
+        let t = &p.jobs[0];
+        assert_eq!(t.hosts.len(), 8);
+        assert!(t.workload_label.starts_with("trace "));
+        // Four buckets of 32, 32, 16, 16 KiB, each all-reduced over 8 ranks in a ring (14 steps
+        // of 8 chunks of 1/8: 14 x the bucket), doubled by the scale.
+        let bytes: u64 = t.steps.iter().flatten().map(|x| x.bytes).sum();
+        assert_eq!(bytes, 2 * 14 * (2 * 32768 + 2 * 16384));
+        let e = resolve(&text.replace("scale = 2.0", "ranks = 4")).expect_err("ranks disagree");
+        assert!(format!("{e:#}").contains("ranks: 4 but the trace has 8"), "{e:#}");
     }
 
     #[test]

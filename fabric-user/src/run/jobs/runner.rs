@@ -458,6 +458,7 @@ fn finish(state: &State, jp: &JobsPlan, j: usize, l: &mut Live, name: &str) -> R
     let mut record =
         clock.finish(&result, &stats_before, &stats_after, std::mem::take(&mut l.last_iteration_uplinks), &faults);
     record.name = Some(name.to_string());
+    record.collective.clone_from(&job.workload_label);
     record.uplink_bytes = job_totals(name, &l.loads);
     record.shared_steps = attribute(name, &l.loads);
     record.straggler = job.straggler.map(|(h, factor)| Straggler { host: plan.nodes[h].name.clone(), factor });
