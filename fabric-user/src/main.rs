@@ -1,7 +1,7 @@
 //! `fabric`: the controller's command line.
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use fabric_user::{
     dataplane::SwitchDataplane, model::topology::Topology, state::State, telemetry::stats, testbed, testbed::probe,
@@ -211,6 +211,14 @@ enum Command {
         /// Read the run from a workload file (testbed/workloads/*.toml) instead of the flags.
         #[arg(long, conflicts_with = "workload")]
         file: Option<PathBuf>,
+        /// Run several jobs at once from a jobs file (testbed/tenants/README.md); the summary goes
+        /// to results/jobs/RUN.json (`fabric report RUN`).
+        #[arg(long, conflicts_with_all = ["workload", "file"])]
+        jobs: Option<PathBuf>,
+        /// HOST:FACTOR: that host of the job computes FACTOR times slower (a per-step delay
+        /// before the round sends; see testbed/tenants/README.md).
+        #[arg(long, value_name = "HOST:FACTOR")]
+        straggler: Option<String>,
         #[command(flatten)]
         which: Which,
         /// Write the result (JSON, schema fabric.run/2) here; default results/run-<workload>-<time>.json.
@@ -308,7 +316,7 @@ fn run() -> Result<()> {
             })?
         }
         Command::Graph { topology, format, every_host } => graph(topology, format, every_host)?,
-        Command::Report { job } => fabric_user::run::job::print(&fabric_user::run::job::JobRecord::load(&job)?),
+        Command::Report { job } => fabric_user::run::jobs::runner::report(&job)?,
         Command::Stats { which, json, watch, prometheus } => {
             stats(&State::load(&which.prefix()?)?, json, watch, prometheus)?
         }
@@ -318,12 +326,36 @@ fn run() -> Result<()> {
         Command::Run { trace: Some(fabric_user::run::trace::replay::RunSub::Trace(args)), .. } => {
             fabric_user::run::trace::replay::main(&args)?
         }
-        Command::Run { trace: None, spec, file, which, json, quiet } => {
-            let spec = match file {
-                Some(f) => fabric_user::run::RunSpec::from_file(&f)?,
-                None => spec,
+        Command::Run { trace: None, spec, file, jobs, straggler, which, json, quiet } => {
+            let jobs_file = match (jobs, straggler) {
+                (Some(f), s) => {
+                    let mut file = fabric_user::run::jobs::JobsFile::from_file(&f)?;
+                    if let Some(s) = s {
+                        file.set_straggler(&s)?;
+                    }
+                    Some(file)
+                }
+                (None, Some(s)) => {
+                    let spec = match file {
+                        Some(f) => fabric_user::run::RunSpec::from_file(&f)?,
+                        None => spec,
+                    };
+                    let mut file = fabric_user::run::jobs::JobsFile::of_run(&spec)?;
+                    file.set_straggler(&s)?;
+                    Some(file)
+                }
+                (None, None) => {
+                    let spec = match file {
+                        Some(f) => fabric_user::run::RunSpec::from_file(&f)?,
+                        None => spec,
+                    };
+                    run_collective(&spec, &which.prefix()?, json, quiet)?;
+                    None
+                }
             };
-            run_collective(&spec, &which.prefix()?, json, quiet)?
+            if let Some(f) = jobs_file {
+                run_jobs(&f, &which.prefix()?, quiet)?
+            }
         }
         Command::Sim(args) => fabric_user::sim::cli::main(&args)?,
         Command::Analyze(args) => fabric_user::analyze::cli::main(&args)?,
@@ -529,6 +561,27 @@ fn run_collective(spec: &fabric_user::run::RunSpec, prefix: &str, json: Option<P
     }
     std::fs::write(&path, serde_json::to_vec_pretty(&result)?)?;
     println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// `fabric run --jobs FILE` (or a single run with `--straggler`).
+fn run_jobs(file: &fabric_user::run::jobs::JobsFile, prefix: &str, quiet: bool) -> Result<()> {
+    let state = State::load(prefix)?;
+    let default_hash = state.plan.nodes[state.plan.switches().next().context("no switches")?].hash;
+    let plan = file.resolve(&state.plan, default_hash)?;
+    let out = fabric_user::run::jobs::runner::run_jobs(&state, &plan, quiet)?;
+    out.summary.save()?;
+    for r in &out.results {
+        let path = PathBuf::from(format!("results/run-{}.json", r.job_id.as_deref().unwrap_or("job")));
+        std::fs::create_dir_all("results")?;
+        std::fs::write(&path, serde_json::to_vec_pretty(r)?)?;
+    }
+    fabric_user::run::jobs::runner::print(&out.summary);
+    println!(
+        "wrote {} (fabric report {})",
+        fabric_user::run::jobs::runner::JobsSummary::path(&out.summary.run_id).display(),
+        out.summary.run_id
+    );
     Ok(())
 }
 

@@ -212,3 +212,22 @@ fn gray_failure_slow_lossy_and_flapping_links_deliver_everything() {
         "ECMP 1 QP behind a 1/4-rate uplink ({degraded} ms) must be slower than healthy ({healthy} ms)"
     );
 }
+
+#[test]
+fn multi_tenant_neighbours_collide_under_ecmp_and_the_attribution_adds_up() {
+    let r = run("multi-tenant", 'm');
+    assert_headlines(&r, &["ecmp-neighbours-slow-each-other", "eecmp-less-interference"]);
+    assert_decision(&r, "attribution-adds-up", Decision::Matches);
+    for key in ["ecmp-1qp", "eecmp-8qp", "te-8qp"] {
+        assert_eq!(values(&r, &format!("{key}-alone"), "slowdown"), [1.0, 1.0]);
+        assert!(values(&r, &format!("{key}-together"), "completion_ms").iter().all(|&v| v > 0.0));
+    }
+}
+
+/// The E-ECMP case's switches secretly hash the plain five-tuple: its 8 QPs on one source port
+/// collide as one QP does, so E-ECMP no longer suffers less from the neighbour.
+#[test]
+fn multi_tenant_negative_control_eecmp_secretly_five_tuple_does_not_match() {
+    let r = run_with("multi-tenant", 'n', Some(Control::Hash { from: HashMode::Eecmp, to: HashMode::FiveTuple }), 3);
+    assert_ne!(verdict(&r, "eecmp-less-interference").direction, Decision::Matches);
+}

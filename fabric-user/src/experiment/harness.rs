@@ -64,6 +64,15 @@ impl Control {
         }
     }
 
+    /// The hash mode a run asking for `mode` gets under this control (runs that do not go
+    /// through [`Ctx::run`], e.g. several jobs at once).
+    pub fn hash_for(&self, mode: fabric_common::config::HashMode) -> fabric_common::config::HashMode {
+        match *self {
+            Control::Hash { from, to } if mode == from => to,
+            _ => mode,
+        }
+    }
+
     fn apply(&self, o: &mut RunOptions) {
         match *self {
             Control::Hash { from, to } if o.hash == Some(from) => o.hash = Some(to),

@@ -16,6 +16,7 @@ pub mod harness;
 pub mod heatmap;
 pub mod incast;
 pub mod link_failure;
+pub mod multi_tenant;
 pub mod path_pinning;
 pub mod pfc_storm;
 pub mod report;
@@ -45,6 +46,7 @@ pub const ALL: &[Scenario] = &[
     pfc_storm::SCENARIO,
     cross_zone::SCENARIO,
     gray_failure::SCENARIO,
+    multi_tenant::SCENARIO,
 ];
 
 pub fn find(name: &str) -> Result<&'static Scenario> {

@@ -228,13 +228,12 @@ pub fn partition(g: &Graph, caps: &[usize], seed: u64) -> Result<Vec<usize>> {
 /// The host of each rank: ranks divided among zones (capacity: the zone's hosts), then within
 /// each zone among its racks, each by min-cut.
 pub fn place(plan: &Plan, g: &Graph, seed: u64) -> Result<Vec<NodeId>> {
-    let hosts: Vec<NodeId> = plan.hosts().collect();
-    place_on(plan, g, &hosts, seed)
+    place_on(plan, &plan.hosts().collect::<Vec<_>>(), g, seed)
 }
 
-/// [`place`] onto the hosts `free` only (a scheduler's free hosts): each zone's and rack's
-/// capacity is its free hosts, so a job fills the emptiest racks' gaps the min-cut prefers.
-pub fn place_on(plan: &Plan, g: &Graph, free: &[NodeId], seed: u64) -> Result<Vec<NodeId>> {
+/// [`place`] on a subset of the hosts (the free ones, when other jobs or a scheduler hold the
+/// rest): each zone's and rack's capacity is its free hosts.
+pub fn place_on(plan: &Plan, free: &[NodeId], g: &Graph, seed: u64) -> Result<Vec<NodeId>> {
     ensure!(g.n >= 2, "a job needs at least 2 ranks");
     ensure!(g.n <= free.len(), "{} ranks but only {} hosts are free", g.n, free.len());
     // Zones -> racks -> hosts, in plan order.
@@ -558,11 +557,11 @@ mod tests {
         let h = |n: &str| plan.node_by_name(n).unwrap();
         let free = [h("z0r0h0"), h("z0r1h0"), h("z0r2h1"), h("z0r1h1")];
         let g = Graph::of_collective(Collective::Allreduce, 2, 1 << 20, 0);
-        let mut placed = place_on(&plan, &g, &free, 1).unwrap();
+        let mut placed = place_on(&plan, &free, &g, 1).unwrap();
         placed.sort_unstable();
         assert_eq!(placed, [h("z0r1h0"), h("z0r1h1")]);
         let g = Graph::of_collective(Collective::Allreduce, 5, 1 << 20, 0);
-        let err = place_on(&plan, &g, &free, 1).unwrap_err().to_string();
+        let err = place_on(&plan, &free, &g, 1).unwrap_err().to_string();
         assert!(err.contains("5 ranks but only 4 hosts are free"), "{err}");
     }
 

@@ -74,7 +74,74 @@ pub struct JobRecord {
     /// Links already down or degraded when the job started.
     #[serde(default)]
     pub faulty_at_start: Vec<String>,
+    /// In a run of several jobs (`fabric run --jobs`): the job's name in the jobs file.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The job's own frame bytes per RTSW uplink (`rtsw->ctsw`), from the forwarding model.
+    #[serde(default)]
+    pub uplink_bytes: std::collections::BTreeMap<String, u64>,
+    /// Its slow steps, each with the job that shared its busiest uplink.
+    #[serde(default)]
+    pub shared_steps: Vec<SharedStep>,
+    /// A host of the job that computes slower than the others.
+    #[serde(default)]
+    pub straggler: Option<Straggler>,
     pub diagnosis: Vec<String>,
+}
+
+/// A step of a job and the neighbour on its busiest uplink.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SharedStep {
+    pub iteration: u32,
+    /// 1-based, as `fabric report` prints steps.
+    pub step: usize,
+    pub duration_ns: u64,
+    /// Over the job's median step.
+    pub slowdown: f64,
+    /// Of the uplinks this job crossed in the step, the one with the most bytes of all jobs.
+    pub link: String,
+    pub own_bytes: u64,
+    /// The job with most bytes on that link besides this one, and its share of the link's bytes.
+    pub other: Option<String>,
+    pub other_bytes: u64,
+    pub other_share: f64,
+}
+
+impl SharedStep {
+    /// "job b's step 5 shared z0r1->z0c3 with job a, 61% of the bytes".
+    pub fn sentence(&self, job: &str) -> String {
+        match &self.other {
+            Some(o) => format!(
+                "job {job}'s step {} (iteration {}, {:.1}x its median step) shared {} with job {o}, {:.0}% of the bytes",
+                self.step,
+                self.iteration,
+                self.slowdown,
+                self.link,
+                100.0 * self.other_share
+            ),
+            None => format!(
+                "job {job}'s step {} (iteration {}, {:.1}x its median step) had {} to itself",
+                self.step, self.iteration, self.slowdown, self.link
+            ),
+        }
+    }
+}
+
+/// A straggler: `host` computes `factor` times slower than the others (see [`straggler_delay_ns`]).
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Straggler {
+    pub host: String,
+    pub factor: f64,
+}
+
+impl Straggler {
+    /// `HOST:FACTOR` (the `--straggler` flag).
+    pub fn parse(s: &str) -> Result<Self> {
+        let (host, factor) = s.split_once(':').with_context(|| format!("--straggler {s:?}: use HOST:FACTOR"))?;
+        let factor = factor.parse().with_context(|| format!("--straggler {s:?}: factor {factor:?} is not a number"))?;
+        Ok(Straggler { host: host.to_string(), factor })
+    }
 }
 
 /// What a job's record needs to know of the testbed's faults.
@@ -100,6 +167,16 @@ impl JobClock {
     pub fn start(plan: &Plan) -> Self {
         let t = unix_ms();
         JobClock { id: format!("{}-{t}-{}", plan.topology.prefix, std::process::id() % 100_000), started_unix_ms: t }
+    }
+
+    /// A job of the run `run_id` (several start in one millisecond: the name tells them apart).
+    pub fn start_named(run_id: &str, name: &str) -> Self {
+        JobClock { id: Self::named_id(run_id, name), started_unix_ms: unix_ms() }
+    }
+
+    /// The id of job `name` of the run `run_id`.
+    pub fn named_id(run_id: &str, name: &str) -> String {
+        format!("{run_id}-{name}")
     }
 
     /// The record of a finished run, from the stats before and after it.
@@ -140,6 +217,10 @@ impl JobClock {
             cnps: r.flows.iter().map(|f| f.cnps_received).sum(),
             faults: during(&faults.log, self.started_unix_ms, ended_unix_ms),
             faulty_at_start: faults.at_start.clone(),
+            name: None,
+            uplink_bytes: Default::default(),
+            shared_steps: Vec::new(),
+            straggler: None,
             diagnosis: Vec::new(),
         };
         rec.diagnosis = diagnose(&rec);
@@ -221,6 +302,19 @@ pub fn diagnose(rec: &JobRecord) -> Vec<String> {
             format!("{} {}{detail} at +{t:.2} s", f.target, fault_verb(f.kind))
         };
         out.push(format!("faults during the job: {}", rec.faults.iter().map(at).collect::<Vec<_>>().join(", ")));
+    }
+    let name = rec.name.as_deref().unwrap_or(&rec.job_id);
+    for s in rec.shared_steps.iter().take(3) {
+        out.push(s.sentence(name));
+    }
+    if let Some(s) = &rec.straggler {
+        let slow: Vec<String> = rec.shared_steps.iter().map(|s| s.step.to_string()).collect();
+        out.push(format!(
+            "straggler {} computes {:.1}x slower: every step of the job waits for it{}",
+            s.host,
+            s.factor,
+            if slow.is_empty() { String::new() } else { format!(" (slow steps {})", slow.join(", ")) }
+        ));
     }
     if rec.retransmitted_packets > 0 {
         out.push(format!("{} packets were retransmitted: something was lost", rec.retransmitted_packets));

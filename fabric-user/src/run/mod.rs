@@ -1,6 +1,7 @@
 //! `fabric run WORKLOAD`: a collective on the testbed's hosts with our RoCEv2 endpoints, and what
 //! the fabric did meanwhile (uplink load and balance from the XDP counters).
 pub mod job;
+pub mod jobs;
 pub mod result;
 pub mod rxe;
 pub mod trace;
@@ -41,7 +42,7 @@ use result::{CPU_BOUND_LATE_SHARE, late_wake_share};
 #[serde(deny_unknown_fields, default)]
 pub struct RunSpec {
     /// allreduce (ring), alltoall, incast, permutation.
-    #[arg(value_enum, required_unless_present = "file")]
+    #[arg(value_enum, required_unless_present_any = ["file", "jobs"])]
     pub workload: Option<Collective>,
     /// Number of ranks (default: every host).
     #[arg(long)]
@@ -405,7 +406,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
 }
 
 /// Labels of the links down or degraded in `state`.
-fn faulty_links(state: &State) -> Vec<String> {
+pub(crate) fn faulty_links(state: &State) -> Vec<String> {
     let label = |l| crate::testbed::link_label(&state.plan, l);
     let down = state.down_links.iter().map(|&l| format!("{} down", label(l)));
     let degraded = state
@@ -428,6 +429,8 @@ mod tests {
         spec: RunSpec,
         #[arg(long)]
         file: Option<std::path::PathBuf>,
+        #[arg(long)]
+        jobs: Option<std::path::PathBuf>,
     }
 
     fn from_flags(flags: &[&str]) -> Result<RunOptions> {

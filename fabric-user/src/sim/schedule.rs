@@ -292,7 +292,7 @@ impl<'p> Scheduler<'p> {
             let split = split_racks_pct(self.plan, &self.free);
             let g = Graph::of_collective(Collective::Allreduce, j.ranks, 1 << 20, seed);
             let free: Vec<NodeId> = self.free.iter().copied().collect();
-            let hosts = place_on(self.plan, &g, &free, seed.wrapping_add(j.id as u64))
+            let hosts = place_on(self.plan, &free, &g, seed.wrapping_add(j.id as u64))
                 .with_context(|| format!("placing job {}", j.id))?;
             for h in &hosts {
                 self.free.remove(h);

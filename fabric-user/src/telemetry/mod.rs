@@ -2,5 +2,6 @@
 //! model's totals, and the same in the Prometheus text format, served over HTTP.
 pub mod grafana;
 pub mod http;
+pub mod jobs;
 pub mod prometheus;
 pub mod stats;

@@ -84,6 +84,7 @@ pub fn families(r: &StatsReport) -> Vec<Family> {
     let mut out = port_families(&ports);
     out.extend(class_families(&ports));
     out.extend(agent_families(r));
+    out.extend(job_families(r));
     let balance = |f: fn(&crate::telemetry::stats::UplinkLoad) -> f64| -> Vec<(Labels, Value)> {
         r.uplinks.iter().map(|u| (labels(&[("testbed", tb), ("switch", &u.rtsw)]), Value::Float(f(u)))).collect()
     };
@@ -164,6 +165,42 @@ fn agent_families(r: &StatsReport) -> Vec<Family> {
     vec![
         counter("pfc_frames_sent", "PFC frames a switch agent sent, by kind.", pfc),
         counter("pfc_watchdog_storms", "PFC watchdog events per switch.", storms.collect()),
+    ]
+}
+
+/// Per job of the last `fabric run --jobs`: progress, completion, bytes, labelled `job`.
+fn job_families(r: &StatsReport) -> Vec<Family> {
+    let tb = r.testbed.as_str();
+    let per_job = |f: &dyn Fn(&crate::telemetry::jobs::JobGauge) -> Value| -> Vec<(Labels, Value)> {
+        r.jobs.iter().map(|j| (labels(&[("testbed", tb), ("job", &j.job), ("job_id", &j.job_id)]), f(j))).collect()
+    };
+    let uplink = r
+        .jobs
+        .iter()
+        .flat_map(|j| {
+            j.uplink_bytes
+                .iter()
+                .map(move |(l, b)| (labels(&[("testbed", tb), ("job", &j.job), ("link", l)]), Value::Int(*b)))
+        })
+        .collect();
+    vec![
+        gauge(
+            "job_progress",
+            "Share of a job's steps done (all iterations), 0 to 1.",
+            per_job(&|j| Value::Float(j.steps_done as f64 / j.steps.max(1) as f64)),
+        ),
+        gauge("job_done", "1 once the job has run its last step.", per_job(&|j| Value::Int(u64::from(j.done)))),
+        gauge(
+            "job_last_completion_seconds",
+            "Wall time of the job's last finished iteration (0 before the first).",
+            per_job(&|j| Value::Float(j.completion_ns.last().copied().unwrap_or(0) as f64 / 1e9)),
+        ),
+        counter(
+            "job_delivered_bytes",
+            "Bytes the job's receivers accepted.",
+            per_job(&|j| Value::Int(j.bytes_delivered)),
+        ),
+        counter("job_uplink_bytes", "Frame bytes a job put on an RTSW uplink (forwarding model).", uplink),
     ]
 }
 
@@ -287,6 +324,16 @@ pub(crate) mod tests {
             }],
             congestion: CongestionTotals::default(),
             agents: vec![agent],
+            jobs: vec![crate::telemetry::jobs::JobGauge {
+                job: "b".into(),
+                job_id: "fab-1-b".into(),
+                steps_done: 3,
+                steps: 12,
+                done: false,
+                completion_ns: vec![],
+                bytes_delivered: 4096,
+                uplink_bytes: [("z0r0->z0c1".to_string(), 200)].into(),
+            }],
         }
     }
 
@@ -311,6 +358,9 @@ pub(crate) mod tests {
         ));
         assert!(text.contains("fabric_uplink_max_over_mean{testbed=\"fab\",switch=\"z0r0\"} 1.5\n"));
         assert!(text.contains("fabric_time_scale{testbed=\"fab\"} 4000\n"));
+        // Per job: the `job` label.
+        assert!(text.contains("fabric_job_progress{testbed=\"fab\",job=\"b\",job_id=\"fab-1-b\"} 0.25\n"), "{text}");
+        assert!(text.contains("fabric_job_uplink_bytes_total{testbed=\"fab\",job=\"b\",link=\"z0r0->z0c1\"} 200\n"));
         // Every sample line is `name{labels} value`, and its name is declared.
         let declared = declared_names(&text);
         for l in text.lines().filter(|l| !l.starts_with('#')) {

@@ -155,6 +155,8 @@ pub struct StatsReport {
     /// What the switch agents report: PFC frames sent, XOFF delay, watchdog storms, sampled
     /// queue depth distributions.
     pub agents: Vec<crate::agent::SwitchTelemetry>,
+    /// The jobs of the last `fabric run --jobs` on this testbed (per job: progress, bytes).
+    pub jobs: Vec<crate::telemetry::jobs::JobGauge>,
 }
 
 pub fn collect(state: &State) -> Result<StatsReport> {
@@ -200,6 +202,7 @@ pub fn collect_each(state: &State) -> (StatsReport, Vec<(String, anyhow::Error)>
         uplinks,
         congestion,
         agents,
+        jobs: crate::telemetry::jobs::JobsGauges::read(&plan.topology.prefix),
     };
     (report, unreadable)
 }

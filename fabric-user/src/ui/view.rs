@@ -487,6 +487,7 @@ pub(crate) mod tests {
             uplinks,
             congestion: CongestionTotals::default(),
             agents: Vec::new(),
+            jobs: Vec::new(),
         }
     }
 

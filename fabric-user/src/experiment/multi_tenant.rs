@@ -1,0 +1,253 @@
+//! `multi-tenant`: two ring AllReduce jobs on the default testbed, each alone and then together,
+//! under five-tuple ECMP with 1 QP, E-ECMP with 8 QPs and TE with 8 QPs: how much each job slows
+//! when it shares the fabric, and which uplinks the jobs shared (`fabric run --jobs`).
+use anyhow::{Context as _, Result};
+use fabric_common::config::HashMode;
+
+use super::{
+    harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table},
+    verdict::{Comparison, Verdict},
+};
+use crate::run::jobs::{JobsFile, runner};
+
+pub const SCENARIO: Scenario = Scenario {
+    name: "multi-tenant",
+    summary: "Two ring AllReduce jobs interleaved over the four racks of the default testbed, alone and \
+              together, under 5-tuple ECMP (1 QP), E-ECMP (8 QPs) and TE (8 QPs): each job's completion \
+              alone vs together, and the uplinks they shared (per-job bytes from the forwarding model).",
+    paper: "A production cluster runs many jobs at once, and a job's slowdown is often its neighbour's doing: \
+            flows of different jobs hashed onto one uplink collide. More entropy (QP scaling with E-ECMP) \
+            spreads each job over the uplinks, so collisions are partial; a controller that places every \
+            running job's flows together can avoid them.",
+    run,
+};
+
+/// (key, label, QPs, hash).
+pub const MODES: [(&str, &str, u32, HashMode); 3] = [
+    ("ecmp-1qp", "5-tuple ECMP, 1 QP", 1, HashMode::FiveTuple),
+    ("eecmp-8qp", "E-ECMP, 8 QPs", 8, HashMode::Eecmp),
+    ("te-8qp", "TE, 8 QPs", 8, HashMode::Te),
+];
+
+/// The jobs: a on slot 0 of every rack, b on slot 1, so both rings cross every RTSW's uplinks.
+fn jobs_file(qps: u32, hash: HashMode, message: u64, iterations: u32, only: Option<&str>) -> Result<JobsFile> {
+    let job = |name: &str, slot: u32| {
+        format!(
+            "[[job]]\nname = \"{name}\"\nworkload = \"allreduce\"\nranks = 4\nmessage = \"{message}\"\n\
+             iterations = {iterations}\nplacement = \"hosts:z0r0h{slot},z0r1h{slot},z0r2h{slot},z0r3h{slot}\"\n"
+        )
+    };
+    let mut text = format!("[run]\nqps = {qps}\nhash = \"{}\"\nsport = \"fixed\"\n", hash.as_str());
+    for (name, slot) in [("a", 0), ("b", 1)] {
+        if only.is_none_or(|o| o == name) {
+            text.push_str(&job(name, slot));
+        }
+    }
+    toml::from_str(&text).context("the experiment's jobs file")
+}
+
+/// Mean completion of each job's iterations, ms wall, by job name.
+fn completions(s: &runner::JobsSummary) -> Vec<(String, f64)> {
+    s.jobs
+        .iter()
+        .map(|j| {
+            (j.name.clone(), j.completion_ns.iter().sum::<u64>() as f64 / j.completion_ns.len().max(1) as f64 / 1e6)
+        })
+        .collect()
+}
+
+/// Whether the jobs' predicted uplink bytes add up to the counters, link by link (up to the
+/// frames retransmitted).
+pub fn adds_up(s: &runner::JobsSummary) -> bool {
+    let slack = s.retransmitted_packets * 1200;
+    s.uplinks_counted.iter().all(|(l, &c)| {
+        let p = s.uplinks_predicted.get(l).copied().unwrap_or(0);
+        p <= c && c <= p + slack
+    })
+}
+
+fn run(ctx: &Ctx) -> Result<Outcome> {
+    let mut topo = super::harness::shipped_topology(None)?;
+    let cal = ctx.time_scale()?;
+    topo.time_scale = cal.time_scale;
+    let message: u64 = ctx.pick(1 << 20, 4 << 20);
+    let iterations = ctx.pick(1, 2);
+    let mut cases: Vec<Case> = MODES
+        .iter()
+        .flat_map(|m| {
+            [
+                Case::new(&format!("{}-alone", m.0), &format!("{}, each job alone", m.1)),
+                Case::new(&format!("{}-together", m.0), &format!("{}, both jobs together", m.1)),
+            ]
+        })
+        .collect();
+    let mut shared_rows = Vec::new();
+    let mut all_add_up = true;
+    ctx.with_testbed(topo, |state| {
+        let default_hash = HashMode::Eecmp;
+        for &seed in &ctx.seeds {
+            for (i, &(key, _, qps, hash)) in MODES.iter().enumerate() {
+                let mut run_file = |only: Option<&str>| -> Result<runner::JobsSummary> {
+                    // A negative control swaps the mode the switches run (the case keeps its name).
+                    let hash = ctx.control.as_ref().map_or(hash, |c| c.hash_for(hash));
+                    let mut f = jobs_file(qps, hash, message, iterations, only)?;
+                    f.run.hash_seed = Some(seed as u32);
+                    let plan = f.resolve(&state.plan, default_hash)?;
+                    let out = runner::run_jobs(state, &plan, true).with_context(|| format!("{key} seed {seed}"))?;
+                    all_add_up &= adds_up(&out.summary);
+                    Ok(out.summary)
+                };
+                let alone: Vec<(String, f64)> = ["a", "b"]
+                    .iter()
+                    .map(|j| run_file(Some(j)).map(|s| completions(&s)[0].clone()))
+                    .collect::<Result<_>>()?;
+                let together = run_file(None)?;
+                let both = completions(&together);
+                let mean = |v: &[(String, f64)]| v.iter().map(|x| x.1).sum::<f64>() / v.len().max(1) as f64;
+                let slowdown = both.iter().zip(&alone).map(|(t, a)| t.1 / a.1.max(1e-9)).sum::<f64>() / 2.0;
+                cases[2 * i].push("completion_ms", mean(&alone));
+                cases[2 * i].push("slowdown", 1.0);
+                cases[2 * i + 1].push("completion_ms", mean(&both));
+                cases[2 * i + 1].push("slowdown", slowdown);
+                for j in &together.jobs {
+                    for s in &j.shared_steps {
+                        shared_rows.push(vec![key.to_string(), seed.to_string(), s.sentence(&j.name)]);
+                    }
+                }
+                if ctx.verbose {
+                    eprintln!("  {key} seed {seed}: alone {alone:?}, together {both:?}, slowdown {slowdown:.2}");
+                }
+            }
+        }
+        Ok(())
+    })?;
+    let verdicts = verdicts(&cases, all_add_up);
+    Ok(Outcome {
+        setup: vec![
+            "Default testbed: 1 zone, 4 racks x 2 hosts, 4 CTSWs; every link 400 Gbit/s modelled.".into(),
+            cal.describe(),
+            format!(
+                "Job a: ring AllReduce on z0r{{0..3}}h0; job b: the same on z0r{{0..3}}h1; {} MiB per rank, \
+                 {iterations} iteration(s); fixed UDP source port. Each seed re-seeds the switches' hash. \
+                 Per mode: a alone, b alone, then both (`fabric run --jobs`, rounds: every running job's \
+                 step at once).",
+                message as f64 / (1 << 20) as f64
+            ),
+        ],
+        metrics: vec![
+            Metric::new("completion_ms", "AllReduce completion (mean over the jobs)", "ms wall", Better::Lower, true),
+            Metric::new("slowdown", "completion together / alone (mean over the jobs)", "x", Better::Lower, true),
+        ],
+        cases,
+        verdicts,
+        notes: vec![
+            "A job's step time in a shared run is its own last transfer's completion in the round; the \
+             per-job uplink bytes are the forwarding model's (the same hash as the switches), checked \
+             against the switches' counters (verdict attribution-adds-up)."
+                .into(),
+            "Four ranks per job over four racks put two connections (one per job) on each RTSW's four \
+             uplinks. Under 5-tuple ECMP with 1 QP two of them can hash onto one uplink; with 8 QPs per \
+             connection under E-ECMP each uplink carries about a quarter of each, so the uplinks may \
+             leave no interference for TE to remove: then te-less-interference does not match, which \
+             says that on this load E-ECMP is already enough, not that TE does harm."
+                .into(),
+        ],
+        tables: vec![Table {
+            title: "Slow steps and the neighbour on their busiest uplink".into(),
+            header: vec!["mode".into(), "seed".into(), "attribution".into()],
+            rows: shared_rows,
+        }],
+    })
+}
+
+const MARGIN_PCT: f64 = 5.0;
+
+fn compare(key: &'static str, claim: &str, metric: &str, ab: (&str, &str), cases: &[Case]) -> Verdict {
+    Comparison { key, claim, metric, unit: "", cases: ab, better: Better::Lower, margin_pct: MARGIN_PCT }.judge(cases)
+}
+
+fn verdicts(cases: &[Case], adds_up: bool) -> Vec<Verdict> {
+    vec![
+        compare(
+            "ecmp-neighbours-slow-each-other",
+            "Under 5-tuple ECMP with 1 QP, two jobs sharing the uplinks complete slower together than alone",
+            "completion_ms",
+            ("ecmp-1qp-alone", "ecmp-1qp-together"),
+            cases,
+        )
+        .headline(),
+        compare(
+            "eecmp-less-interference",
+            "E-ECMP with 8 QPs suffers less from the neighbour than 5-tuple ECMP with 1 QP (smaller slowdown)",
+            "slowdown",
+            ("eecmp-8qp-together", "ecmp-1qp-together"),
+            cases,
+        )
+        .headline(),
+        compare(
+            "te-less-interference",
+            "TE placing both jobs' flows together suffers less from the neighbour than E-ECMP",
+            "slowdown",
+            ("te-8qp-together", "eecmp-8qp-together"),
+            cases,
+        ),
+        Verdict::fact(
+            "attribution-adds-up",
+            "The jobs' uplink bytes (forwarding model) add up to the switches' uplink counters in every run",
+            format!("every link of every run within the retransmitted frames: {adds_up}"),
+            adds_up,
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::verdict::Decision;
+
+    type Three = [f64; 3];
+
+    fn cases(ecmp: (Three, Three, Three), eecmp_slow: Three, te_slow: Three) -> Vec<Case> {
+        let c = |k: &str, ms: Three, s: Three| Case::with(k, &[("completion_ms", &ms), ("slowdown", &s)]);
+        vec![
+            c("ecmp-1qp-alone", ecmp.0, [1.0; 3]),
+            c("ecmp-1qp-together", ecmp.1, ecmp.2),
+            c("eecmp-8qp-alone", [50.0, 52.0, 51.0], [1.0; 3]),
+            c("eecmp-8qp-together", [60.0, 61.0, 62.0], eecmp_slow),
+            c("te-8qp-alone", [50.0, 52.0, 51.0], [1.0; 3]),
+            c("te-8qp-together", [55.0, 56.0, 57.0], te_slow),
+        ]
+    }
+
+    fn decision(v: &[Verdict], key: &str) -> Decision {
+        v.iter().find(|v| v.key == key).unwrap().direction
+    }
+
+    const KEYS: [&str; 4] =
+        ["ecmp-neighbours-slow-each-other", "eecmp-less-interference", "te-less-interference", "attribution-adds-up"];
+
+    #[test]
+    fn the_verdicts_follow_the_numbers_both_ways() {
+        let alone = [50.0, 52.0, 51.0];
+        let good = verdicts(&cases((alone, [80.0, 84.0, 82.0], [1.6; 3]), [1.2, 1.18, 1.19], [1.05, 1.07, 1.06]), true);
+        for k in KEYS {
+            assert_eq!(decision(&good, k), Decision::Matches, "{k}");
+        }
+        // No interference at all, and E-ECMP and TE worse, not better: every verdict fails.
+        let bad = verdicts(&cases((alone, alone, [1.0; 3]), [1.3; 3], [1.5; 3]), false);
+        for k in KEYS {
+            assert_eq!(decision(&bad, k), Decision::DoesNotMatch, "{k}");
+        }
+    }
+
+    #[test]
+    fn the_jobs_file_resolves_in_every_mode() {
+        let plan = crate::model::plan::Plan::new(&crate::model::topology::Topology::default_topology());
+        for &(_, _, qps, hash) in &MODES {
+            let p = jobs_file(qps, hash, 1 << 20, 1, None).unwrap().resolve(&plan, HashMode::Eecmp).unwrap();
+            assert_eq!((p.jobs.len(), p.hash, p.jobs[0].options.endpoint.qps), (2, hash, qps));
+            let a = jobs_file(qps, hash, 1 << 20, 1, Some("a")).unwrap().resolve(&plan, HashMode::Eecmp).unwrap();
+            assert_eq!(a.jobs.len(), 1);
+        }
+    }
+}

@@ -1,0 +1,487 @@
+//! `fabric run --jobs FILE`: several jobs on one fabric at once.
+//!
+//! A jobs file (TOML, `testbed/tenants/README.md`) names each job with its collective, ranks,
+//! message, placement (or `place`: the min-cut placement of `fabric place` on the hosts no other
+//! job holds), start offset and iterations; the endpoint options (QPs, source ports, congestion
+//! control, hash mode) are the run's, in a `[run]` table with the fields of a workload file.
+//!
+//! [`JobsFile::resolve`] checks everything against the testbed's plan before a packet is sent;
+//! [`runner::run_jobs`] runs the jobs; [`interference`] attributes each job's uplink bytes and
+//! names the neighbour on the busiest uplink of its slow steps.
+pub mod interference;
+pub mod runner;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use fabric_common::config::HashMode;
+use serde::Deserialize;
+
+use super::{RunOptions, RunSpec};
+use crate::{
+    model::partition::{Graph, place_on},
+    model::placement::Placement,
+    model::plan::{NodeId, Plan},
+    model::topology::hash_mode_serde,
+    model::units::Size,
+    model::workload::{Collective, Transfer, schedule},
+};
+
+/// A jobs file as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobsFile {
+    /// The run's options, shared by every job: the fields of a workload file, without the ones a
+    /// job gives (`workload`, `ranks`, `message`, `iterations`, `placement`).
+    #[serde(default)]
+    pub run: RunSpec,
+    #[serde(default)]
+    pub job: Vec<JobSpec>,
+    /// `--straggler HOST:FACTOR`: on the job that holds the host.
+    #[serde(skip)]
+    pub straggler_flag: Option<Straggler>,
+}
+
+pub use crate::run::job::Straggler;
+
+/// One `[[job]]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    pub name: String,
+    /// A collective, or else `trace`.
+    #[serde(default)]
+    pub workload: Option<Collective>,
+    /// A Chakra or PARAM trace (a rank's file or a directory, as `fabric run trace` takes it),
+    /// replayed in the rounds of its dependency graph.
+    #[serde(default)]
+    pub trace: Option<std::path::PathBuf>,
+    /// Multiply every op of the trace by this (as `fabric run trace --scale`).
+    #[serde(default)]
+    pub scale: Option<f64>,
+    /// Ranks: a collective needs them; a trace has its own (if given, they must agree).
+    #[serde(default)]
+    pub ranks: Option<usize>,
+    #[serde(default = "default_message")]
+    pub message: Size,
+    /// `contiguous`, `fragmented`, `random:SEED`, `hosts:H1,...`, or `place`.
+    #[serde(default = "default_placement")]
+    pub placement: String,
+    /// Milliseconds after the run starts (wall time).
+    #[serde(default)]
+    pub start_ms: u64,
+    #[serde(default = "default_iterations")]
+    pub iterations: u32,
+    /// The hash mode the job expects the switches to run; every job that states one must agree
+    /// with the others and with `[run].hash`.
+    #[serde(default, deserialize_with = "hash_mode_serde::option::deserialize")]
+    pub hash: Option<HashMode>,
+    /// QPs per connection the job expects: the endpoints pace all QPs of a host alike, so it must
+    /// equal `[run].qps`.
+    #[serde(default)]
+    pub qps: Option<u32>,
+    #[serde(default)]
+    pub straggler: Option<Straggler>,
+    /// A host of the job whose NIC is slower: its host link's modelled rate, Gbit/s.
+    #[serde(default)]
+    pub slow_nic: Option<SlowNic>,
+}
+
+/// `slow_nic = { host = "z0r0h0", rate_gbps = 100 }`: while the job runs, the host's link runs at
+/// that modelled rate (`fabric link degrade` on the host link; restored when the job ends).
+#[derive(Clone, Debug, Deserialize, serde::Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SlowNic {
+    pub host: String,
+    pub rate_gbps: f64,
+}
+
+fn default_message() -> Size {
+    RunSpec::default().message
+}
+fn default_placement() -> String {
+    "contiguous".into()
+}
+fn default_iterations() -> u32 {
+    1
+}
+
+/// A job checked against the testbed: its hosts and its steps.
+#[derive(Clone, Debug)]
+pub struct PlannedJob {
+    pub name: String,
+    pub options: RunOptions,
+    pub hosts: Vec<NodeId>,
+    pub steps: Vec<Vec<Transfer>>,
+    pub start_ms: u64,
+    /// `allreduce`, ..., or `trace FILE`.
+    pub workload_label: String,
+    pub straggler: Option<(NodeId, f64)>,
+    /// The host link to degrade while the job runs (`NODE:PORT`, as `fabric link` names it),
+    /// and its modelled rate.
+    pub slow_nic: Option<(String, f64)>,
+}
+
+/// Every job of a file, checked, and the run's hash mode.
+#[derive(Clone, Debug)]
+pub struct JobsPlan {
+    pub jobs: Vec<PlannedJob>,
+    pub hash: HashMode,
+    pub hash_seed: Option<u32>,
+}
+
+impl JobsFile {
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading jobs file {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("jobs file {}", path.display()))
+    }
+
+    /// A single run as a file of one job, named `job` (a run with `--straggler`).
+    pub fn of_run(spec: &RunSpec) -> Result<Self> {
+        let job = JobSpec {
+            name: "job".into(),
+            workload: Some(spec.workload.context("no workload given")?),
+            trace: None,
+            scale: None,
+            ranks: Some(spec.ranks.context("--ranks: give the ranks of a run with --straggler")?),
+            message: spec.message,
+            placement: spec.placement.spelling(),
+            start_ms: 0,
+            iterations: spec.iterations,
+            hash: None,
+            qps: None,
+            straggler: None,
+            slow_nic: None,
+        };
+        let run = RunSpec {
+            workload: None,
+            ranks: None,
+            message: RunSpec::default().message,
+            iterations: RunSpec::default().iterations,
+            placement: RunSpec::default().placement,
+            ..spec.clone()
+        };
+        Ok(JobsFile { run, job: vec![job], straggler_flag: None })
+    }
+
+    /// `--straggler HOST:FACTOR`: on the job that has that host (the first, if several do).
+    pub fn set_straggler(&mut self, flag: &str) -> Result<()> {
+        self.straggler_flag = Some(Straggler::parse(flag)?);
+        Ok(())
+    }
+
+    /// Checks the file against `plan` and places every job; nothing runs. `default_hash` is the
+    /// switches' mode when neither `[run]` nor a job names one.
+    pub fn resolve(&self, plan: &Plan, default_hash: HashMode) -> Result<JobsPlan> {
+        let r = &self.run;
+        for (field, set) in [
+            ("workload", r.workload.is_some()),
+            ("ranks", r.ranks.is_some()),
+            ("message", r.message != RunSpec::default().message),
+            ("iterations", r.iterations != RunSpec::default().iterations),
+            ("placement", r.placement != RunSpec::default().placement),
+        ] {
+            ensure!(!set, "[run].{field}: give it in each [[job]], not for the whole run");
+        }
+        ensure!(!self.job.is_empty(), "no [[job]] in the file");
+        let hash = self.hash_mode(default_hash)?;
+        let mut names = BTreeSet::new();
+        for j in &self.job {
+            ensure!(!j.name.is_empty(), "a [[job]] has an empty name");
+            ensure!(names.insert(j.name.as_str()), "job {:?}: two jobs have this name", j.name);
+            if let Some(q) = j.qps {
+                ensure!(
+                    q == r.qps,
+                    "job {:?}: qps = {q} but [run].qps = {}: the jobs of one run share their QPs per connection",
+                    j.name,
+                    r.qps
+                );
+            }
+        }
+        let mut planned: Vec<Option<PlannedJob>> = vec![None; self.job.len()];
+        let mut used: BTreeSet<NodeId> = BTreeSet::new();
+        // Fixed placements first, so that `place` takes the hosts they leave.
+        let order = (0..self.job.len())
+            .filter(|&i| self.job[i].placement != "place")
+            .chain((0..self.job.len()).filter(|&i| self.job[i].placement == "place"));
+        for i in order {
+            let p = self.job[i].plan(plan, r, hash, &used).with_context(|| format!("job {:?}", self.job[i].name))?;
+            used.extend(p.hosts.iter().copied());
+            planned[i] = Some(p);
+        }
+        let mut jobs: Vec<PlannedJob> = planned.into_iter().map(|p| p.expect("every job planned")).collect();
+        if let Some(s) = &self.straggler_flag {
+            let h = plan.node_by_name(&s.host).with_context(|| format!("--straggler: no host {:?}", s.host))?;
+            let job = jobs
+                .iter_mut()
+                .find(|j| j.hosts.contains(&h))
+                .with_context(|| format!("--straggler: no job runs on {}", s.host))?;
+            job.straggler = Some((h, check_factor(s.factor).context("--straggler")?));
+        }
+        Ok(JobsPlan { jobs, hash, hash_seed: r.hash_seed })
+    }
+
+    /// The one hash mode of the run: `[run].hash`, or what the jobs expect, or the switches'.
+    fn hash_mode(&self, default_hash: HashMode) -> Result<HashMode> {
+        let mut stated: BTreeMap<&str, &str> = BTreeMap::new();
+        if let Some(h) = self.run.hash {
+            stated.insert("[run]", h.as_str());
+        }
+        for j in &self.job {
+            if let Some(h) = j.hash {
+                stated.insert(&j.name, h.as_str());
+            }
+        }
+        let modes: BTreeSet<&str> = stated.values().copied().collect();
+        if modes.len() > 1 {
+            let list: Vec<String> = stated.iter().map(|(w, h)| format!("{w}: {h}")).collect();
+            bail!("hash: the switches run one mode, but the jobs expect several ({})", list.join(", "));
+        }
+        Ok(self.run.hash.or_else(|| self.job.iter().find_map(|j| j.hash)).unwrap_or(default_hash))
+    }
+}
+
+impl JobSpec {
+    /// The job's steps (in ranks), its rank count, its traffic graph and what it runs.
+    fn workload(&self, seed: u64) -> Result<(Vec<Vec<Transfer>>, usize, Graph, String)> {
+        match (self.workload, &self.trace) {
+            (Some(w), None) => {
+                ensure!(self.scale.is_none(), "scale: only for a trace");
+                let ranks = self.ranks.context("ranks: a collective job needs its ranks")?;
+                ensure!(ranks >= 2, "ranks: a collective needs at least 2");
+                let g = Graph::of_collective(w, ranks, self.message.get(), seed);
+                Ok((schedule(w, ranks, self.message.get(), seed), ranks, g, w.as_str().into()))
+            }
+            (None, Some(path)) => {
+                let mut args = crate::run::trace::replay::TraceArgs::for_file(path);
+                args.ranks = self.ranks;
+                args.scale = self.scale.unwrap_or(1.0);
+                let job = crate::run::trace::replay::job(&args).context("trace")?;
+                ensure!(
+                    self.ranks.is_none_or(|r| r == job.ranks),
+                    "ranks: {} but the trace has {}",
+                    self.ranks.unwrap_or(0),
+                    job.ranks
+                );
+                let steps: Vec<Vec<Transfer>> = job
+                    .rounds()
+                    .iter()
+                    .map(|round| round.iter().flat_map(|&(op, step)| job.ops[op].steps()[step].clone()).collect())
+                    .collect();
+                ensure!(!steps.is_empty(), "trace: {} moves no bytes", path.display());
+                let mut g = Graph::new(job.ranks);
+                for t in steps.iter().flatten() {
+                    g.add(t.src, t.dst, t.bytes as f64);
+                }
+                Ok((steps, job.ranks, g, format!("trace {}", path.display())))
+            }
+            (Some(_), Some(_)) => bail!("give either `workload` or `trace`, not both"),
+            (None, None) => bail!("workload: give a collective (or a `trace`)"),
+        }
+    }
+
+    fn plan(&self, plan: &Plan, run: &RunSpec, hash: HashMode, used: &BTreeSet<NodeId>) -> Result<PlannedJob> {
+        let (steps, ranks, graph, workload_label) = self.workload(run.seed)?;
+        let mut spec = run.clone();
+        // A trace job's results name a collective too (the schema's field): its label says more.
+        spec.workload = Some(self.workload.unwrap_or(Collective::Allreduce));
+        spec.ranks = Some(ranks);
+        spec.message = self.message;
+        spec.iterations = self.iterations;
+        spec.hash = Some(hash);
+        let hosts = if self.placement == "place" {
+            let free: Vec<NodeId> = plan.hosts().filter(|h| !used.contains(h)).collect();
+            ensure!(
+                ranks <= free.len(),
+                "placement = \"place\": {ranks} ranks need {ranks} free hosts, but the jobs placed before it leave {} of {}",
+                free.len(),
+                plan.hosts().count()
+            );
+            place_on(plan, &free, &graph, run.seed)?
+        } else {
+            let p = Placement::parse(&self.placement).context("placement")?;
+            p.place(plan, ranks).context("placement")?
+        };
+        spec.placement = Placement::Explicit { hosts: hosts.iter().map(|&h| plan.nodes[h].name.clone()).collect() };
+        let options = spec.to_options()?;
+        options.endpoint.check_fits(plan.topology.mtu)?;
+        let straggler = match &self.straggler {
+            Some(s) => {
+                let h = plan
+                    .node_by_name(&s.host)
+                    .filter(|&h| hosts.contains(&h))
+                    .with_context(|| format!("straggler: {:?} is not one of this job's hosts", s.host))?;
+                Some((h, check_factor(s.factor).context("straggler")?))
+            }
+            None => None,
+        };
+        let slow_nic = match &self.slow_nic {
+            Some(n) => {
+                let h = plan
+                    .node_by_name(&n.host)
+                    .filter(|&h| hosts.contains(&h))
+                    .with_context(|| format!("slow_nic: {:?} is not one of this job's hosts", n.host))?;
+                let link = plan.nodes[h].ports[0].link;
+                crate::model::fault::check_rate(n.rate_gbps, plan.links[link].rate_gbps)
+                    .context("slow_nic.rate_gbps")?;
+                Some((plan.link_label(link), n.rate_gbps))
+            }
+            None => None,
+        };
+        Ok(PlannedJob {
+            slow_nic,
+            workload_label,
+            name: self.name.clone(),
+            steps,
+            options,
+            hosts,
+            start_ms: self.start_ms,
+            straggler,
+        })
+    }
+}
+
+fn check_factor(factor: f64) -> Result<f64> {
+    ensure!(factor.is_finite() && factor >= 1.0, "factor {factor} must be at least 1 (1 = as fast as the others)");
+    Ok(factor)
+}
+
+/// The straggler model: every rank computes for a step's nominal time before it sends (the time
+/// its largest transfer takes at the host link's modelled rate), a straggler `factor` times as
+/// long; the others' compute overlaps the previous step's tail, so what a step loses is the
+/// straggler's extra compute, `(factor - 1) x nominal`, before the straggler's first packet.
+pub fn straggler_delay_ns(step: &[Transfer], factor: f64, link_rate_bps: u64) -> u64 {
+    let largest = step.iter().map(|t| t.bytes).max().unwrap_or(0);
+    let nominal_ns = largest as f64 * 8e9 / link_rate_bps.max(1) as f64;
+    ((factor - 1.0).max(0.0) * nominal_ns) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::topology::Topology;
+
+    fn plan() -> Plan {
+        Plan::new(&Topology::default_topology())
+    }
+
+    fn resolve(text: &str) -> Result<JobsPlan> {
+        let f: JobsFile = toml::from_str(text)?;
+        f.resolve(&plan(), HashMode::Eecmp)
+    }
+
+    const TWO: &str = r#"
+[run]
+qps = 8
+hash = "eecmp"
+[[job]]
+name = "a"
+workload = "allreduce"
+ranks = 4
+placement = "hosts:z0r0h0,z0r1h0,z0r2h0,z0r3h0"
+[[job]]
+name = "b"
+workload = "allreduce"
+ranks = 4
+placement = "place"
+start_ms = 100
+iterations = 2
+hash = "eecmp"
+straggler = { host = "z0r0h1", factor = 2.0 }
+"#;
+
+    #[test]
+    fn a_file_of_two_jobs_resolves_and_place_takes_free_hosts() {
+        let p = resolve(TWO).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(p.hash, HashMode::Eecmp);
+        let (a, b) = (&p.jobs[0], &p.jobs[1]);
+        assert_eq!((a.name.as_str(), b.name.as_str()), ("a", "b"));
+        assert!(b.hosts.iter().all(|h| !a.hosts.contains(h)), "place uses only free hosts");
+        assert_eq!((b.start_ms, b.options.iterations, b.options.endpoint.qps), (100, 2, 8));
+        assert_eq!(a.steps.len(), 6);
+        let pl = plan();
+        assert_eq!(b.straggler, Some((pl.node_by_name("z0r0h1").unwrap(), 2.0)));
+        let text = TWO.replace("iterations = 2", "slow_nic = { host = \"z0r1h1\", rate_gbps = 100 }");
+        let p = resolve(&text).unwrap_or_else(|e| panic!("{e:#}"));
+        let (link, rate) = p.jobs[1].slow_nic.clone().unwrap();
+        assert_eq!(rate, 100.0);
+        assert!(link.contains("z0r1h1"), "{link}");
+    }
+
+    #[test]
+    fn bad_jobs_files_are_refused_naming_the_problem() {
+        let job = |extra: &str| format!("[[job]]\nname = \"a\"\nworkload = \"allreduce\"\nranks = 4\n{extra}");
+        let cases: Vec<(String, &str)> = vec![
+            (format!("{}\n{}", job(""), job("")), "two jobs have this name"),
+            (job("colour = 3"), "colour"),
+            (job("placement = \"hosts:z0r0h0,z0r0h1,z0r1h0,z9r9h9\""), "z9r9h9"),
+            (job("straggler = { host = \"nowhere\", factor = 2.0 }"), "nowhere"),
+            (job("straggler = { host = \"z0r0h0\", factor = 0.5 }"), "factor"),
+            (job("slow_nic = { host = \"z0r3h1\", rate_gbps = 100 }"), "slow_nic"),
+            (job("slow_nic = { host = \"z0r0h0\", rate_gbps = 900 }"), "slow_nic.rate_gbps"),
+            (job("ranks = 9"), "ranks"),
+            (
+                format!(
+                    "{}\n{}",
+                    job("placement = \"contiguous\""),
+                    job("").replace("\"a\"", "\"b\"").replace("ranks = 4", "ranks = 6\nplacement = \"place\"")
+                ),
+                "free hosts",
+            ),
+            (format!("[run]\nhash = \"te\"\n{}", job("hash = \"eecmp\"")), "one mode"),
+            (format!("[run]\nqps = 4\n{}", job("qps = 8")), "qps"),
+            (format!("[run]\nworkload = \"allreduce\"\n{}", job("")), "[run].workload"),
+            ("[run]\nqps = 4\n".to_string(), "no [[job]]"),
+            (format!("[run]\nqps = 0\n{}", job("")), "--qps"),
+            (job("trace = \"../testbed/traces/dp-step\""), "not both"),
+            ("[[job]]\nname = \"t\"\nranks = 4\n".into(), "workload"),
+            ("[[job]]\nname = \"t\"\nworkload = \"allreduce\"\n".into(), "ranks"),
+        ];
+        for (text, needle) in cases {
+            let e = resolve(&text).expect_err(&text);
+            assert!(format!("{e:#}").contains(needle), "{text}\n=> {e:#}");
+        }
+    }
+
+    #[test]
+    fn the_shipped_jobs_files_are_valid() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed/tenants");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let f = JobsFile::from_file(&path).unwrap_or_else(|e| panic!("{e:#}"));
+                f.resolve(&plan(), HashMode::Eecmp).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 1);
+    }
+
+    #[test]
+    fn a_trace_job_runs_its_rounds_and_place_uses_its_traffic() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed/traces/dp-step");
+        let text =
+            format!("[[job]]\nname = \"t\"\ntrace = \"{}\"\nscale = 2.0\nplacement = \"place\"\n", dir.display());
+        let p = resolve(&text).unwrap_or_else(|e| panic!("{e:#}"));
+        let t = &p.jobs[0];
+        assert_eq!(t.hosts.len(), 8);
+        assert!(t.workload_label.starts_with("trace "));
+        // Four buckets of 32, 32, 16, 16 KiB, each all-reduced over 8 ranks in a ring (14 steps
+        // of 8 chunks of 1/8: 14 x the bucket), doubled by the scale.
+        let bytes: u64 = t.steps.iter().flatten().map(|x| x.bytes).sum();
+        assert_eq!(bytes, 2 * 14 * (2 * 32768 + 2 * 16384));
+        let e = resolve(&text.replace("scale = 2.0", "ranks = 4")).expect_err("ranks disagree");
+        assert!(format!("{e:#}").contains("ranks: 4 but the trace has 8"), "{e:#}");
+    }
+
+    #[test]
+    fn a_straggler_delays_by_its_extra_compute() {
+        let step = [Transfer { src: 0, dst: 1, bytes: 1_000_000 }, Transfer { src: 1, dst: 0, bytes: 500 }];
+        // 1 MB at 8 Mbit/s is 1 s nominal; factor 3 adds 2 s, factor 1 nothing.
+        assert_eq!(straggler_delay_ns(&step, 3.0, 8_000_000), 2_000_000_000);
+        assert_eq!(straggler_delay_ns(&step, 1.0, 8_000_000), 0);
+        assert_eq!(Straggler::parse("z0r0h0:2.5").unwrap(), Straggler { host: "z0r0h0".into(), factor: 2.5 });
+        assert!(Straggler::parse("z0r0h0").is_err());
+    }
+}
