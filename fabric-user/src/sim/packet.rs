@@ -206,6 +206,16 @@ pub struct PacketOptions {
 /// Simulates one case on the twin: each distinct step once (a step starts on an idle fabric,
 /// after the previous step's barrier), its results counted as often as the step repeats.
 pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions) -> Result<SimResult> {
+    simulate_packet_with_load(fabric, o, p).map(|(r, _)| r)
+}
+
+/// [`simulate_packet`], with the packets and bytes every ECMP member carried over one iteration
+/// (what the XDP member counters count on the testbed).
+pub fn simulate_packet_with_load(
+    fabric: &mut SimFabric,
+    o: &SimOptions,
+    p: &PacketOptions,
+) -> Result<(SimResult, MemberLoad)> {
     let start = std::time::Instant::now();
     fabric.set_hash(o.hash, o.hash_seed);
     let (hosts, steps) = steps_of(fabric, o)?;
@@ -252,7 +262,7 @@ pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions
     r.case = format!("{} cc={}", r.case, o.endpoint.cc.as_str());
     r.wall_s = start.elapsed().as_secs_f64();
     r.packet = Some(stats);
-    Ok(r)
+    Ok((r, load))
 }
 
 #[cfg(test)]
