@@ -161,6 +161,17 @@ impl Port {
         None
     }
 
+    /// Takes every queued packet out, paused or not (the link failed under them).
+    pub fn take_all(&mut self) -> Vec<(usize, Queued)> {
+        let mut out = Vec::new();
+        for class in 0..CLASSES {
+            out.extend(self.queues[class].drain(..).map(|q| (class, q)));
+            self.queued_bytes[class] = 0;
+        }
+        self.nonempty = 0;
+        out
+    }
+
     /// When the earliest paused class with a packet queued may send again.
     pub fn earliest_resume(&self) -> Option<Nanos> {
         (0..CLASSES).filter(|&c| self.nonempty & (1 << c) != 0).map(|c| self.pause.resume_at(c)).min()
