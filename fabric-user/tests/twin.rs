@@ -72,10 +72,11 @@ struct Pair {
 }
 
 fn run_both(state: &State, fabric: &SimFabric, o: &RunOptions, hash: HashMode) -> Pair {
-    let label = format!("{} {} qps={} cc={}", o.collective.as_str(), hash.as_str(), o.endpoint.qps, o.endpoint.cc.as_str());
+    let label =
+        format!("{} {} qps={} cc={}", o.collective.as_str(), hash.as_str(), o.endpoint.qps, o.endpoint.cc.as_str());
     let before = read_members(state, fabric);
-    let testbed = run(state, &RunOptions { hash: Some(hash), ..o.clone() }, true)
-        .unwrap_or_else(|e| panic!("{label}: {e:#}"));
+    let testbed =
+        run(state, &RunOptions { hash: Some(hash), ..o.clone() }, true).unwrap_or_else(|e| panic!("{label}: {e:#}"));
     let testbed_members = since(&read_members(state, fabric), &before);
     assert_eq!(testbed.bytes_delivered, testbed.bytes_needed, "{label}: the testbed delivered every byte");
     let sim = SimOptions {

@@ -27,6 +27,7 @@
 pub mod cli;
 pub mod fairshare;
 pub mod packet;
+pub mod whatif;
 
 use std::time::Instant;
 
@@ -145,6 +146,9 @@ pub struct PacketStats {
     pub events_by_kind: Vec<(&'static str, u64)>,
     pub packet_hops: u64,
     pub peak_packets: usize,
+    /// `--fail-at` / `--drain-at`: what the event did to the job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whatif: Option<whatif::WhatIfReport>,
 }
 
 impl PacketStats {
@@ -424,6 +428,30 @@ pub fn print(results: &[SimResult]) {
         println!("{line} {:>14.6} {:>9.3}", r.completion_s, r.wall_s);
     }
     print_packet(results);
+    print_whatifs(results);
+}
+
+/// `--fail-at` / `--drain-at`: each case's job without and with the event.
+fn print_whatifs(results: &[SimResult]) {
+    for r in results {
+        let Some(w) = r.packet.as_ref().and_then(|p| p.whatif.as_ref()) else { continue };
+        println!(
+            "{}: {} link(s) [{}], routes changed {} us after it; completion {:.6} s -> {:.6} s ({:+.1}%), \
+             {} step(s) affected, {} packets lost, {} retransmitted, {} timeouts, {}",
+            r.case,
+            w.links.len(),
+            w.links.join(" "),
+            w.detect_ns as f64 / 1e3,
+            w.baseline_completion_s,
+            w.completion_s,
+            100.0 * w.slowdown,
+            w.steps_affected,
+            w.lost_packets,
+            w.retransmissions,
+            w.timeouts,
+            if w.finished { "every byte delivered" } else { "NOT every byte delivered (deadline)" }
+        );
+    }
 }
 
 /// The packet model's congestion figures, one line per case and tier.
