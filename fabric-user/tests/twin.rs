@@ -241,3 +241,67 @@ fn the_comparisons_can_fail() {
     assert!(same_order(&[5, 9, 1], &[50, 90, 10], 0) && same_order(&[63, 0, 0], &[64, 2, 0], PFC_EPISODE_FRAMES));
     assert!(!same_order(&[5, 9, 1], &[9, 5, 1], 0) && !same_order(&[63, 0, 9], &[64, 9, 0], PFC_EPISODE_FRAMES));
 }
+
+/// `fabric sim --model packet --job-record` writes a twin run as the testbed writes a run, and
+/// `fabric report` prints it unchanged. No root needed.
+#[test]
+fn a_twin_run_written_as_a_job_renders_with_fabric_report() {
+    let dir = std::env::temp_dir().join(format!("fabric-twin-record-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fabric = |args: &[&str]| {
+        let out =
+            std::process::Command::new(env!("CARGO_BIN_EXE_fabric")).args(args).current_dir(&dir).output().unwrap();
+        assert!(out.status.success(), "fabric {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let sim = fabric(&[
+        "sim",
+        "--model",
+        "packet",
+        "--workload",
+        "incast",
+        "--cc",
+        "none",
+        "--qps",
+        "1",
+        "--hash",
+        "eecmp",
+        "--message",
+        "1Mi",
+        "--job-record",
+        "--json",
+        "sim.json",
+    ]);
+    let job_id = sim.split("job ").nth(1).and_then(|s| s.split(':').next()).expect("the job id is printed").to_string();
+    let read = |p: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"))).unwrap()
+    };
+    let (run, job, sim) =
+        (read(&format!("results/twin/{job_id}.json")), read(&format!("results/jobs/{job_id}.json")), read("sim.json"));
+    assert_eq!(run["schema"], "fabric.run/2");
+    assert_eq!(job["schema"], "fabric.job/1");
+    assert_eq!(run["bytes_delivered"], run["bytes_needed"]);
+    assert_eq!(run["bytes_needed"].as_u64(), Some(7 << 20), "seven senders of 1 MiB");
+    assert_eq!(run["flows"].as_array().unwrap().len(), 7);
+    // The same counters as the sim's own result: ECN marks and PFC frames the switches sent.
+    let packet = &sim["results"][0]["packet"];
+    assert_eq!(run["congestion"]["ecn_marked"], packet["ecn_marks"]);
+    let switch_pfc: u64 = packet["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["tier"] != "host")
+        .map(|t| t["pauses_sent"].as_u64().unwrap())
+        .sum();
+    let c = &run["congestion"];
+    let sent =
+        ["pfc_xoff_sent", "pfc_refresh_sent", "pfc_xon_sent"].iter().map(|k| c[k].as_u64().unwrap()).sum::<u64>();
+    assert!(switch_pfc > 0 && sent == switch_pfc, "{c} against {switch_pfc}");
+    assert_eq!(job["completion_ns"][0], run["iterations"][0]["completion_ns"]);
+    let report = fabric(&["report", &job_id]);
+    assert!(report.starts_with(&format!("job {job_id} on default: incast (8 ranks, hash eecmp)")), "{report}");
+    assert!(report.contains("z0r0     z0r0h0") && report.contains("diagnosis:"), "{report}");
+    assert!(report.contains("most congested port z0r0:z0r0h0"), "the incast's port to its root: {report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

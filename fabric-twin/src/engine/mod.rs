@@ -403,6 +403,7 @@ impl<'n, R: Routing> Twin<'n, R> {
         let port = &mut self.ports[p as usize];
         let at = port.busy_until.max(now) + port.transmit_ns(pfc::FRAME_LEN as u32) + port.delay_ns;
         port.counters.pauses_sent += 1;
+        port.counters.resumes_sent += u64::from(quanta == 0);
         port.last_pause_ns[class] = now;
         let peer = port.peer;
         self.events.schedule(at, Kind::Pause, peer, (class as u32) << 16 | u32::from(quanta));
@@ -514,6 +515,7 @@ impl<'n, R: Routing> Twin<'n, R> {
         let now = self.events.now();
         let due = port.last_pause_ns[class] + refresh;
         if now >= due {
+            self.ports[p as usize].counters.refreshes_sent += 1;
             self.send_pfc(p, class, quanta);
             self.events.schedule(now + refresh, Kind::PfcTend, p, class as u32);
         } else {

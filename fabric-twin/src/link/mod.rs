@@ -33,6 +33,9 @@ pub struct PortCounters {
     pub pauses_received: u64,
     /// PFC frames sent from this port to its peer (pause, refresh and resume).
     pub pauses_sent: u64,
+    /// ... of which refreshes of a pause in force, and resumes (quanta 0).
+    pub refreshes_sent: u64,
+    pub resumes_sent: u64,
     /// Deepest any class's queue has been, wire bytes.
     pub max_depth_bytes: u64,
 }

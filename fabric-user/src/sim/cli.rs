@@ -7,8 +7,10 @@ use serde::Serialize;
 
 use super::{
     SimOptions, SimResult,
-    packet::{PacketOptions, simulate_packet_cases},
-    print, simulate,
+    packet::{PacketOptions, simulate_packet_cases, simulate_packet_run},
+    print,
+    record::{records, save},
+    simulate,
     whatif::{WhatIf, WhatIfKind, resolve_links, simulate_whatif},
 };
 use crate::forwarding::fabric::{Scale, SimFabric};
@@ -109,6 +111,11 @@ pub struct SimArgs {
     /// Packet model: from a failure to the controller's repaired routes, microseconds.
     #[arg(long, default_value_t = 100.0)]
     pub detect_us: f64,
+    /// Packet model: also write each case as the testbed writes a run: its job record
+    /// (`results/jobs/JOB.json`, for `fabric report JOB`) and its run result
+    /// (`results/twin/JOB.json`, schema fabric.run/2).
+    #[arg(long)]
+    pub job_record: bool,
     /// Write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -218,8 +225,23 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     };
     let results = match (a.model, whatif) {
         (Model::Flow, None) => cases.iter().map(|o| simulate(&mut fabric, o)).collect::<Result<Vec<_>>>()?,
+        (Model::Flow, _) if a.job_record => bail!("--job-record: needs the packet model (--model packet)"),
         (Model::Flow, Some(_)) => bail!("--fail-at, --drain-at: what-ifs need the packet model (--model packet)"),
+        (Model::Packet, None) if a.job_record => {
+            let mut out = Vec::new();
+            let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+            for (i, o) in cases.iter().enumerate() {
+                let run = simulate_packet_run(&mut fabric, o, &packet, true)?;
+                let id = format!("twin-{stamp}-{i}");
+                let (job, result) = records(&fabric, o, &run, &id);
+                let (job_path, run_path) = save(&job, &result)?;
+                println!("{}: job {id}: wrote {} and {}", run.result.case, job_path.display(), run_path.display());
+                out.push(run.result);
+            }
+            out
+        }
         (Model::Packet, None) => simulate_packet_cases(&fabric, &cases, &packet)?,
+        (Model::Packet, Some(_)) if a.job_record => bail!("--job-record: not with --fail-at or --drain-at"),
         (Model::Packet, Some(w)) => {
             ensure!(a.detect_us.is_finite() && a.detect_us >= 0.0, "--detect-us: {} is not a delay", a.detect_us);
             let detect_ns = (a.detect_us * 1e3).round() as u64;

@@ -27,6 +27,7 @@
 pub mod cli;
 pub mod fairshare;
 pub mod packet;
+pub mod record;
 pub mod whatif;
 
 use std::time::Instant;
