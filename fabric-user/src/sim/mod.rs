@@ -149,7 +149,7 @@ pub struct PacketStats {
     pub peak_packets: usize,
     /// `--fail-at` / `--drain-at`: what the event did to the job.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub whatif: Option<whatif::WhatIfReport>,
+    pub whatif: Option<WhatIfReport>,
 }
 
 impl PacketStats {
@@ -188,6 +188,40 @@ impl PacketStats {
         self.packet_hops += r.packet_hops;
         self.peak_packets = self.peak_packets.max(r.peak_packets);
     }
+}
+
+/// `--fail-at` or `--drain-at` ([`whatif`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WhatIfKind {
+    Fail,
+    Drain,
+}
+
+/// What an event did to one case's job.
+#[derive(Clone, Debug, Serialize)]
+pub struct WhatIfReport {
+    pub kind: WhatIfKind,
+    pub target: String,
+    pub at_ns: u64,
+    /// Fail: from the failure to the repaired routes (drain: 0).
+    pub detect_ns: u64,
+    /// The links it took away.
+    pub links: Vec<String>,
+    /// One iteration, without and with the event, seconds.
+    pub baseline_completion_s: f64,
+    pub completion_s: f64,
+    /// completion / baseline - 1.
+    pub slowdown: f64,
+    /// Every QP of every step completed (every byte delivered).
+    pub finished: bool,
+    /// Steps whose time the event changed.
+    pub steps_affected: usize,
+    /// Packets lost on the failed links (queued, in flight, or routed into them before the
+    /// repair), retransmissions, retransmission timeouts: over the affected steps.
+    pub lost_packets: u64,
+    pub retransmissions: u64,
+    pub timeouts: u64,
 }
 
 /// How many QPs one step may have before we refuse (memory: ~100 bytes per QP and direction).

@@ -29,17 +29,11 @@ use super::{
     packet::{PacketOptions, endpoint_config, network, qp_specs, simulate_packet},
     steps_of,
 };
+pub use super::{WhatIfKind, WhatIfReport};
 use crate::{
     forwarding::fabric::SimFabric,
     model::plan::{LinkId, Plan, Role},
 };
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WhatIfKind {
-    Fail,
-    Drain,
-}
 
 /// An event as the command line states it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -104,32 +98,6 @@ pub fn resolve_links(plan: &Plan, w: &WhatIf) -> Result<Vec<LinkId>> {
         }
     }
     Ok(links)
-}
-
-/// What an event did to one case's job.
-#[derive(Clone, Debug, Serialize)]
-pub struct WhatIfReport {
-    pub kind: WhatIfKind,
-    pub target: String,
-    pub at_ns: u64,
-    /// Fail: from the failure to the repaired routes (drain: 0).
-    pub detect_ns: u64,
-    /// The links it took away.
-    pub links: Vec<String>,
-    /// One iteration, without and with the event, seconds.
-    pub baseline_completion_s: f64,
-    pub completion_s: f64,
-    /// completion / baseline - 1.
-    pub slowdown: f64,
-    /// Every QP of every step completed (every byte delivered).
-    pub finished: bool,
-    /// Steps whose time the event changed.
-    pub steps_affected: usize,
-    /// Packets lost on the failed links (queued, in flight, or routed into them before the
-    /// repair), retransmissions, retransmission timeouts: over the affected steps.
-    pub lost_packets: u64,
-    pub retransmissions: u64,
-    pub timeouts: u64,
 }
 
 /// A change in the job's time.
