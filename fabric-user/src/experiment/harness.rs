@@ -41,6 +41,8 @@ pub struct Options {
     pub time_scale: Option<u64>,
     /// A negative control (tests): runs asking for one mode secretly get another.
     pub control: Option<Control>,
+    /// Run on the packet-level twin instead of the testbed (`--model packet`).
+    pub twin: Option<super::twin::TwinModel>,
 }
 
 /// A negative control: the scenario runs unchanged, except that every run asking for `from` is
@@ -83,6 +85,7 @@ impl Default for Options {
             verbose: false,
             time_scale: None,
             control: None,
+            twin: None,
         }
     }
 }
@@ -94,6 +97,8 @@ pub struct Ctx {
     pub verbose: bool,
     time_scale: Option<u64>,
     pub control: Option<Control>,
+    /// `--model packet`: the scenario runs its cases on the twin.
+    pub twin: Option<super::twin::TwinModel>,
     prefix_base: String,
     next: std::cell::Cell<u32>,
 }
@@ -146,6 +151,7 @@ impl Ctx {
             verbose: opts.verbose,
             time_scale: opts.time_scale,
             control: opts.control,
+            twin: opts.twin,
             prefix_base,
             next: std::cell::Cell::new(0),
         }
