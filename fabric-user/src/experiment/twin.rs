@@ -9,49 +9,15 @@
 //! and the twin's balance is the ECMP members' bytes per tier (the testbed's: RTSW uplinks).
 use anyhow::{Result, ensure};
 
+pub use super::harness::TwinModel;
 use super::harness::{Case, Control, Ctx};
 use crate::{
-    forwarding::fabric::{Scale, SimFabric},
-    model::plan::Plan,
-    model::topology::Topology,
+    forwarding::fabric::SimFabric,
     sim::{
         SimOptions, SimResult,
         packet::{PacketOptions, simulate_packet_cases},
     },
 };
-
-/// How the twin runs an experiment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TwinModel {
-    /// A synthetic fabric (default: the scenario's own testbed topology).
-    pub scale: Option<Scale>,
-}
-
-impl TwinModel {
-    pub fn describe(&self) -> String {
-        match self.scale {
-            Some(s) => format!(
-                "packet-level twin, --scale {} ({} hosts)",
-                s.as_str(),
-                Plan::new(&s.topology()).hosts().count()
-            ),
-            None => "packet-level twin, the scenario's testbed topology".into(),
-        }
-    }
-
-    /// The fabric of `topo` (the scenario's), or of `--scale` with `adapt` applied to it.
-    pub fn fabric(&self, topo: Topology, adapt: impl Fn(&mut Topology)) -> SimFabric {
-        let topo = match self.scale {
-            Some(s) => {
-                let mut t = s.topology();
-                adapt(&mut t);
-                t
-            }
-            None => topo,
-        };
-        SimFabric::from_controller(&Plan::new(&topo), &Default::default())
-    }
-}
 
 /// The twin's settings for experiments: links of 1 µs, a 10 s deadline per step.
 pub const PACKET: PacketOptions =
