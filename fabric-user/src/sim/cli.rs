@@ -11,6 +11,7 @@ use super::{
     print,
     record::{records, save},
     simulate,
+    trace::{TraceSimOptions, TraceSimResult, simulate_trace},
     whatif::{WhatIf, WhatIfKind, resolve_links, simulate_whatif},
 };
 use crate::forwarding::fabric::{Scale, SimFabric};
@@ -116,6 +117,17 @@ pub struct SimArgs {
     /// (`results/twin/JOB.json`, schema fabric.run/2).
     #[arg(long)]
     pub job_record: bool,
+    /// Packet model: replay this Chakra or PARAM trace (as `fabric run trace` takes it)
+    /// instead of `--workload`: a training step's compute and communication.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Ranks of a single-file (SPMD) trace.
+    #[arg(long)]
+    pub trace_ranks: Option<usize>,
+    /// With --trace: the modelled GPU's speed over the traced one's (compute takes traced /
+    /// this).
+    #[arg(long, default_value_t = 1.0)]
+    pub gpu_speedup: f64,
     /// Write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -135,6 +147,9 @@ pub struct SimReport {
     /// Seconds to build the fabric description (plan and groups).
     pub build_s: f64,
     pub results: Vec<SimResult>,
+    /// `--trace`: one training step per case.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub traces: Vec<TraceSimResult>,
 }
 
 /// The fabric of `--topology` / `--scale`: the controller's tables for small fabrics, the Clos
@@ -218,6 +233,27 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
             });
         }
     }
+    if let Some(file) = &a.trace {
+        ensure!(a.model == Model::Packet, "--trace: needs the packet model (--model packet)");
+        ensure!(
+            a.fail_at.is_none() && a.drain_at.is_none() && !a.job_record,
+            "--trace: not with what-ifs or --job-record"
+        );
+        let mut traces = Vec::new();
+        for o in &cases {
+            let t = TraceSimOptions {
+                file: file.clone(),
+                spmd_ranks: a.trace_ranks,
+                placement: a.placement.clone(),
+                hash: o.hash,
+                hash_seed: o.hash_seed,
+                endpoint: o.endpoint.clone(),
+                gpu_speedup: a.gpu_speedup,
+            };
+            traces.push(simulate_trace(&mut fabric, &t, &packet)?);
+        }
+        return Ok(SimReport { schema: "fabric.sim/1", build_s, results: Vec::new(), traces });
+    }
     let whatif = match (&a.fail_at, &a.drain_at) {
         (Some(s), _) => Some(WhatIf::parse(WhatIfKind::Fail, s)?),
         (_, Some(s)) => Some(WhatIf::parse(WhatIfKind::Drain, s)?),
@@ -255,13 +291,14 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
             cases.iter().map(|o| simulate_whatif(plan, &down, o, &packet, &w, detect_ns)).collect::<Result<Vec<_>>>()?
         }
     };
-    Ok(SimReport { schema: "fabric.sim/1", build_s, results })
+    Ok(SimReport { schema: "fabric.sim/1", build_s, results, traces: Vec::new() })
 }
 
 /// `fabric sim`: run, print, write JSON.
 pub fn main(a: &SimArgs) -> Result<()> {
     let report = run(a)?;
     print(&report.results);
+    super::trace::print(&report.traces);
     println!("fabric description built in {:.3} s", report.build_s);
     if let Some(path) = &a.json {
         if let Some(dir) = path.parent() {

@@ -28,6 +28,7 @@ pub mod cli;
 pub mod fairshare;
 pub mod packet;
 pub mod record;
+pub mod trace;
 pub mod whatif;
 
 use std::time::Instant;
