@@ -476,7 +476,7 @@ fn print_whatifs(results: &[SimResult]) {
              {} step(s) affected, {} packets lost, {} retransmitted, {} timeouts, {}",
             r.case,
             w.links.len(),
-            w.links.join(" "),
+            if w.links.len() <= 6 { w.links.join(" ") } else { format!("{} ...", w.links[..6].join(" ")) },
             w.detect_ns as f64 / 1e3,
             w.baseline_completion_s,
             w.completion_s,
