@@ -24,4 +24,4 @@ pub mod report;
 pub mod switch;
 pub mod workload;
 
-pub use engine::{Twin, TwinError};
+pub use engine::{Change, Scheduled, Twin, TwinError};

@@ -95,6 +95,10 @@ enum GraphFormat {
 }
 
 #[derive(Subcommand)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; boxing would buy nothing (allow: whether it fires depends on which argument struct is largest)"
+)]
 enum Command {
     /// Build a testbed: namespaces, veths, addresses, XDP switches with their routes.
     Up {

@@ -44,6 +44,7 @@ fn run_at(name: &str, tag: char, control: Option<Control>, seeds: u32, time_scal
         // Calibrated: a debug build's endpoints need a slower fabric than a release build's.
         time_scale,
         control,
+        twin: None,
     };
     let (r, dir) = experiment::run(name, &opts).unwrap_or_else(|e| panic!("{e:#}"));
     experiment::print_summary(&r, &dir);

@@ -51,7 +51,41 @@ pub enum TwinError {
     Loopback { index: usize, host: usize },
     #[error("{0} QPs: more than the twin's 2^32 indices")]
     TooManyQps(usize),
+    #[error("changes[{index}]: {reason}")]
+    Change { index: usize, reason: String },
 }
+
+/// A change to the network during a step (an operational what-if).
+pub enum Change<'n, R> {
+    /// The link at `node`'s `port` stops carrying frames, both ways: what is queued at either
+    /// end and in flight on it is lost, and so is whatever the switches still route into it.
+    LinkDown { node: usize, port: usize },
+    /// The switches route by `net`'s routes and groups from then on (the controller's repair
+    /// or drain; the same nodes and ports). Member counters stop: their numbering is the
+    /// first routing's.
+    Routes(&'n Network<R>),
+}
+
+// Not derived: a derive would ask `R` to be `Copy`, and only a reference to it is held.
+impl<R> Clone for Change<'_, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<R> Copy for Change<'_, R> {}
+
+/// A [`Change`] at a modelled time, from the start of the step.
+pub struct Scheduled<'n, R> {
+    pub at_ns: Nanos,
+    pub change: Change<'n, R>,
+}
+
+impl<R> Clone for Scheduled<'_, R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<R> Copy for Scheduled<'_, R> {}
 
 /// The simulator of one network.
 pub struct Twin<'n, R> {
@@ -81,6 +115,11 @@ pub struct Twin<'n, R> {
     delivered: u64,
     hops: u64,
     unroutable: u64,
+    /// Per global port: its link has failed.
+    down: Vec<bool>,
+    lost: u64,
+    /// The routing is the network's own, whose members the counters number.
+    count_members: bool,
 }
 
 impl<'n, R: Routing> Twin<'n, R> {
@@ -108,6 +147,9 @@ impl<'n, R: Routing> Twin<'n, R> {
             delivered: 0,
             hops: 0,
             unroutable: 0,
+            down: Vec::new(),
+            lost: 0,
+            count_members: true,
         }
     }
 
@@ -132,8 +174,46 @@ impl<'n, R: Routing> Twin<'n, R> {
     /// Runs one step: every QP of `qps` starts at time 0 and the step ends when all are
     /// acknowledged in full, when nothing is left to happen, or at `deadline_ns`.
     pub fn run_step(&mut self, qps: &[QpSpec], deadline_ns: Nanos) -> Result<StepReport, TwinError> {
+        self.run_step_with(qps, deadline_ns, &[])
+    }
+
+    /// [`Twin::run_step`] with `changes` to the network at their times. A change due after
+    /// every QP completed does not happen; one at time 0 happens before the first packet.
+    pub fn run_step_with(
+        &mut self,
+        qps: &[QpSpec],
+        deadline_ns: Nanos,
+        changes: &[Scheduled<'n, R>],
+    ) -> Result<StepReport, TwinError> {
+        let home = self.net;
         self.reset();
+        self.check_changes(changes)?;
         self.start_qps(qps)?;
+        for (i, c) in changes.iter().enumerate() {
+            self.events.schedule(c.at_ns, Kind::Change, 0, i as u32);
+        }
+        let report = self.event_loop(deadline_ns, changes);
+        self.net = home;
+        Ok(report)
+    }
+
+    fn check_changes(&self, changes: &[Scheduled<'n, R>]) -> Result<(), TwinError> {
+        for (index, c) in changes.iter().enumerate() {
+            let reason = match c.change {
+                Change::LinkDown { node, port } => (self.net.nodes.get(node).is_none_or(|n| port >= n.ports.len()))
+                    .then(|| format!("node {node} has no port {port}")),
+                Change::Routes(net) => (net.nodes.len() != self.net.nodes.len()
+                    || net.nodes.iter().zip(&self.net.nodes).any(|(a, b)| a.ports != b.ports))
+                .then(|| "the new routes are for another network (nodes or ports differ)".to_string()),
+            };
+            if let Some(reason) = reason {
+                return Err(TwinError::Change { index, reason });
+            }
+        }
+        Ok(())
+    }
+
+    fn event_loop(&mut self, deadline_ns: Nanos, changes: &[Scheduled<'n, R>]) -> StepReport {
         while let Some(e) = self.events.pop() {
             if e.time > deadline_ns {
                 break;
@@ -151,12 +231,37 @@ impl<'n, R: Routing> Twin<'n, R> {
                 }
                 Kind::HostWake => self.on_wake(e.arg as usize),
                 Kind::PfcTend => self.on_tend(e.port, e.arg as usize),
+                Kind::Change => self.on_change(changes[e.arg as usize].change),
             }
             if self.incomplete == 0 {
                 break;
             }
         }
-        Ok(self.report())
+        self.report()
+    }
+
+    fn on_change(&mut self, change: Change<'n, R>) {
+        match change {
+            Change::LinkDown { node, port } => {
+                let e = self.net.port_index(node, port);
+                let peer = self.ports[e as usize].peer;
+                for p in [e, peer] {
+                    self.down[p as usize] = true;
+                    let node = self.ports[p as usize].node as usize;
+                    for (class, q) in self.ports[p as usize].take_all() {
+                        if !self.is_host[node] {
+                            self.dequeued(node, class, q);
+                        }
+                        self.packets.remove(q.id);
+                        self.lost += 1;
+                    }
+                }
+            }
+            Change::Routes(net) => {
+                self.net = net;
+                self.count_members = false;
+            }
+        }
     }
 
     /// Fresh ports, switches and hosts: a step starts on an idle fabric.
@@ -169,7 +274,8 @@ impl<'n, R: Routing> Twin<'n, R> {
         self.hosts.clear();
         self.qps.clear();
         self.ways.clear();
-        (self.delivered, self.hops, self.unroutable) = (0, 0, 0);
+        (self.delivered, self.hops, self.unroutable, self.lost) = (0, 0, 0, 0);
+        self.count_members = true;
         for (n, node) in net.nodes.iter().enumerate() {
             for p in &node.ports {
                 let peer = net.port_index(p.peer_node, p.peer_port);
@@ -188,6 +294,7 @@ impl<'n, R: Routing> Twin<'n, R> {
             }
         }
         self.is_host = self.hosts.iter().map(Option::is_some).collect();
+        self.down = vec![false; self.ports.len()];
         self.depth = vec![DepthHistogram::new(); net.tiers.len() + 1];
         self.member_packets = vec![0; net.routing.member_slots()];
         self.member_bytes = vec![0; net.routing.member_slots()];
@@ -279,6 +386,9 @@ impl<'n, R: Routing> Twin<'n, R> {
 
     /// A PFC frame reached egress port `e`.
     fn on_pause(&mut self, e: u32, arg: u32) {
+        if self.down[e as usize] {
+            return;
+        }
         let (class, quanta) = ((arg >> 16) as usize, arg as u16);
         let mut times = [0; CLASSES];
         times[class] = quanta;
@@ -296,6 +406,7 @@ impl<'n, R: Routing> Twin<'n, R> {
         let port = &mut self.ports[p as usize];
         let at = port.busy_until.max(now) + port.transmit_ns(pfc::FRAME_LEN as u32) + port.delay_ns;
         port.counters.pauses_sent += 1;
+        port.counters.resumes_sent += u64::from(quanta == 0);
         port.last_pause_ns[class] = now;
         let peer = port.peer;
         self.events.schedule(at, Kind::Pause, peer, (class as u32) << 16 | u32::from(quanta));
@@ -304,6 +415,11 @@ impl<'n, R: Routing> Twin<'n, R> {
     // ---- switches --------------------------------------------------------------------------
 
     fn on_arrive(&mut self, p: u32, id: u32) {
+        if self.down[p as usize] {
+            self.packets.remove(id);
+            self.lost += 1;
+            return;
+        }
         let node = self.ports[p as usize].node as usize;
         if self.is_host[node] {
             return self.host_receive(node, id);
@@ -319,12 +435,18 @@ impl<'n, R: Routing> Twin<'n, R> {
             self.packets.remove(id);
             return;
         };
-        if !self.member_packets.is_empty() {
+        if self.count_members && !self.member_packets.is_empty() {
             let slot = routing.member_slot(node, group, member);
             self.member_packets[slot] += 1;
             self.member_bytes[slot] += u64::from(frame_len);
         }
         let e = self.net.port_index(node, out);
+        if self.down[e as usize] {
+            // Routed into a failed link the routes do not know about yet: a black hole.
+            self.packets.remove(id);
+            self.lost += 1;
+            return;
+        }
         let class = Switch::class(tos);
         let wire = wire_bytes(frame_len);
         let queued = self.ports[e as usize].queued_bytes[class];
@@ -396,6 +518,7 @@ impl<'n, R: Routing> Twin<'n, R> {
         let now = self.events.now();
         let due = port.last_pause_ns[class] + refresh;
         if now >= due {
+            self.ports[p as usize].counters.refreshes_sent += 1;
             self.send_pfc(p, class, quanta);
             self.events.schedule(now + refresh, Kind::PfcTend, p, class as u32);
         } else {
@@ -603,6 +726,7 @@ impl<'n, R: Routing> Twin<'n, R> {
             packet_hops: self.hops,
             packets_delivered: self.delivered,
             unroutable: self.unroutable,
+            lost_to_failures: self.lost,
             peak_packets: self.packets.peak(),
         }
     }

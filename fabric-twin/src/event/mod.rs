@@ -27,12 +27,15 @@ pub enum Kind {
     HostWake,
     /// Ingress `port` pauses class `arg`: refresh the pause or lift it (the agent's tending).
     PfcTend,
+    /// Change `arg` of the step's scheduled changes to the network happens (a link fails, the
+    /// routes change).
+    Change,
 }
 
 impl Kind {
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 7;
     pub const ALL: [Kind; Kind::COUNT] =
-        [Kind::Arrive, Kind::TxDone, Kind::Pause, Kind::Resume, Kind::HostWake, Kind::PfcTend];
+        [Kind::Arrive, Kind::TxDone, Kind::Pause, Kind::Resume, Kind::HostWake, Kind::PfcTend, Kind::Change];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -42,6 +45,7 @@ impl Kind {
             Kind::Resume => "resume",
             Kind::HostWake => "host-wake",
             Kind::PfcTend => "pfc-tend",
+            Kind::Change => "change",
         }
     }
 }

@@ -33,6 +33,9 @@ pub struct PortCounters {
     pub pauses_received: u64,
     /// PFC frames sent from this port to its peer (pause, refresh and resume).
     pub pauses_sent: u64,
+    /// ... of which refreshes of a pause in force, and resumes (quanta 0).
+    pub refreshes_sent: u64,
+    pub resumes_sent: u64,
     /// Deepest any class's queue has been, wire bytes.
     pub max_depth_bytes: u64,
 }
@@ -159,6 +162,17 @@ impl Port {
             return Some((class, q));
         }
         None
+    }
+
+    /// Takes every queued packet out, paused or not (the link failed under them).
+    pub fn take_all(&mut self) -> Vec<(usize, Queued)> {
+        let mut out = Vec::new();
+        for class in 0..CLASSES {
+            out.extend(self.queues[class].drain(..).map(|q| (class, q)));
+            self.queued_bytes[class] = 0;
+        }
+        self.nonempty = 0;
+        out
     }
 
     /// When the earliest paused class with a packet queued may send again.

@@ -134,6 +134,9 @@ pub struct StepReport {
     pub packets_delivered: u64,
     /// Packets switches had no route for.
     pub unroutable: u64,
+    /// Packets lost to a failed link: queued at either end, in flight on it, or routed into it
+    /// before the routes were repaired.
+    pub lost_to_failures: u64,
     /// The most packets in flight at once.
     pub peak_packets: usize,
 }

@@ -31,6 +31,20 @@ pub struct ExperimentArgs {
     /// A line per run on stderr.
     #[arg(long, short)]
     pub verbose: bool,
+    /// Where the cases run: the testbed (default) or the packet-level twin (`packet`; results
+    /// under DIR/NAME-packet/).
+    #[arg(long, value_enum, default_value_t = ExperimentModel::Testbed)]
+    pub model: ExperimentModel,
+    /// With --model packet: a synthetic fabric instead of the scenario's testbed topology.
+    #[arg(long, value_enum)]
+    pub scale: Option<crate::forwarding::fabric::Scale>,
+}
+
+/// Where an experiment's cases run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExperimentModel {
+    Testbed,
+    Packet,
 }
 
 pub fn main(args: &ExperimentArgs) -> Result<()> {
@@ -47,6 +61,11 @@ pub fn main(args: &ExperimentArgs) -> Result<()> {
         verbose: args.verbose,
         time_scale: args.time_scale,
         control: None,
+        twin: match args.model {
+            ExperimentModel::Packet => Some(super::twin::TwinModel { scale: args.scale }),
+            ExperimentModel::Testbed if args.scale.is_some() => bail!("--scale: needs --model packet"),
+            ExperimentModel::Testbed => None,
+        },
     };
     match args.name.as_str() {
         "list" => {

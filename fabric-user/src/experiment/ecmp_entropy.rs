@@ -33,6 +33,9 @@ pub const CASES: [(&str, &str, u32, SportPolicy, HashMode); 5] = [
 ];
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
+    if let Some(model) = ctx.twin {
+        return run_twin(ctx, model);
+    }
     let mut topo = super::harness::shipped_topology(None)?;
     let cal = ctx.time_scale()?;
     topo.time_scale = cal.time_scale;
@@ -99,6 +102,59 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
              little: 8 paced QPs keep the link busier than one)."
                 .into(),
         ],
+        tables: vec![],
+    })
+}
+
+/// The same cases on the twin: every host of the fabric a rank, fragmented placement.
+fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
+    let fabric = model.fabric(crate::model::topology::Topology::default_topology(), |_| {});
+    let hosts = fabric.plan.hosts().count();
+    // Each ring step moves message / ranks: 1 MiB (4 MiB) keeps a step bandwidth-bound at any
+    // scale (a few KiB per step would measure the links' latency, not their balance).
+    let message: u64 = ctx.pick(1 << 20, 4 << 20) * hosts as u64;
+    let runs: Vec<(usize, crate::sim::SimOptions)> = CASES
+        .iter()
+        .enumerate()
+        .map(|(i, &(_, _, qps, sport, hash))| {
+            let endpoint = crate::endpoint::EndpointOptions { qps, sport, ..Default::default() };
+            let o = crate::sim::SimOptions {
+                collective: Collective::Allreduce,
+                ranks: None,
+                message_bytes: message,
+                placement: Placement::Fragmented,
+                seed: 1,
+                hash,
+                hash_seed: None,
+                endpoint,
+            };
+            (i, o)
+        })
+        .collect();
+    let mut cases: Vec<Case> = CASES.iter().map(|c| Case::new(c.0, c.1)).collect();
+    super::twin::run_cases(ctx, &fabric, &runs, &mut cases)?;
+    let verdicts = verdicts(&cases);
+    Ok(Outcome {
+        setup: vec![
+            format!(
+                "Ring AllReduce over all {hosts} hosts, {} MiB per rank (1/{hosts} of it per step), placement `fragmented` (one host per \
+                 rack first, so every ring hop crosses the spine), RoCE path MTU 1024, no congestion control \
+                 on top of PFC.",
+                message >> 20
+            ),
+            "Each seed re-seeds every switch's hash; the same seed is used for every case.".into(),
+            "completion_ms is modelled time on the twin; balance is over the RTSWs' uplink ECMP groups.".into(),
+        ],
+        metrics: vec![
+            Metric::new("max_over_mean", "uplink max/mean (mean over RTSWs)", "", Better::Lower, true),
+            Metric::new("worst_max_over_mean", "uplink max/mean (worst RTSW)", "", Better::Lower, false),
+            Metric::new("jain", "uplink Jain index (mean over RTSWs)", "", Better::Higher, true),
+            Metric::new("completion_ms", "AllReduce completion", "ms modelled", Better::Lower, true),
+            Metric::new("pfc_frames", "PFC frames sent by switches", "", Better::Lower, false),
+        ],
+        cases,
+        verdicts,
+        notes: vec![],
         tables: vec![],
     })
 }

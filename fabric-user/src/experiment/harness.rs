@@ -41,6 +41,44 @@ pub struct Options {
     pub time_scale: Option<u64>,
     /// A negative control (tests): runs asking for one mode secretly get another.
     pub control: Option<Control>,
+    /// Run on the packet-level twin instead of the testbed (`--model packet`).
+    pub twin: Option<TwinModel>,
+}
+
+/// How the twin runs an experiment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TwinModel {
+    /// A synthetic fabric (default: the scenario's own testbed topology).
+    pub scale: Option<crate::forwarding::fabric::Scale>,
+}
+
+impl TwinModel {
+    pub fn describe(&self) -> String {
+        match self.scale {
+            Some(s) => format!(
+                "packet-level twin, --scale {} ({} hosts)",
+                s.as_str(),
+                crate::model::plan::Plan::new(&s.topology()).hosts().count()
+            ),
+            None => "packet-level twin, the scenario's testbed topology".into(),
+        }
+    }
+
+    /// The fabric of `topo` (the scenario's), or of `--scale` with `adapt` applied to it.
+    pub fn fabric(&self, topo: Topology, adapt: impl Fn(&mut Topology)) -> crate::forwarding::fabric::SimFabric {
+        let topo = match self.scale {
+            Some(s) => {
+                let mut t = s.topology();
+                adapt(&mut t);
+                t
+            }
+            None => topo,
+        };
+        crate::forwarding::fabric::SimFabric::from_controller(
+            &crate::model::plan::Plan::new(&topo),
+            &Default::default(),
+        )
+    }
 }
 
 /// A negative control: the scenario runs unchanged, except that every run asking for `from` is
@@ -92,6 +130,7 @@ impl Default for Options {
             verbose: false,
             time_scale: None,
             control: None,
+            twin: None,
         }
     }
 }
@@ -103,6 +142,8 @@ pub struct Ctx {
     pub verbose: bool,
     time_scale: Option<u64>,
     pub control: Option<Control>,
+    /// `--model packet`: the scenario runs its cases on the twin.
+    pub twin: Option<TwinModel>,
     prefix_base: String,
     next: std::cell::Cell<u32>,
 }
@@ -155,6 +196,7 @@ impl Ctx {
             verbose: opts.verbose,
             time_scale: opts.time_scale,
             control: opts.control,
+            twin: opts.twin,
             prefix_base,
             next: std::cell::Cell::new(0),
         }

@@ -20,6 +20,7 @@ pub mod multi_tenant;
 pub mod path_pinning;
 pub mod pfc_storm;
 pub mod report;
+pub mod twin;
 pub mod verdict;
 
 use std::{
@@ -61,12 +62,23 @@ pub fn find(name: &str) -> Result<&'static Scenario> {
 
 /// Runs one scenario and writes its results under `opts.out/NAME/`.
 pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
-    crate::sys::netns::require_capabilities()?;
     let scenario = find(name)?;
+    if opts.twin.is_none() {
+        crate::sys::netns::require_capabilities()?;
+    } else if !TWIN_SCENARIOS.contains(&name) {
+        bail!("{name}: no packet-model variant yet (--model packet runs {})", TWIN_SCENARIOS.join(", "));
+    }
     let ctx = Ctx::new(opts);
     let start = Instant::now();
-    let outcome = (scenario.run)(&ctx).with_context(|| format!("experiment {name}"))?;
-    let dir = opts.out.join(name);
+    let mut outcome = (scenario.run)(&ctx).with_context(|| format!("experiment {name}"))?;
+    // The twin's results go beside the testbed's, not over them.
+    let dir = match &opts.twin {
+        Some(m) => {
+            outcome.setup.insert(0, format!("Run on the {}.", m.describe()));
+            opts.out.join(format!("{name}-packet"))
+        }
+        None => opts.out.join(name),
+    };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut report = ExperimentReport {
         schema: SCHEMA,
@@ -86,6 +98,9 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
     report::write(&mut report, &dir)?;
     Ok((report, dir))
 }
+
+/// The scenarios with a packet-model (twin) variant.
+pub const TWIN_SCENARIOS: [&str; 2] = ["ecmp-entropy", "path-pinning"];
 
 /// The verdict table in plain text (for the terminal).
 pub fn print_summary(r: &ExperimentReport, dir: &Path) {

@@ -43,13 +43,9 @@ pub fn topology(uplinks_per_spine: u32, rtsw_rate_gbps: f64, time_scale: u64) ->
     t
 }
 
-fn run(ctx: &Ctx) -> Result<Outcome> {
-    let ranks = 6;
-    let cal = ctx.time_scale()?;
-    let message: u64 = ctx.pick(2 << 20, 4 << 20);
-    let iterations = ctx.pick(1, 2);
-    // (key, label, topology (uplinks per spine, uplink rate), placement, hash, qps)
-    let plan: [PinCase; 7] = [
+/// (key, label, topology (uplinks per spine, uplink rate), placement, hash, qps).
+fn pin_cases() -> [PinCase; 7] {
+    [
         ("pin-contiguous", "pin, whole racks", (1, 400.0), Placement::Contiguous, HashMode::Pin, 1),
         ("eecmp-contiguous", "E-ECMP 8 QPs, whole racks", (1, 400.0), Placement::Contiguous, HashMode::Eecmp, 8),
         ("pin-fragmented", "pin, fragmented", (1, 400.0), Placement::Fragmented, HashMode::Pin, 1),
@@ -64,7 +60,18 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
             HashMode::Pin,
             1,
         ),
-    ];
+    ]
+}
+
+fn run(ctx: &Ctx) -> Result<Outcome> {
+    if let Some(model) = ctx.twin {
+        return run_twin(ctx, model);
+    }
+    let ranks = 6;
+    let cal = ctx.time_scale()?;
+    let message: u64 = ctx.pick(2 << 20, 4 << 20);
+    let iterations = ctx.pick(1, 2);
+    let plan = pin_cases();
     let mut cases: Vec<Case> = plan.iter().map(|p| Case::new(p.0, p.1)).collect();
     let mut topos: Vec<(u32, f64)> = plan.iter().map(|p| p.2).collect();
     topos.dedup();
@@ -132,6 +139,68 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
              every collision."
                 .into(),
         ],
+        tables: vec![],
+    })
+}
+
+/// The same cases on the twin: on the scenario's topologies, or on `--scale`'s fabric with the
+/// same changes (uplinks per spine, uplink rate) and three quarters of its hosts as ranks.
+fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
+    let plan = pin_cases();
+    let mut cases: Vec<Case> = plan.iter().map(|p| Case::new(p.0, p.1)).collect();
+    let mut topos: Vec<(u32, f64)> = plan.iter().map(|p| p.2).collect();
+    topos.dedup();
+    let mut setup = Vec::new();
+    for t in topos {
+        let fabric = model.fabric(topology(t.0, t.1, 1), |topo| {
+            topo.zones.iter_mut().for_each(|z| z.uplinks_per_spine = t.0);
+            topo.tiers.rtsw.rate_gbps = t.1;
+        });
+        let hosts = fabric.plan.hosts().count();
+        let ranks = if model.scale.is_some() { hosts * 3 / 4 } else { 6 };
+        let message: u64 = ctx.pick(1 << 20, 4 << 20) * ranks as u64;
+        if setup.is_empty() {
+            setup.push(format!(
+                "Ring AllReduce over {ranks} of {hosts} hosts, {} MiB per rank (1/{ranks} of it per ring step), \
+                 1 QP (8 for E-ECMP and TE), fixed source port; completion_ms is modelled time on the twin.",
+                message >> 20
+            ));
+        }
+        let runs: Vec<(usize, crate::sim::SimOptions)> = plan
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.2 == t)
+            .map(|(i, (_, _, _, placement, hash, qps))| {
+                let endpoint =
+                    crate::endpoint::EndpointOptions { qps: *qps, sport: SportPolicy::Fixed, ..Default::default() };
+                let o = crate::sim::SimOptions {
+                    collective: Collective::Allreduce,
+                    ranks: Some(ranks),
+                    message_bytes: message,
+                    placement: placement.clone(),
+                    seed: 1,
+                    hash: *hash,
+                    hash_seed: None,
+                    endpoint,
+                };
+                (i, o)
+            })
+            .collect();
+        super::twin::run_cases(ctx, &fabric, &runs, &mut cases)?;
+    }
+    setup.push("Band-aids: the same fabric with 2 uplinks per spine, and with 800 Gbit/s RTSW uplinks.".into());
+    let verdicts = verdicts(&cases);
+    Ok(Outcome {
+        setup,
+        metrics: vec![
+            Metric::new("completion_ms", "AllReduce completion", "ms modelled", Better::Lower, true),
+            Metric::new("max_over_mean", "uplink max/mean (mean over RTSWs)", "", Better::Lower, true),
+            Metric::new("jain", "uplink Jain index", "", Better::Higher, false),
+            Metric::new("pfc_frames", "PFC frames sent by switches", "", Better::Lower, false),
+        ],
+        cases,
+        verdicts,
+        notes: vec![],
         tables: vec![],
     })
 }

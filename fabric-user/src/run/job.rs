@@ -251,8 +251,13 @@ fn port_deltas(before: &StatsReport, after: &StatsReport) -> Vec<PortDelta> {
             }
         }
     }
-    out.sort_by(|a, b| b.congestion_score().cmp(&a.congestion_score()).then(b.tx_bytes.cmp(&a.tx_bytes)));
+    sort_busiest(&mut out);
     out
+}
+
+/// Most congested first, then busiest: the order of [`JobRecord::ports`].
+pub fn sort_busiest(ports: &mut [PortDelta]) {
+    ports.sort_by(|a, b| b.congestion_score().cmp(&a.congestion_score()).then(b.tx_bytes.cmp(&a.tx_bytes)));
 }
 
 /// A few sentences on where the job's time went, from its own figures.
@@ -398,13 +403,13 @@ pub fn print(rec: &JobRecord) {
         rec.collective,
         rec.placement.len(),
         rec.hash,
-        rec.completion_ns.iter().map(|c| format!("{:.1} ms", *c as f64 / 1e6)).collect::<Vec<_>>().join(", ")
+        rec.completion_ns.iter().map(|c| format!("{:.3} ms", *c as f64 / 1e6)).collect::<Vec<_>>().join(", ")
     );
     println!("{:>5} {:>10}  worst RTSW uplink max/mean", "step", "ms");
     for s in &rec.steps {
         let w = s.uplinks.iter().max_by(|a, b| a.max_over_mean.total_cmp(&b.max_over_mean));
         println!(
-            "{:>5} {:>10.1}  {}",
+            "{:>5} {:>10.3}  {}",
             s.index + 1,
             s.duration_ns as f64 / 1e6,
             w.map_or("-".into(), |u| format!("{:.2} on {}", u.max_over_mean, u.rtsw))

@@ -1,14 +1,18 @@
 //! The command line of `fabric sim`.
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use fabric_common::config::HashMode;
 use serde::Serialize;
 
 use super::{
     SimOptions, SimResult,
-    packet::{PacketOptions, simulate_packet_cases},
-    print, simulate,
+    packet::{PacketOptions, simulate_packet_cases, simulate_packet_run},
+    print,
+    record::{records, save},
+    simulate,
+    trace::{TraceSimOptions, TraceSimResult, simulate_trace},
+    whatif::{WhatIf, WhatIfKind, resolve_links, simulate_whatif},
 };
 use crate::forwarding::fabric::{Scale, SimFabric};
 use crate::{
@@ -110,6 +114,34 @@ pub struct SimArgs {
     /// as `fabric link degrade --rate` does on the testbed.
     #[arg(long = "degrade", value_name = "LINK=GBPS")]
     pub degrade: Vec<String>,
+    /// Packet model: a link (SWITCH:PORT) or a switch fails at a modelled time of the job
+    /// (`z0r0:z0c1@200us`); the routes are repaired `--detect-us` later. Reports the job's
+    /// slowdown against the same run without it.
+    #[arg(long = "fail-at", value_name = "TARGET@TIME", conflicts_with = "drain_at")]
+    pub fail_at: Option<String>,
+    /// Packet model: a link or a switch is drained at a modelled time of the job (the routes
+    /// avoid it from then on; nothing is lost).
+    #[arg(long = "drain-at", value_name = "TARGET@TIME")]
+    pub drain_at: Option<String>,
+    /// Packet model: from a failure to the controller's repaired routes, microseconds.
+    #[arg(long, default_value_t = 100.0)]
+    pub detect_us: f64,
+    /// Packet model: also write each case as the testbed writes a run: its job record
+    /// (`results/jobs/JOB.json`, for `fabric report JOB`) and its run result
+    /// (`results/twin/JOB.json`, schema fabric.run/2).
+    #[arg(long)]
+    pub job_record: bool,
+    /// Packet model: replay this Chakra or PARAM trace (as `fabric run trace` takes it)
+    /// instead of `--workload`: a training step's compute and communication.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Ranks of a single-file (SPMD) trace.
+    #[arg(long)]
+    pub trace_ranks: Option<usize>,
+    /// With --trace: the modelled GPU's speed over the traced one's (compute takes traced /
+    /// this).
+    #[arg(long, default_value_t = 1.0)]
+    pub gpu_speedup: f64,
     /// Write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -129,6 +161,9 @@ pub struct SimReport {
     /// Seconds to build the fabric description (plan and groups).
     pub build_s: f64,
     pub results: Vec<SimResult>,
+    /// `--trace`: one training step per case.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub traces: Vec<TraceSimResult>,
 }
 
 /// The fabric of `--topology` / `--scale`: the controller's tables for small fabrics, the Clos
@@ -218,11 +253,65 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
             });
         }
     }
-    let results = match a.model {
-        Model::Flow => cases.iter().map(|o| simulate(&mut fabric, o)).collect::<Result<Vec<_>>>()?,
-        Model::Packet => simulate_packet_cases(&fabric, &cases, &packet)?,
+    if let Some(file) = &a.trace {
+        ensure!(a.model == Model::Packet, "--trace: needs the packet model (--model packet)");
+        ensure!(
+            a.fail_at.is_none() && a.drain_at.is_none() && !a.job_record,
+            "--trace: not with what-ifs or --job-record"
+        );
+        let mut traces = Vec::new();
+        for o in &cases {
+            let t = TraceSimOptions {
+                file: file.clone(),
+                spmd_ranks: a.trace_ranks,
+                placement: a.placement.clone(),
+                hash: o.hash,
+                hash_seed: o.hash_seed,
+                endpoint: o.endpoint.clone(),
+                gpu_speedup: a.gpu_speedup,
+            };
+            traces.push(simulate_trace(&mut fabric, &t, &packet)?);
+        }
+        return Ok(SimReport { schema: "fabric.sim/1", build_s, results: Vec::new(), traces });
+    }
+    let whatif = match (&a.fail_at, &a.drain_at) {
+        (Some(s), _) => Some(WhatIf::parse(WhatIfKind::Fail, s)?),
+        (_, Some(s)) => Some(WhatIf::parse(WhatIfKind::Drain, s)?),
+        _ => None,
     };
-    Ok(SimReport { schema: "fabric.sim/1", build_s, results })
+    let results = match (a.model, whatif) {
+        (Model::Flow, None) => cases.iter().map(|o| simulate(&mut fabric, o)).collect::<Result<Vec<_>>>()?,
+        (Model::Flow, _) if a.job_record => bail!("--job-record: needs the packet model (--model packet)"),
+        (Model::Flow, Some(_)) => bail!("--fail-at, --drain-at: what-ifs need the packet model (--model packet)"),
+        (Model::Packet, None) if a.job_record => {
+            let mut out = Vec::new();
+            let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+            for (i, o) in cases.iter().enumerate() {
+                let run = simulate_packet_run(&mut fabric, o, &packet, true)?;
+                let id = format!("twin-{stamp}-{i}");
+                let (job, result) = records(&fabric, o, &run, &id);
+                let (job_path, run_path) = save(&job, &result)?;
+                println!("{}: job {id}: wrote {} and {}", run.result.case, job_path.display(), run_path.display());
+                out.push(run.result);
+            }
+            out
+        }
+        (Model::Packet, None) => simulate_packet_cases(&fabric, &cases, &packet)?,
+        (Model::Packet, Some(_)) if a.job_record => bail!("--job-record: not with --fail-at or --drain-at"),
+        (Model::Packet, Some(w)) => {
+            ensure!(a.detect_us.is_finite() && a.detect_us >= 0.0, "--detect-us: {} is not a delay", a.detect_us);
+            let detect_ns = (a.detect_us * 1e3).round() as u64;
+            let plan = &fabric.plan;
+            let down = a
+                .down
+                .iter()
+                .map(|spec| plan.find_link(spec).with_context(|| format!("--down {spec:?}")))
+                .collect::<Result<std::collections::BTreeSet<_>>>()?;
+            resolve_links(plan, &w)?;
+            cases.iter().map(|o| simulate_whatif(plan, &down, o, &packet, &w, detect_ns)).collect::<Result<Vec<_>>>()?
+        }
+    };
+    Ok(SimReport { schema: "fabric.sim/1", build_s, results, traces: Vec::new() })
 }
 
 /// `fabric sim`: run, print, write JSON.
@@ -232,6 +321,7 @@ pub fn main(a: &SimArgs) -> Result<()> {
     }
     let report = run(a)?;
     print(&report.results);
+    super::trace::print(&report.traces);
     println!("fabric description built in {:.3} s", report.build_s);
     if let Some(path) = &a.json {
         crate::sys::file::write_json(path, &report)?;

@@ -27,7 +27,10 @@
 pub mod cli;
 pub mod fairshare;
 pub mod packet;
+pub mod record;
 pub mod schedule;
+pub mod trace;
+pub mod whatif;
 
 use std::time::Instant;
 
@@ -153,6 +156,9 @@ pub struct PacketStats {
     pub events_by_kind: Vec<(&'static str, u64)>,
     pub packet_hops: u64,
     pub peak_packets: usize,
+    /// `--fail-at` / `--drain-at`: what the event did to the job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whatif: Option<WhatIfReport>,
 }
 
 impl PacketStats {
@@ -194,6 +200,40 @@ impl PacketStats {
         self.packet_hops += r.packet_hops;
         self.peak_packets = self.peak_packets.max(r.peak_packets);
     }
+}
+
+/// `--fail-at` or `--drain-at` ([`whatif`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WhatIfKind {
+    Fail,
+    Drain,
+}
+
+/// What an event did to one case's job.
+#[derive(Clone, Debug, Serialize)]
+pub struct WhatIfReport {
+    pub kind: WhatIfKind,
+    pub target: String,
+    pub at_ns: u64,
+    /// Fail: from the failure to the repaired routes (drain: 0).
+    pub detect_ns: u64,
+    /// The links it took away.
+    pub links: Vec<String>,
+    /// One iteration, without and with the event, seconds.
+    pub baseline_completion_s: f64,
+    pub completion_s: f64,
+    /// completion / baseline - 1.
+    pub slowdown: f64,
+    /// Every QP of every step completed (every byte delivered).
+    pub finished: bool,
+    /// Steps whose time the event changed.
+    pub steps_affected: usize,
+    /// Packets lost on the failed links (queued, in flight, or routed into them before the
+    /// repair), retransmissions, retransmission timeouts: over the affected steps.
+    pub lost_packets: u64,
+    pub retransmissions: u64,
+    pub timeouts: u64,
 }
 
 /// How many QPs one step may have before we refuse (memory: ~100 bytes per QP and direction).
@@ -435,6 +475,30 @@ pub fn print(results: &[SimResult]) {
         println!("{line} {:>14.6} {:>9.3}", r.completion_s, r.wall_s);
     }
     print_packet(results);
+    print_whatifs(results);
+}
+
+/// `--fail-at` / `--drain-at`: each case's job without and with the event.
+fn print_whatifs(results: &[SimResult]) {
+    for r in results {
+        let Some(w) = r.packet.as_ref().and_then(|p| p.whatif.as_ref()) else { continue };
+        println!(
+            "{}: {} link(s) [{}], routes changed {} us after it; completion {:.6} s -> {:.6} s ({:+.1}%), \
+             {} step(s) affected, {} packets lost, {} retransmitted, {} timeouts, {}",
+            r.case,
+            w.links.len(),
+            if w.links.len() <= 6 { w.links.join(" ") } else { format!("{} ...", w.links[..6].join(" ")) },
+            w.detect_ns as f64 / 1e3,
+            w.baseline_completion_s,
+            w.completion_s,
+            100.0 * w.slowdown,
+            w.steps_affected,
+            w.lost_packets,
+            w.retransmissions,
+            w.timeouts,
+            if w.finished { "every byte delivered" } else { "NOT every byte delivered (deadline)" }
+        );
+    }
 }
 
 /// The packet model's congestion figures, one line per case and tier.

@@ -207,6 +207,45 @@ pub struct PacketOptions {
 /// Simulates one case on the twin: each distinct step once (a step starts on an idle fabric,
 /// after the previous step's barrier), its results counted as often as the step repeats.
 pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions) -> Result<SimResult> {
+    simulate_packet_with_load(fabric, o, p).map(|(r, _)| r)
+}
+
+/// [`simulate_packet`], with the packets and bytes every ECMP member carried over one iteration
+/// (what the XDP member counters count on the testbed).
+pub fn simulate_packet_with_load(
+    fabric: &mut SimFabric,
+    o: &SimOptions,
+    p: &PacketOptions,
+) -> Result<(SimResult, MemberLoad)> {
+    simulate_packet_run(fabric, o, p, false).map(|r| (r.result, r.load))
+}
+
+/// One case on the twin with what it is made of: the job record and the run result of
+/// `--job-record` are built from it.
+pub struct PacketRun {
+    pub result: SimResult,
+    pub load: MemberLoad,
+    /// The ranks' hosts.
+    pub hosts: Vec<crate::model::plan::NodeId>,
+    /// Each distinct step (kept only when asked for).
+    pub steps: Vec<RunStep>,
+}
+
+/// A distinct step: its transfers, its QPs, what the twin reported, how often it repeats.
+pub struct RunStep {
+    pub transfers: Vec<HostTransfer>,
+    pub qps: Vec<QpSpec>,
+    pub report: StepReport,
+    pub repeat: usize,
+}
+
+/// [`simulate_packet`], keeping every distinct step's report if `keep_steps`.
+pub fn simulate_packet_run(
+    fabric: &mut SimFabric,
+    o: &SimOptions,
+    p: &PacketOptions,
+    keep_steps: bool,
+) -> Result<PacketRun> {
     let start = std::time::Instant::now();
     fabric.set_hash(o.hash, o.hash_seed);
     let (hosts, steps) = steps_of(fabric, o)?;
@@ -216,8 +255,10 @@ pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions
     let net = network(fabric, p.link_delay_ns)?;
     // Every step's QPs, before any runs: a case too large is refused whole.
     let mut step_qps = Vec::with_capacity(steps.len());
+    let mut step_transfers = Vec::with_capacity(steps.len());
     for (i, (step, _)) in steps.iter().enumerate() {
-        let qps = qp_specs(fabric, &crate::model::workload::on_hosts(step, &hosts), &o.endpoint);
+        let transfers = crate::model::workload::on_hosts(step, &hosts);
+        let qps = qp_specs(fabric, &transfers, &o.endpoint);
         let estimate = Twin::memory_estimate(&net, &cfg, &qps);
         ensure!(
             estimate <= p.memory_limit_bytes,
@@ -228,6 +269,7 @@ pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions
             p.memory_limit_bytes as f64 / f64::from(1 << 30)
         );
         step_qps.push(qps);
+        step_transfers.push(transfers);
     }
     let mut twin = Twin::new(&net, cfg, p.seed);
     let mut load = MemberLoad::new(fabric);
@@ -239,7 +281,8 @@ pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions
         ..Default::default()
     };
     let (mut step_s, mut completion_s, mut step_count, mut qps_per_step) = (Vec::new(), 0.0, 0, 0);
-    for (i, ((_, repeat), qps)) in steps.iter().zip(&step_qps).enumerate() {
+    let mut kept = Vec::new();
+    for (i, (((_, repeat), qps), transfers)) in steps.iter().zip(&step_qps).zip(step_transfers).enumerate() {
         qps_per_step = qps_per_step.max(qps.len());
         let r = twin.run_step(qps, p.deadline_ns).with_context(|| format!("step {i}"))?;
         add_member_load(&r, *repeat as u64, &mut load);
@@ -248,13 +291,16 @@ pub fn simulate_packet(fabric: &mut SimFabric, o: &SimOptions, p: &PacketOptions
         step_s.push(s);
         completion_s += s * *repeat as f64;
         step_count += repeat;
+        if keep_steps {
+            kept.push(RunStep { transfers, qps: qps.clone(), report: r, repeat: *repeat });
+        }
     }
     let times = StepTimes { step_s, completion_s, steps: step_count, qps_per_step };
     let mut r = SimResult::of_case(fabric, o, hosts.len(), &load, times, "packet");
     r.case = format!("{} cc={}", r.case, o.endpoint.cc.as_str());
     r.wall_s = start.elapsed().as_secs_f64();
     r.packet = Some(stats);
-    Ok(r)
+    Ok(PacketRun { result: r, load, hosts, steps: kept })
 }
 
 #[cfg(test)]

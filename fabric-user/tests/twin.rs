@@ -1,0 +1,307 @@
+//! The packet-level twin against the testbed: on the default testbed, the same workloads (same
+//! seeds, QP numbers and UDP ports) run through the XDP fabric with our endpoints (`fabric run`)
+//! and through the twin (`fabric sim --model packet`), and the two must agree:
+//! - packets and bytes per ECMP member: identical to the XDP member counters;
+//! - completion in modelled time: within [`COMPLETION_TOLERANCE`], unless the testbed's
+//!   endpoints woke late (CPU-bound, `run::result::CPU_BOUND_LATE_SHARE`): then the check says
+//!   so and the comparison is reported, not asserted;
+//! - on an incast that congests, under `--cc none|dcqcn|cts`: ECN marks and PFC frames within a
+//!   factor of [`COUNT_FACTOR`], and the three controls in the same order by each.
+//!
+//! Where the counts differ, the testbed's own model error is measured next to them: a paused
+//! XDP switch keeps forwarding (`sent_while_paused`), so its queues drain while the twin's hold.
+//! Needs root; fails (never skips) without it.
+mod common;
+
+use fabric_common::config::HashMode;
+use fabric_user::{
+    endpoint::{CcMode, EndpointOptions, SportPolicy},
+    forwarding::fabric::SimFabric,
+    model::placement::Placement,
+    model::workload::Collective,
+    run::{RunOptions, RunResult, run},
+    sim::{
+        MemberLoad, SimOptions, SimResult,
+        packet::{PacketOptions, simulate_packet_with_load},
+    },
+    state::State,
+};
+
+/// Modelled completion, twin against testbed, when the testbed was not CPU-bound.
+const COMPLETION_TOLERANCE: f64 = 0.15;
+/// ECN marks and PFC frames, twin against testbed.
+const COUNT_FACTOR: f64 = 2.0;
+/// The resolution of a PFC frame count: one pause episode is an XOFF and its XON, so a run
+/// that paused once and one that did not differ by two frames, not by a factor.
+const PFC_EPISODE_FRAMES: u64 = 2;
+
+/// The twin's settings: the testbed's links are veth pairs whose latency, divided by the time
+/// scale, is a few nanoseconds of modelled time.
+const TWIN: PacketOptions =
+    PacketOptions { link_delay_ns: 10, deadline_ns: 10_000_000_000, seed: 1, memory_limit_bytes: 1 << 30 };
+
+/// Every member counter of every group the controller installed, indexed like [`MemberLoad`].
+fn read_members(state: &State, fabric: &SimFabric) -> MemberLoad {
+    let mut load = MemberLoad::new(fabric);
+    for sw in fabric.plan.switches() {
+        let mut dp = state.dataplane(sw).unwrap_or_else(|e| panic!("{e:#}"));
+        for g in 0..fabric.group_count(sw) as u32 {
+            for m in 0..fabric.members(sw, g).len() as u32 {
+                let c = dp.member_counters(g, m).unwrap_or_else(|e| panic!("{e:#}"));
+                let s = fabric.slot(sw, g, m);
+                load.packets[s] = c.packets;
+                load.bytes[s] = c.bytes;
+            }
+        }
+    }
+    load
+}
+
+fn since(after: &MemberLoad, before: &MemberLoad) -> MemberLoad {
+    let sub = |a: &[u64], b: &[u64]| a.iter().zip(b).map(|(a, b)| a - b).collect();
+    MemberLoad { packets: sub(&after.packets, &before.packets), bytes: sub(&after.bytes, &before.bytes) }
+}
+
+/// One workload, both ways.
+struct Pair {
+    label: String,
+    testbed: RunResult,
+    testbed_members: MemberLoad,
+    twin: SimResult,
+    twin_members: MemberLoad,
+}
+
+fn run_both(state: &State, fabric: &SimFabric, o: &RunOptions, hash: HashMode) -> Pair {
+    let label =
+        format!("{} {} qps={} cc={}", o.collective.as_str(), hash.as_str(), o.endpoint.qps, o.endpoint.cc.as_str());
+    let before = read_members(state, fabric);
+    let testbed =
+        run(state, &RunOptions { hash: Some(hash), ..o.clone() }, true).unwrap_or_else(|e| panic!("{label}: {e:#}"));
+    let testbed_members = since(&read_members(state, fabric), &before);
+    assert_eq!(testbed.bytes_delivered, testbed.bytes_needed, "{label}: the testbed delivered every byte");
+    let sim = SimOptions {
+        collective: o.collective,
+        ranks: o.ranks,
+        message_bytes: o.message_bytes,
+        placement: o.placement.clone(),
+        seed: o.seed,
+        hash,
+        hash_seed: o.hash_seed,
+        endpoint: EndpointOptions { time_scale: 1, ..o.endpoint.clone() },
+    };
+    let (twin, twin_members) =
+        simulate_packet_with_load(&mut fabric.clone(), &sim, &TWIN).unwrap_or_else(|e| panic!("{label}: {e:#}"));
+    assert!(twin.packet.as_ref().is_some_and(|p| p.finished), "{label}: the twin finished every QP");
+    Pair { label, testbed, testbed_members, twin, twin_members }
+}
+
+fn testbed_completion_s(r: &RunResult) -> f64 {
+    r.iterations[0].modelled_completion_ns * 1e-9
+}
+
+/// Whether `a` and `b` are within a factor `f` of each other, give or take `slack`.
+fn within_factor(a: u64, b: u64, f: f64, slack: u64) -> bool {
+    let (lo, hi) = (a.min(b) as f64, a.max(b) as f64);
+    hi <= f * lo + slack as f64
+}
+
+/// Whether `a` and `b` rank their entries the same way: no pair that one orders by more than
+/// `slack` is ordered the other way round by the other.
+fn same_order(a: &[u64], b: &[u64], slack: u64) -> bool {
+    let sign = |v: &[u64], i: usize, j: usize| {
+        let d = v[i] as i128 - v[j] as i128;
+        if d.unsigned_abs() <= u128::from(slack) { 0 } else { d.signum() }
+    };
+    (0..a.len()).all(|i| (i + 1..a.len()).all(|j| sign(a, i, j) * sign(b, i, j) >= 0))
+}
+
+fn twin_pfc_frames(r: &SimResult) -> u64 {
+    r.packet.as_ref().map_or(0, |p| p.tiers.iter().filter(|t| t.tier != "host").map(|t| t.pauses_sent).sum())
+}
+
+fn testbed_pfc_frames(r: &RunResult) -> u64 {
+    r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent + r.congestion.pfc_xon_sent
+}
+
+#[test]
+fn twin_agrees_with_the_xdp_testbed() {
+    let (_guard, state) = common::up(None, &common::unique_prefix('v', 0));
+    let fabric = SimFabric::from_controller(&state.plan, &state.down_links);
+
+    // 1. Collectives without congestion: member counters exact, completion within 15%.
+    //    ACK every packet, so that the ACK count does not depend on timing.
+    let mut failures = Vec::new();
+    //    One flow alone is the lightest load the testbed can carry: the case most likely to
+    //    run without the CPU setting the pace.
+    for (collective, ranks, qps, hash, message_bytes) in [
+        (Collective::Incast, Some(2), 1, HashMode::Eecmp, 1 << 20),
+        (Collective::Allreduce, None, 4, HashMode::Eecmp, 4 << 20),
+        (Collective::Permutation, None, 2, HashMode::FiveTuple, 1 << 20),
+    ] {
+        let endpoint = EndpointOptions { qps, sport: SportPolicy::PerQp, ack_every: 1, ..Default::default() };
+        let o = RunOptions {
+            collective,
+            ranks,
+            message_bytes,
+            iterations: 1,
+            placement: Placement::Contiguous,
+            hash: None,
+            hash_seed: Some(5),
+            seed: 3,
+            endpoint,
+        };
+        let p = run_both(&state, &fabric, &o, hash);
+        let resent: u64 = p.testbed.flows.iter().map(|f| f.retransmitted).sum();
+        assert_eq!(resent, 0, "{}: the testbed retransmitted, so its counters are not comparable", p.label);
+        assert_eq!(p.twin.packet.as_ref().unwrap().retransmissions, 0, "{}", p.label);
+        let mismatched = (0..p.twin_members.packets.len())
+            .filter(|&s| {
+                (p.twin_members.packets[s], p.twin_members.bytes[s])
+                    != (p.testbed_members.packets[s], p.testbed_members.bytes[s])
+            })
+            .count();
+        let used = p.twin_members.packets.iter().filter(|&&n| n > 0).count();
+        assert!(used > 0, "{}: the twin counted nothing", p.label);
+        assert_eq!(mismatched, 0, "{}: {mismatched} of {used} members differ", p.label);
+        let (bed, twin) = (testbed_completion_s(&p.testbed), p.twin.completion_s);
+        let err = (twin - bed).abs() / bed;
+        let cpu_bound = p.testbed.cpu_limited.unwrap_or(true);
+        eprintln!(
+            "{}: {used} members identical; completion testbed {:.1} us, twin {:.1} us ({:+.1}%), late wakes {:.1}%{}",
+            p.label,
+            bed * 1e6,
+            twin * 1e6,
+            100.0 * (twin - bed) / bed,
+            100.0 * p.testbed.late_wake_share.unwrap_or(f64::NAN),
+            if cpu_bound { ": the testbed was CPU-bound, completion not compared" } else { "" }
+        );
+        if !cpu_bound && err > COMPLETION_TOLERANCE {
+            failures.push(format!("{}: completion differs by {:.1}%", p.label, 100.0 * err));
+        }
+    }
+
+    // 2. An incast that congests: four senders at line rate into z0r0h0.
+    let ccs = [CcMode::None, CcMode::Dcqcn, CcMode::Cts];
+    let (mut marks, mut pfc) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+    for cc in ccs {
+        let mut endpoint = EndpointOptions { cc, cts_channels: 4, cts_buffer_bytes: 64 * 1024, ..Default::default() };
+        endpoint.dcqcn.cnp_interval_ns = 4_000;
+        let o = RunOptions {
+            collective: Collective::Incast,
+            ranks: Some(5),
+            message_bytes: 2 << 20,
+            iterations: 1,
+            placement: Placement::Explicit {
+                hosts: ["z0r0h0", "z0r0h1", "z0r1h0", "z0r2h0", "z0r3h0"].map(String::from).to_vec(),
+            },
+            hash: None,
+            hash_seed: None,
+            seed: 1,
+            endpoint,
+        };
+        let p = run_both(&state, &fabric, &o, HashMode::Eecmp);
+        let tp = p.twin.packet.as_ref().unwrap();
+        let c = &p.testbed.congestion;
+        eprintln!(
+            "{}: ECN marks testbed {} twin {}; PFC frames testbed {} twin {}; testbed sent {} packets into paused \
+             ports; completion testbed {:.1} us twin {:.1} us; late wakes {:.1}%",
+            p.label,
+            c.ecn_marked,
+            tp.ecn_marks,
+            testbed_pfc_frames(&p.testbed),
+            twin_pfc_frames(&p.twin),
+            c.sent_while_paused,
+            testbed_completion_s(&p.testbed) * 1e6,
+            p.twin.completion_s * 1e6,
+            100.0 * p.testbed.late_wake_share.unwrap_or(f64::NAN),
+        );
+        marks.0.push(c.ecn_marked);
+        marks.1.push(tp.ecn_marks);
+        pfc.0.push(testbed_pfc_frames(&p.testbed));
+        pfc.1.push(twin_pfc_frames(&p.twin));
+    }
+    for (what, (bed, twin), slack) in [("ECN marks", &marks, 0), ("PFC frames", &pfc, PFC_EPISODE_FRAMES)] {
+        for (i, cc) in ccs.iter().enumerate() {
+            if !within_factor(bed[i], twin[i], COUNT_FACTOR, slack) {
+                failures.push(format!("{what} cc={}: testbed {} twin {}", cc.as_str(), bed[i], twin[i]));
+            }
+        }
+        if !same_order(bed, twin, slack) {
+            failures.push(format!("{what}: testbed {bed:?} and twin {twin:?} rank none|dcqcn|cts differently"));
+        }
+    }
+    assert!(failures.is_empty(), "the twin and the testbed disagree:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn the_comparisons_can_fail() {
+    assert!(within_factor(100, 199, COUNT_FACTOR, 0) && within_factor(0, 0, COUNT_FACTOR, 0));
+    assert!(!within_factor(100, 201, COUNT_FACTOR, 0) && !within_factor(0, 1, COUNT_FACTOR, 0));
+    assert!(within_factor(0, 2, COUNT_FACTOR, PFC_EPISODE_FRAMES) && !within_factor(0, 3, COUNT_FACTOR, 2));
+    assert!(same_order(&[5, 9, 1], &[50, 90, 10], 0) && same_order(&[63, 0, 0], &[64, 2, 0], PFC_EPISODE_FRAMES));
+    assert!(!same_order(&[5, 9, 1], &[9, 5, 1], 0) && !same_order(&[63, 0, 9], &[64, 9, 0], PFC_EPISODE_FRAMES));
+}
+
+/// `fabric sim --model packet --job-record` writes a twin run as the testbed writes a run, and
+/// `fabric report` prints it unchanged. No root needed.
+#[test]
+fn a_twin_run_written_as_a_job_renders_with_fabric_report() {
+    let dir = std::env::temp_dir().join(format!("fabric-twin-record-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let fabric = |args: &[&str]| {
+        let out =
+            std::process::Command::new(env!("CARGO_BIN_EXE_fabric")).args(args).current_dir(&dir).output().unwrap();
+        assert!(out.status.success(), "fabric {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let sim = fabric(&[
+        "sim",
+        "--model",
+        "packet",
+        "--workload",
+        "incast",
+        "--cc",
+        "none",
+        "--qps",
+        "1",
+        "--hash",
+        "eecmp",
+        "--message",
+        "1Mi",
+        "--job-record",
+        "--json",
+        "sim.json",
+    ]);
+    let job_id = sim.split("job ").nth(1).and_then(|s| s.split(':').next()).expect("the job id is printed").to_string();
+    let read = |p: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"))).unwrap()
+    };
+    let (run, job, sim) =
+        (read(&format!("results/twin/{job_id}.json")), read(&format!("results/jobs/{job_id}.json")), read("sim.json"));
+    assert_eq!(run["schema"], "fabric.run/2");
+    assert_eq!(job["schema"], "fabric.job/1");
+    assert_eq!(run["bytes_delivered"], run["bytes_needed"]);
+    assert_eq!(run["bytes_needed"].as_u64(), Some(7 << 20), "seven senders of 1 MiB");
+    assert_eq!(run["flows"].as_array().unwrap().len(), 7);
+    // The same counters as the sim's own result: ECN marks and PFC frames the switches sent.
+    let packet = &sim["results"][0]["packet"];
+    assert_eq!(run["congestion"]["ecn_marked"], packet["ecn_marks"]);
+    let switch_pfc: u64 = packet["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["tier"] != "host")
+        .map(|t| t["pauses_sent"].as_u64().unwrap())
+        .sum();
+    let c = &run["congestion"];
+    let sent =
+        ["pfc_xoff_sent", "pfc_refresh_sent", "pfc_xon_sent"].iter().map(|k| c[k].as_u64().unwrap()).sum::<u64>();
+    assert!(switch_pfc > 0 && sent == switch_pfc, "{c} against {switch_pfc}");
+    assert_eq!(job["completion_ns"][0], run["iterations"][0]["completion_ns"]);
+    let report = fabric(&["report", &job_id]);
+    assert!(report.starts_with(&format!("job {job_id} on default: incast (8 ranks, hash eecmp)")), "{report}");
+    assert!(report.contains("z0r0     z0r0h0") && report.contains("diagnosis:"), "{report}");
+    assert!(report.contains("most congested port z0r0:z0r0h0"), "the incast's port to its root: {report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
