@@ -17,8 +17,14 @@ use super::{
     verdict::{Verdict, cpu_bound, gain_pct, per_seed},
 };
 use crate::{
-    endpoint::SportPolicy, model::placement::Placement, model::workload::Collective, run::RunOptions, run::RunResult,
-    state::State, testbed,
+    endpoint::SportPolicy,
+    model::placement::Placement,
+    model::workload::Collective,
+    run::RunOptions,
+    run::RunResult,
+    run::jobs::{JobsFile, runner},
+    state::State,
+    testbed,
 };
 
 pub const SCENARIO: Scenario = Scenario {
@@ -43,6 +49,10 @@ const LOSS_PPM: u32 = 5_000;
 const MARGIN_POINTS: f64 = 10.0;
 /// The smallest slowdown from loss that counts, %.
 const LOSS_MARGIN_PCT: f64 = 5.0;
+
+/// The straggler: a host of every fragmented 8-rank ring here, computing this many times slower.
+const STRAGGLER: &str = "z0r0h0";
+const STRAGGLER_FACTOR: f64 = 2.0;
 
 /// How far the slow link's share of bytes may move while its flows keep their paths, points.
 const SHARE_TOLERANCE_POINTS: f64 = 5.0;
@@ -89,6 +99,8 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     }
     cases.push(Case::new("eecmp-lossy", "E-ECMP 8 QPs, lossy uplink (0.5%)"));
     cases.push(Case::new("eecmp-flap", "E-ECMP 8 QPs, flapping uplink"));
+    cases.push(Case::new("eecmp-jobs", "E-ECMP 8 QPs, jobs runner, no straggler"));
+    cases.push(Case::new("eecmp-straggler", &format!("E-ECMP 8 QPs, {STRAGGLER} computes {STRAGGLER_FACTOR}x slower")));
     let mut runs = Runs::default();
     ctx.with_testbed(topo, |state| {
         for &seed in &ctx.seeds {
@@ -109,6 +121,12 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                     let flap = flap_run(ctx, state, &o, &victim, &healthy, seed)?;
                     push_metrics(&mut cases[7], &flap, &victim, 0);
                     runs.add(seed, mode.1, "flapping", &victim, &healthy, &flap);
+                    for (i, straggler) in [(8, false), (9, true)] {
+                        let (ms, delivered, needed) = straggler_run(state, &sizes, seed, straggler)?;
+                        cases[i].push("completion_ms", ms);
+                        runs.delivered += delivered;
+                        runs.needed += needed;
+                    }
                 }
             }
         }
@@ -184,6 +202,29 @@ fn flap_run(
     r
 }
 
+/// The E-ECMP ring through the jobs runner (`fabric run --jobs`), with or without
+/// [`STRAGGLER`] computing [`STRAGGLER_FACTOR`] times slower before each step it sends: the mean
+/// completion (ms wall) and the bytes delivered and needed.
+fn straggler_run(state: &State, sizes: &Sizes, seed: u64, straggler: bool) -> Result<(f64, u64, u64)> {
+    let slow = if straggler {
+        format!("straggler = {{ host = \"{STRAGGLER}\", factor = {STRAGGLER_FACTOR:.1} }}\n")
+    } else {
+        String::new()
+    };
+    let text = format!(
+        "[run]\nqps = 8\nhash = \"eecmp\"\nsport = \"fixed\"\nhash_seed = {seed}\n\
+         [[job]]\nname = \"ring\"\nworkload = \"allreduce\"\nranks = {}\nmessage = \"{}\"\n\
+         iterations = {}\nplacement = \"fragmented\"\n{slow}",
+        sizes.ranks, sizes.message, sizes.iterations
+    );
+    let file: JobsFile = toml::from_str(&text).context("the straggler's jobs file")?;
+    let plan = file.resolve(&state.plan, HashMode::Eecmp)?;
+    let out = runner::run_jobs(state, &plan, true).with_context(|| format!("straggler {straggler} seed {seed}"))?;
+    let job = out.summary.jobs.first().context("the jobs runner ran no job")?;
+    let ms = job.completion_ns.iter().sum::<u64>() as f64 / job.completion_ns.len().max(1) as f64 / 1e6;
+    Ok((ms, job.bytes_delivered, job.bytes_needed))
+}
+
 fn retransmitted(r: &RunResult) -> u64 {
     r.flows.iter().map(|f| f.retransmitted).sum()
 }
@@ -233,6 +274,7 @@ fn verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
         ecmp_suffers_more(cases),
         shares_unchanged(cases),
         loss_slows(cases),
+        straggler_slows(cases),
         Verdict::fact(
             "go-back-n-amplifies",
             "Go-back-N resends more packets than the lossy link lost (each loss resends the window after it)",
@@ -241,7 +283,7 @@ fn verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
         ),
         Verdict::fact(
             "keeps-delivering",
-            "Every gray-failure run delivers every byte (slow, lossy and flapping links)",
+            "Every gray-failure run delivers every byte (slow, lossy and flapping links, a straggler)",
             format!("faulty runs delivered {} of {} bytes", runs.delivered, runs.needed),
             runs.delivered == runs.needed && runs.needed > 0,
         ),
@@ -322,6 +364,22 @@ fn loss_slows(cases: &[Case]) -> Verdict {
     .unless_cpu_bound(cpu_bound(&used))
 }
 
+/// One slow host holds up the whole ring: every step waits for its transfer.
+fn straggler_slows(cases: &[Case]) -> Verdict {
+    let (base, slow) = (
+        case(cases, "eecmp-jobs").values_of("completion_ms"),
+        case(cases, "eecmp-straggler").values_of("completion_ms"),
+    );
+    let s: Vec<f64> = base.iter().zip(&slow).map(|(&b, &s)| gain_pct(b, s, Better::Lower)).collect();
+    Verdict::from_gains(
+        "straggler-slows-ring",
+        "One host computing 2x slower slows the whole ring AllReduce (every step waits for it)",
+        format!("slowdown from the straggler per seed: {}", per_seed(&s, "%")),
+        s,
+        LOSS_MARGIN_PCT,
+    )
+}
+
 /// The scenario's report: setup, metrics, cases, verdicts, notes and the fault table.
 fn outcome(calibration: &str, sizes: &Sizes, cases: Vec<Case>, verdicts: Vec<Verdict>, runs: Runs) -> Outcome {
     let Sizes { ranks, message, iterations } = *sizes;
@@ -339,6 +397,11 @@ fn outcome(calibration: &str, sizes: &Sizes, cases: Vec<Case>, verdicts: Vec<Ver
                  Gbit/s (modelled) for an identical run and restored. Under E-ECMP the same uplink then loses 0.5% \
                  of its frames (a seeded draw in the switch, counted as link_loss), and then flaps twice \
                  (`fabric link flap`, a cycle a quarter of the healthy run long, routing repaired each time)."
+            ),
+            format!(
+                "A straggler: the same E-ECMP ring through the jobs runner (`fabric run --jobs`), without and with \
+                 {STRAGGLER} computing {STRAGGLER_FACTOR}x slower (before each step it sends, it waits \
+                 {STRAGGLER_FACTOR} - 1 times the step's time at line rate)."
             ),
         ],
         metrics: vec![
@@ -377,7 +440,12 @@ mod tests {
     use crate::experiment::verdict::Decision;
 
     /// Cases with ECMP slowed to `ecmp_degraded` ms from 100 and E-ECMP from 80 to 100.
-    fn cases(ecmp_degraded: [f64; 3], lossy: [f64; 3], eecmp_share_degraded: [f64; 3]) -> Vec<Case> {
+    fn cases(
+        ecmp_degraded: [f64; 3],
+        lossy: [f64; 3],
+        eecmp_share_degraded: [f64; 3],
+        straggler: [f64; 3],
+    ) -> Vec<Case> {
         let c = |k, t: [f64; 3], share: [f64; 3]| Case::with(k, &[("completion_ms", &t), ("victim_share_pct", &share)]);
         vec![
             c("ecmp-healthy", [100.0, 100.0, 100.0], [50.0, 50.0, 50.0]),
@@ -388,6 +456,8 @@ mod tests {
             c("te-degraded", [75.0, 75.0, 75.0], [25.0, 25.0, 25.0]),
             c("eecmp-lossy", lossy, [30.0, 30.0, 30.0]),
             c("eecmp-flap", [90.0, 90.0, 90.0], [20.0, 20.0, 20.0]),
+            c("eecmp-jobs", [100.0, 100.0, 100.0], [0.0; 3]),
+            c("eecmp-straggler", straggler, [0.0; 3]),
         ]
     }
 
@@ -398,7 +468,10 @@ mod tests {
     #[test]
     fn verdicts_can_match() {
         // ECMP slows 75% (100 -> 400), E-ECMP 20%; loss slows 20%; go-back-N resends 8x the loss.
-        let v = verdicts(&cases([400.0, 401.0, 399.0], [100.0, 101.0, 99.0], [30.0, 31.0, 29.0]), &runs(10, 80, 10));
+        let v = verdicts(
+            &cases([400.0, 401.0, 399.0], [100.0, 101.0, 99.0], [30.0, 31.0, 29.0], [150.0, 151.0, 149.0]),
+            &runs(10, 80, 10),
+        );
         let keys: Vec<&str> = v.iter().map(|v| v.key).collect();
         assert_eq!(
             keys,
@@ -407,6 +480,7 @@ mod tests {
                 "ecmp-suffers-more",
                 "hash-keeps-share",
                 "loss-slows-gbn",
+                "straggler-slows-ring",
                 "go-back-n-amplifies",
                 "keeps-delivering"
             ]
@@ -421,7 +495,7 @@ mod tests {
         // E-ECMP is not slowed and ECMP slows 1%; loss costs nothing; retransmissions only of
         // what was lost; a byte missing; and the slow link's share moved (as a capacity-aware
         // mode would).
-        let mut c = cases([101.0, 102.0, 100.0], [80.0, 81.0, 79.0], [10.0, 10.0, 10.0]);
+        let mut c = cases([101.0, 102.0, 100.0], [80.0, 81.0, 79.0], [10.0, 10.0, 10.0], [100.0, 101.0, 99.0]);
         c[3] =
             Case::with("eecmp-degraded", &[("completion_ms", &[80.0, 81.0, 79.0]), ("victim_share_pct", &[10.0; 3])]);
         let v = verdicts(&c, &runs(10, 10, 9));
@@ -429,8 +503,11 @@ mod tests {
             assert_eq!(v.direction, Decision::DoesNotMatch, "{}: {}", v.key, v.evidence());
         }
         // No loss at all is no evidence of amplification either.
-        let v = verdicts(&cases([400.0, 401.0, 399.0], [100.0, 101.0, 99.0], [30.0, 31.0, 29.0]), &runs(0, 5, 10));
-        assert_eq!(v[4].key, "go-back-n-amplifies");
-        assert_eq!(v[4].direction, Decision::DoesNotMatch);
+        let v = verdicts(
+            &cases([400.0, 401.0, 399.0], [100.0, 101.0, 99.0], [30.0, 31.0, 29.0], [150.0; 3]),
+            &runs(0, 5, 10),
+        );
+        assert_eq!(v[5].key, "go-back-n-amplifies");
+        assert_eq!(v[5].direction, Decision::DoesNotMatch);
     }
 }
