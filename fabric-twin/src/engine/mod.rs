@@ -10,6 +10,7 @@
 //! after the frame in transmission and take their own wire time and the propagation delay;
 //! they do not delay the data behind them (84 bytes of wire time, under 2 ns at 400G).
 use fabric_common::{
+    fault::{PortLoss, is_lost},
     parse::ParsedPacket,
     pfc::{self, CLASSES, PauseFrame, quanta_to_ns},
 };
@@ -118,6 +119,10 @@ pub struct Twin<'n, R> {
     /// Per global port: its link has failed.
     down: Vec<bool>,
     lost: u64,
+    /// Per global port: injected loss on what it sends (empty: none anywhere), drawn with the
+    /// XDP switch's own [`fabric_common::fault::is_lost`].
+    loss: Vec<PortLoss>,
+    lost_to_loss: u64,
     /// The routing is the network's own, whose members the counters number.
     count_members: bool,
 }
@@ -149,8 +154,28 @@ impl<'n, R: Routing> Twin<'n, R> {
             unroutable: 0,
             down: Vec::new(),
             lost: 0,
+            loss: Vec::new(),
+            lost_to_loss: 0,
             count_members: true,
         }
+    }
+
+    /// Port `port` of node `node` loses a share of the frames it sends, as a testbed switch port
+    /// does after `fabric link degrade --loss` (the same seeded draw, frame by frame; the draws
+    /// go on from step to step).
+    pub fn set_loss(&mut self, node: usize, port: usize, loss: PortLoss) {
+        if self.loss.is_empty() {
+            self.loss = vec![PortLoss::default(); self.net.port_count()];
+        }
+        self.loss[self.net.port_index(node, port) as usize] = loss;
+    }
+
+    /// Whether the link of port `e` loses the frame it is sending now (the draw advances).
+    fn link_loses(&mut self, e: u32) -> bool {
+        let Some(l) = self.loss.get_mut(e as usize).filter(|l| l.threshold != 0) else { return false };
+        let index = l.drawn;
+        l.drawn += 1;
+        is_lost(l.seed, index, l.threshold)
     }
 
     /// An upper bound on the memory a step of `qps` takes, bytes: the ports, switches, hosts
@@ -274,7 +299,7 @@ impl<'n, R: Routing> Twin<'n, R> {
         self.hosts.clear();
         self.qps.clear();
         self.ways.clear();
-        (self.delivered, self.hops, self.unroutable, self.lost) = (0, 0, 0, 0);
+        (self.delivered, self.hops, self.unroutable, self.lost, self.lost_to_loss) = (0, 0, 0, 0, 0);
         self.count_members = true;
         for (n, node) in net.nodes.iter().enumerate() {
             for p in &node.ports {
@@ -350,6 +375,13 @@ impl<'n, R: Routing> Twin<'n, R> {
         let (peer, delay) = (port.peer, port.delay_ns);
         self.hops += 1;
         self.events.schedule(now + tx, Kind::TxDone, e, 0);
+        if self.link_loses(e) {
+            // Sent and lost on the wire: the link was busy for it, nobody receives it.
+            self.ports[e as usize].counters.link_loss += 1;
+            self.lost_to_loss += 1;
+            self.packets.remove(id);
+            return;
+        }
         self.events.schedule(now + tx + delay, Kind::Arrive, peer, id);
     }
 
@@ -727,6 +759,7 @@ impl<'n, R: Routing> Twin<'n, R> {
             packets_delivered: self.delivered,
             unroutable: self.unroutable,
             lost_to_failures: self.lost,
+            lost_to_loss: self.lost_to_loss,
             peak_packets: self.packets.peak(),
         }
     }

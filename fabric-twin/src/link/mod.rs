@@ -28,6 +28,8 @@ pub struct PortCounters {
     pub bytes: u64,
     pub ecn_marked: u64,
     pub drops: u64,
+    /// Frames this port sent that its lossy link lost (the XDP drop reason `link_loss`).
+    pub link_loss: u64,
     pub over_headroom: u64,
     /// PFC frames received (this port was paused or resumed by its peer).
     pub pauses_received: u64,

@@ -137,6 +137,8 @@ pub struct StepReport {
     /// Packets lost to a failed link: queued at either end, in flight on it, or routed into it
     /// before the routes were repaired.
     pub lost_to_failures: u64,
+    /// Frames lost to injected link loss ([`crate::engine::Twin::set_loss`]).
+    pub lost_to_loss: u64,
     /// The most packets in flight at once.
     pub peak_packets: usize,
 }

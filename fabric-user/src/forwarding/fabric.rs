@@ -46,6 +46,9 @@ pub struct SimFabric {
     /// In `te` mode: the controller's entries per (switch, flow key), as the TE_FLOWS maps hold
     /// them.
     pub te: HashMap<(NodeId, fabric_common::te::TeKey), fabric_common::te::TeEntry>,
+    /// Injected loss per switch port (node, port index, parts per million), as `fabric link
+    /// degrade --loss` sets it on the testbed; only the packet model reads it.
+    pub loss: Vec<(NodeId, usize, u32)>,
 }
 
 impl SimFabric {
@@ -64,7 +67,7 @@ impl SimFabric {
                     .collect()
             })
             .collect();
-        SimFabric { plan, configs, groups, slot_base, slots, lookup, te: HashMap::new() }
+        SimFabric { plan, configs, groups, slot_base, slots, lookup, te: HashMap::new(), loss: Vec::new() }
     }
 
     /// The controller's tables with `down` links out of service; group ids are the controller's.

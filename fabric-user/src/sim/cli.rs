@@ -18,7 +18,7 @@ use crate::forwarding::fabric::{Scale, SimFabric};
 use crate::{
     endpoint::{CcMode, EndpointOptions, SportPolicy},
     endpoint::{MAX_QPS, PATH_MTUS},
-    model::fault::check_rate,
+    model::fault::{check_rate, parse_loss},
     model::placement::Placement,
     model::plan::Plan,
     model::topology::Topology,
@@ -114,6 +114,11 @@ pub struct SimArgs {
     /// as `fabric link degrade --rate` does on the testbed.
     #[arg(long = "degrade", value_name = "LINK=GBPS")]
     pub degrade: Vec<String>,
+    /// Packet model: a lossy link (repeatable): `z0r0:z0c1=0.5%` drops that share of the frames
+    /// each switch end sends, by the XDP switch's own seeded draw (`--seed`), as `fabric link
+    /// degrade --loss` does on the testbed.
+    #[arg(long = "loss", value_name = "LINK=PCT%")]
+    pub loss: Vec<String>,
     /// Packet model: a link (SWITCH:PORT) or a switch fails at a modelled time of the job
     /// (`z0r0:z0c1@200us`); the routes are repaired `--detect-us` later. Reports the job's
     /// slowdown against the same run without it.
@@ -153,6 +158,8 @@ pub struct SimFaults {
     pub down: Vec<String>,
     /// `LINK=GBPS`.
     pub degrade: Vec<String>,
+    /// `LINK=PCT%`.
+    pub loss: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -196,13 +203,42 @@ pub fn build_fabric_with(
         .iter()
         .map(|spec| plan.find_link(spec).with_context(|| format!("--down {spec:?}")))
         .collect::<Result<std::collections::BTreeSet<_>>>()?;
+    let loss = lossy_ports(&plan, &faults.loss)?;
     let hosts = plan.hosts().count();
-    if hosts <= 512 || !down.is_empty() { Ok(SimFabric::from_controller(&plan, &down)) } else { SimFabric::clos(plan) }
+    let mut fabric = if hosts <= 512 || !down.is_empty() {
+        SimFabric::from_controller(&plan, &down)
+    } else {
+        SimFabric::clos(plan)?
+    };
+    fabric.loss = loss;
+    Ok(fabric)
+}
+
+/// The switch ports that `--loss LINK=PCT%` makes lossy: both ends of the link that are
+/// switches, as on the testbed (a host's own sending is not modelled by a switch).
+fn lossy_ports(plan: &Plan, loss: &[String]) -> Result<Vec<(usize, usize, u32)>> {
+    let mut out = Vec::new();
+    for d in loss {
+        let (spec, pct) = d.split_once('=').with_context(|| format!("--loss {d:?}: expected LINK=PCT%"))?;
+        let l = plan.find_link(spec).with_context(|| format!("--loss {d:?}"))?;
+        let ppm = parse_loss(pct).with_context(|| format!("--loss {d:?}"))?;
+        let link = &plan.links[l];
+        for (node, port) in [(link.a, link.a_port), (link.b, link.b_port)] {
+            if plan.nodes[node].role.is_switch() {
+                out.push((node, port, ppm));
+            }
+        }
+    }
+    Ok(out)
 }
 
 pub fn run(a: &SimArgs) -> Result<SimReport> {
     let t = std::time::Instant::now();
-    let faults = SimFaults { down: a.down.clone(), degrade: a.degrade.clone() };
+    ensure!(
+        a.loss.is_empty() || a.model == Model::Packet,
+        "--loss: the flow model has no loss (fluid flows); use --model packet"
+    );
+    let faults = SimFaults { down: a.down.clone(), degrade: a.degrade.clone(), loss: a.loss.clone() };
     let mut fabric = build_fabric_with(a.topology.as_deref(), a.scale, &faults)?;
     let build_s = t.elapsed().as_secs_f64();
     let modes: Vec<HashMode> = if a.hash.is_empty() { HashMode::ALL.to_vec() } else { a.hash.clone() };
@@ -253,6 +289,10 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
             });
         }
     }
+    ensure!(
+        a.loss.is_empty() || (a.fail_at.is_none() && a.drain_at.is_none()),
+        "--loss: not with --fail-at/--drain-at (a what-if rebuilds the fabric without the loss)"
+    );
     if let Some(file) = &a.trace {
         ensure!(a.model == Model::Packet, "--trace: needs the packet model (--model packet)");
         ensure!(
@@ -374,6 +414,36 @@ mod tests {
         assert!(err(&["--degrade", "z0r0:z0c0=500"]).contains("at most its own 400"));
         assert!(err(&["--degrade", "z0r0:z9=100"]).contains("has no port"));
         assert!(err(&["--down", "nope:z0c0"]).contains("no node"));
+        let packet = ["--model", "packet", "--hash", "eecmp", "--qps", "1", "--message", "64K"];
+        assert!(err(&["--loss", "z0r0:z0c0=1%"]).contains("the flow model has no loss"));
+        assert!(err(&[&packet[..], &["--loss", "z0r0:z0c0=150%"]].concat()).contains("150"));
+        assert!(err(&[&packet[..], &["--loss", "z0r0:z0c0"]].concat()).contains("expected LINK=PCT%"));
+        assert!(err(&[&packet[..], &["--loss", "z0r0:z0c0=1%", "--fail-at", "z0c1@10us"]].concat()).contains("--loss"));
+    }
+
+    /// `--loss` in the packet model: the lossy uplink's switch end drops frames by the testbed's
+    /// seeded draw, the endpoints resend them, and every QP still completes; a healthy run of the
+    /// same case loses nothing.
+    #[test]
+    fn a_lossy_link_loses_frames_in_the_twin_and_the_endpoints_recover() {
+        let report = |extra: &[&str]| {
+            let base = ["--model", "packet", "--hash", "five-tuple", "--qps", "1", "--message", "4M", "--ranks", "8"];
+            run(&Cli::try_parse_from([&["sim"], &base[..], extra].concat()).unwrap().sim)
+                .unwrap_or_else(|e| panic!("{e:#}"))
+        };
+        let loss: Vec<String> = (0..4).map(|c| format!("--loss=z0r0:z0c{c}=2%")).collect();
+        let loss: Vec<&str> = loss.iter().map(String::as_str).collect();
+        let lossy = report(&loss);
+        let p = lossy.results[0].packet.as_ref().unwrap();
+        assert!(p.finished, "every QP completes despite the loss");
+        assert!(
+            p.link_loss > 0 && p.retransmissions >= p.link_loss,
+            "lost {}, resent {}",
+            p.link_loss,
+            p.retransmissions
+        );
+        let healthy = report(&[]);
+        assert_eq!(healthy.results[0].packet.as_ref().unwrap().link_loss, 0);
     }
 
     /// `--transport` reaches the twin's hosts: both transports carry a small allreduce to the

@@ -141,6 +141,8 @@ pub struct PacketStats {
     /// Over one iteration (distinct steps times their repeats).
     pub ecn_marks: u64,
     pub drops: u64,
+    /// Frames lost to injected link loss (`--loss`), the testbed's `link_loss`.
+    pub link_loss: u64,
     pub retransmissions: u64,
     /// What the responders saw of the network's reordering ([`fabric_roce::reorder`]): packets
     /// that arrived after a higher PSN, the deepest of them (PSNs), PSNs that arrived twice.
@@ -169,6 +171,7 @@ impl PacketStats {
         let tiers_sum = |f: fn(&TierReport) -> u64| r.tiers.iter().map(f).sum::<u64>();
         self.ecn_marks += repeat * tiers_sum(|t| t.ecn_marked);
         self.drops += repeat * tiers_sum(|t| t.drops);
+        self.link_loss += repeat * r.lost_to_loss;
         self.retransmissions += repeat * r.retransmitted();
         self.reordered_packets += repeat * r.reordered();
         self.reorder_depth_max = self.reorder_depth_max.max(r.reorder_depth_max());
@@ -556,6 +559,9 @@ fn print_packet(results: &[SimResult]) {
             p.packet_hops,
             r.wall_s
         );
+        if p.link_loss > 0 {
+            println!("{:<36} link loss: {} frames lost to --loss", r.case, p.link_loss);
+        }
         println!(
             "{:<36} transport {}: {} packets reordered at the receivers (deepest {} PSNs), {} duplicate PSNs",
             r.case, p.transport, p.reordered_packets, p.reorder_depth_max, p.duplicate_psns

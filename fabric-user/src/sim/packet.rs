@@ -69,6 +69,15 @@ impl Routing for SimRoutes<'_> {
 }
 
 /// The twin's description of `fabric`, every link with `delay_ns` of propagation.
+/// Makes the fabric's lossy switch ports ([`SimFabric::loss`]) lossy in `twin`, each port's
+/// draws seeded from `seed` and the port, as the testbed seeds a degraded link.
+pub fn apply_loss<R: Routing>(twin: &mut Twin<'_, R>, fabric: &SimFabric, seed: u64) {
+    for &(node, port, ppm) in &fabric.loss {
+        let port_seed = seed ^ ((node as u64) << 32 | port as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        twin.set_loss(node, port, fabric_common::fault::PortLoss::new(ppm, port_seed));
+    }
+}
+
 pub fn network(fabric: &SimFabric, delay_ns: u64) -> Result<Network<SimRoutes<'_>>> {
     let plan = &fabric.plan;
     let congestion = &plan.topology.congestion;
@@ -272,6 +281,7 @@ pub fn simulate_packet_run(
         step_transfers.push(transfers);
     }
     let mut twin = Twin::new(&net, cfg, p.seed);
+    apply_loss(&mut twin, fabric, p.seed);
     let mut load = MemberLoad::new(fabric);
     let mut stats = PacketStats {
         cc: o.endpoint.cc.as_str(),

@@ -86,6 +86,7 @@ pub fn simulate_trace(fabric: &mut SimFabric, t: &TraceSimOptions, p: &PacketOpt
     let fabric = &*fabric;
     let net = network(fabric, p.link_delay_ns)?;
     let mut twin = Twin::new(&net, endpoint_config(&t.endpoint)?, p.seed);
+    super::packet::apply_loss(&mut twin, fabric, p.seed);
     let steps: Vec<_> = job.ops.iter().map(|o| o.steps()).collect();
     let rounds = job.rounds();
     let mut seen: HashMap<String, u64> = HashMap::new();
