@@ -4,18 +4,21 @@
 use aya_ebpf::{
     macros::map,
     maps::{
-        Array, DevMap, HashMap, PerCpuArray, RingBuf,
+        Array, DevMap, HashMap, LruHashMap, PerCpuArray, RingBuf,
         lpm_trie::{Key, LpmTrie},
     },
 };
+use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns};
 use fabric_common::{
+    balance::{FlowletSlot, MAX_FLOWLETS, MemberState, PAUSED, WcmpWeights},
     config::{MAX_IFINDEX, MAX_PORTS, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
     fault::PortLoss,
-    forward::ForwardingTables,
+    forward::{ForwardingTables, verifier_mask},
     pfc::CLASSES,
     qos::{ClassCounters, QosConfig},
-    queue::{EgressQueue, IngressAccount},
+    qos::class_slot,
+    queue::{EgressQueue, IngressAccount, depth_bytes},
     route::{EcmpGroup, MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_ROUTES, RouteTarget},
     te::{MAX_TE_FLOWS, TeEntry, TeKey},
 };
@@ -53,6 +56,15 @@ pub static TE_FLOWS: HashMap<TeKey, TeEntry> = HashMap::with_max_entries(MAX_TE_
 pub static MEMBER_COUNTERS: PerCpuArray<MemberCounters> =
     PerCpuArray::with_max_entries(MAX_GROUPS * MAX_GROUP_MEMBERS as u32, 0);
 
+/// `flowlet` mode: per flow hash, its current member and when it was last seen.
+#[map]
+pub static FLOWLETS: LruHashMap<u32, FlowletSlot> = LruHashMap::with_max_entries(MAX_FLOWLETS, 0);
+
+/// `wcmp` mode: per group slot, the cumulative weights of its members (their ports' modelled
+/// rates), written by the controller after the group and after every rate change.
+#[map]
+pub static WCMP: Array<WcmpWeights> = Array::with_max_entries(MAX_GROUPS, 0);
+
 /// The maps as the shared decision code sees them.
 pub struct Tables;
 
@@ -72,6 +84,9 @@ impl ForwardingTables for Tables {
         GROUPS.get(id)
     }
 
+}
+
+impl MemberState for Tables {
     #[inline(always)]
     fn te_entry(&self, key: &TeKey) -> Option<TeEntry> {
         // SAFETY: `HashMap::get`'s contract: in a preallocated hash map (flags 0, as here) an
@@ -81,6 +96,57 @@ impl ForwardingTables for Tables {
         // a valid `TeEntry` (two u32), and `decide` uses it only if its group matches the route's
         // and its member index is in range.
         unsafe { TE_FLOWS.get(key) }.copied()
+    }
+
+    #[inline(always)]
+    fn now_ns(&self) -> u64 {
+        // SAFETY: bpf_ktime_get_ns takes no arguments and has no preconditions.
+        unsafe { bpf_ktime_get_ns() }
+    }
+
+    #[inline(always)]
+    fn random(&self) -> u32 {
+        // SAFETY: bpf_get_prandom_u32 takes no arguments and has no preconditions.
+        unsafe { bpf_get_prandom_u32() }
+    }
+
+    /// The modelled depth of the member's egress queue for `class` (as `congestion::offer`
+    /// computes it), [`PAUSED`] while the queue is paused.
+    #[inline(always)]
+    fn member_load(&self, group: u32, member: u32, class: usize) -> u64 {
+        let Some(g) = GROUPS.get(group) else { return PAUSED };
+        // `verifier_mask`: LLVM knows `member < n <= 64` and would drop a plain mask.
+        let Some(m) = g.members.get(verifier_mask(member, MAX_GROUP_MEMBERS as u32 - 1) as usize) else {
+            return PAUSED;
+        };
+        let Some(q) = QUEUES.get(class_slot(m.port, class)) else { return PAUSED };
+        let now = self.now_ns();
+        // Racy reads of values other CPUs update atomically: a load estimate, copied at once.
+        let (tail, paused_until) = (q.tail_ns, q.paused_until_ns);
+        if paused_until > now {
+            return PAUSED;
+        }
+        depth_bytes(tail, paused_until, now, PORT_RATE.get(m.port).copied().unwrap_or(0))
+    }
+
+    #[inline(always)]
+    fn wcmp_pick(&self, group: u32, h: u32, n: u32) -> Option<u32> {
+        WCMP.get(group)?.pick(h, n)
+    }
+
+    #[inline(always)]
+    fn flowlet(&self, flow: u32) -> Option<FlowletSlot> {
+        // SAFETY: as for `te_entry`: the value may be overwritten by another CPU while read; it
+        // is copied at once, every bit pattern is a valid slot, and `balance` checks its group
+        // and member against the group before using it.
+        unsafe { FLOWLETS.get(&flow) }.copied()
+    }
+
+    #[inline(always)]
+    fn store_flowlet(&self, flow: u32, slot: FlowletSlot) {
+        // A full LRU map evicts its oldest slot; an update can only fail for lack of memory, and
+        // then the flow starts a new flowlet next time.
+        let _ = FLOWLETS.insert(&flow, &slot, 0);
     }
 }
 

@@ -40,6 +40,7 @@ use std::{
 use fabric_common::{
     config::{HashMode, PortInfo, SwitchConfig},
     counters::{DropReason, MemberCounters, PassReason, PortCounters},
+    balance::MemberState,
     forward::{Decision, ForwardingTables, decide},
     parse::{IpHeader, ParseError, parse_packet},
     pfc::{CLASSES, PauseFrame, quanta_to_ns},
@@ -182,7 +183,9 @@ impl ForwardingTables for HostTables {
     fn group(&self, id: u32) -> Option<&EcmpGroup> {
         self.groups.get(id as usize)
     }
+}
 
+impl MemberState for HostTables {
     fn te_entry(&self, key: &TeKey) -> Option<TeEntry> {
         self.te.get(key).copied()
     }

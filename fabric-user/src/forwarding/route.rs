@@ -72,13 +72,27 @@ pub fn trace(fabric: &SimFabric, flow: &Flow, mut hop: impl FnMut(Hop), mut link
         }
         let n = members.len() as u32;
         // `forward::decide`'s own choice: in `te` mode the controller's entry, if it fits.
-        let member = choose_member(&fabric.configs[at], &pkt, group, n, |key| fabric.te.get(&(at, *key)).copied());
+        let state = TeTable { fabric, at };
+        let member = choose_member(&fabric.configs[at], &pkt, group, n, &state);
         let port = members[member as usize];
         hop(Hop { switch: at, group, member, port });
         link(directed(fabric, at, port));
         at = plan.nodes[at].ports[port].peer_node;
     }
     bail!("{} -> {}: routing loop", plan.nodes[flow.src].name, plan.nodes[flow.dst].name)
+}
+
+/// The flow model's state of switch `at` for the member choice: its TE entries. The modes
+/// that read queues or a clock see idle queues at time 0 here (their choice at an idle fabric).
+struct TeTable<'a> {
+    fabric: &'a SimFabric,
+    at: NodeId,
+}
+
+impl fabric_common::balance::MemberState for TeTable<'_> {
+    fn te_entry(&self, key: &fabric_common::te::TeKey) -> Option<fabric_common::te::TeEntry> {
+        self.fabric.te.get(&(self.at, *key)).copied()
+    }
 }
 
 #[cfg(test)]
@@ -107,6 +121,8 @@ mod tests {
         v4: SwitchTables,
         groups: Vec<EcmpGroup>,
     }
+
+    impl fabric_common::balance::MemberState for Tables {}
 
     impl ForwardingTables for Tables {
         fn route_v4(&self, dst: &[u8; 4]) -> Option<RouteTarget> {
