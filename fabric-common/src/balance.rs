@@ -132,6 +132,8 @@ impl core::fmt::Display for WcmpError {
     }
 }
 
+impl core::error::Error for WcmpError {}
+
 impl WcmpWeights {
     /// Weights proportional to `weights` (link rates in bit/s, say), scaled down together until
     /// their sum fits 31 bits; a non-zero weight keeps at least 1.
