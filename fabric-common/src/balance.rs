@@ -126,7 +126,9 @@ pub enum WcmpError {
 impl core::fmt::Display for WcmpError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            WcmpError::MemberCount(n) => write!(f, "WCMP weights for {n} members (a group has 1..={MAX_GROUP_MEMBERS})"),
+            WcmpError::MemberCount(n) => {
+                write!(f, "WCMP weights for {n} members (a group has 1..={MAX_GROUP_MEMBERS})")
+            }
             WcmpError::AllZero => write!(f, "every WCMP weight is zero"),
         }
     }

@@ -29,16 +29,8 @@ impl HashMode {
     /// The modes that choose by a hash of the packet alone.
     pub const ALL: [HashMode; 3] = [Self::FiveTuple, Self::Eecmp, Self::Pin];
     /// Every routing mode a switch can be set to.
-    pub const ROUTING: [HashMode; 8] = [
-        Self::FiveTuple,
-        Self::Eecmp,
-        Self::Pin,
-        Self::Te,
-        Self::Flowlet,
-        Self::Adaptive,
-        Self::Spray,
-        Self::Wcmp,
-    ];
+    pub const ROUTING: [HashMode; 8] =
+        [Self::FiveTuple, Self::Eecmp, Self::Pin, Self::Te, Self::Flowlet, Self::Adaptive, Self::Spray, Self::Wcmp];
     /// The modes beyond a hash, whose choice also reads switch state ([`crate::balance`]).
     pub const BALANCING: [HashMode; 4] = [Self::Flowlet, Self::Adaptive, Self::Spray, Self::Wcmp];
 

@@ -94,7 +94,13 @@ pub fn decide<'a, T: ForwardingTables>(
 /// rule of [`crate::balance`] over `state`; else the hash. `n` must be non-zero. [`decide`] and
 /// the simulators call this one function.
 #[inline(always)]
-pub fn choose_member<S: MemberState + ?Sized>(cfg: &SwitchConfig, pkt: &ParsedPacket, group_id: u32, n: u32, state: &S) -> u32 {
+pub fn choose_member<S: MemberState + ?Sized>(
+    cfg: &SwitchConfig,
+    pkt: &ParsedPacket,
+    group_id: u32,
+    n: u32,
+    state: &S,
+) -> u32 {
     match HashMode::from_u32(cfg.hash_mode) {
         HashMode::Te => match state.te_entry(&te_key(pkt)) {
             Some(e) if e.group == group_id && e.member_index < n => e.member_index,

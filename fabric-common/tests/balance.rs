@@ -27,7 +27,14 @@ fn cfg(mode: HashMode) -> SwitchConfig {
 fn flows(seed: u64, count: usize) -> Vec<ParsedPacket> {
     let mut rng = Rng::new(seed);
     (0..count)
-        .map(|_| roce_pkt(0x0A00_0000 | rng.next_u32() & 0xFFFF, 0x0A01_0000 | rng.next_u32() & 0xFFFF, 0xC000 | rng.next_u16(), rng.next_u32() & 0xFF_FFFF))
+        .map(|_| {
+            roce_pkt(
+                0x0A00_0000 | rng.next_u32() & 0xFFFF,
+                0x0A01_0000 | rng.next_u32() & 0xFFFF,
+                0xC000 | rng.next_u16(),
+                rng.next_u32() & 0xFF_FFFF,
+            )
+        })
         .collect()
 }
 
@@ -128,7 +135,10 @@ fn a_flowlet_keeps_its_member_within_the_gap_and_is_re_chosen_after_it() {
         let (first, _) = candidates(flow, n);
         s.now.set(1_000);
         assert_eq!(choose(HashMode::Flowlet, &p, n, &s), first, "a new flow starts at its E-ECMP member");
-        assert_eq!(s.flowlet(flow), Some(FlowletSlot { last_ns: 1_000, group: GROUP, member: first as u16, generation: 0 }));
+        assert_eq!(
+            s.flowlet(flow),
+            Some(FlowletSlot { last_ns: 1_000, group: GROUP, member: first as u16, generation: 0 })
+        );
         // Within the gap the member holds, however the queues change.
         let mut s = s;
         s.loads[first as usize] = PAUSED;

@@ -1,6 +1,7 @@
 //! Every map of the switch program, and the [`ForwardingTables`] view the decision code uses.
 //! Names are the contract with the controller (`fabric_user::dataplane`). One more map of the
 //! object, `AYA_LOGS` (the slow-path log), is defined by `aya-log-ebpf`.
+use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns};
 use aya_ebpf::{
     macros::map,
     maps::{
@@ -8,7 +9,6 @@ use aya_ebpf::{
         lpm_trie::{Key, LpmTrie},
     },
 };
-use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns};
 use fabric_common::{
     balance::{FlowletSlot, MAX_FLOWLETS, MemberState, PAUSED, WcmpWeights},
     config::{MAX_IFINDEX, MAX_PORTS, PortInfo, SwitchConfig},
@@ -16,8 +16,8 @@ use fabric_common::{
     fault::PortLoss,
     forward::{ForwardingTables, verifier_mask},
     pfc::CLASSES,
-    qos::{ClassCounters, QosConfig},
     qos::class_slot,
+    qos::{ClassCounters, QosConfig},
     queue::{EgressQueue, IngressAccount, depth_bytes},
     route::{EcmpGroup, MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_ROUTES, RouteTarget},
     te::{MAX_TE_FLOWS, TeEntry, TeKey},
@@ -83,7 +83,6 @@ impl ForwardingTables for Tables {
     fn group(&self, id: u32) -> Option<&EcmpGroup> {
         GROUPS.get(id)
     }
-
 }
 
 impl MemberState for Tables {
@@ -139,14 +138,14 @@ impl MemberState for Tables {
         // SAFETY: as for `te_entry`: the value may be overwritten by another CPU while read; it
         // is copied at once, every bit pattern is a valid slot, and `balance` checks its group
         // and member against the group before using it.
-        unsafe { FLOWLETS.get(&flow) }.copied()
+        unsafe { FLOWLETS.get(flow) }.copied()
     }
 
     #[inline(always)]
     fn store_flowlet(&self, flow: u32, slot: FlowletSlot) {
         // A full LRU map evicts its oldest slot; an update can only fail for lack of memory, and
         // then the flow starts a new flowlet next time.
-        let _ = FLOWLETS.insert(&flow, &slot, 0);
+        let _ = FLOWLETS.insert(flow, slot, 0);
     }
 }
 

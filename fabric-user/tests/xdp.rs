@@ -430,7 +430,11 @@ impl MemberState for Idle {}
 /// in the future: at any port rate, more bytes than any other queue holds).
 fn crafted_queue(paused: bool) -> EgressQueue {
     let far = u64::MAX / 4;
-    if paused { EgressQueue { paused_until_ns: far, tail_ns: far, ..Default::default() } } else { EgressQueue { tail_ns: far, ..Default::default() } }
+    if paused {
+        EgressQueue { paused_until_ns: far, tail_ns: far, ..Default::default() }
+    } else {
+        EgressQueue { tail_ns: far, ..Default::default() }
+    }
 }
 
 #[test]
@@ -497,7 +501,10 @@ fn a_flowlet_keeps_its_member_within_the_gap_and_moves_after_it() {
             // Within the gap: the slot's member, whatever it is, even with its queue paused.
             let kept = (i % UPLINKS) as u16;
             sw.dp.set_queue(kept as u32 + 1, class_of(0), crafted_queue(true))?;
-            sw.dp.set_flowlet(flow, FlowletSlot { last_ns: future, group: GROUP_UPLINKS, member: kept, generation: 3 })?;
+            sw.dp.set_flowlet(
+                flow,
+                FlowletSlot { last_ns: future, group: GROUP_UPLINKS, member: kept, generation: 3 },
+            )?;
             assert_eq!(forwarded_port(sw, &f), kept as u32 + 1, "flow {i} within the gap");
             let slot = sw.dp.flowlet(flow)?.unwrap();
             assert!(slot.last_ns < future && slot.generation == 3, "the packet refreshed the slot: {slot:?}");
@@ -538,7 +545,9 @@ fn wcmp_gives_each_uplink_its_rates_share_and_follows_a_rate_change() {
     with_switch(HashMode::Wcmp, 0x33, |sw| {
         let cfg = FixtureSwitch::config(HashMode::Wcmp, 0x33);
         // Three uplinks at 100 Mbit/s and one degraded to 25: weights follow the rates.
-        for (rates, expected) in [([100u64, 100, 100, 25], [0.2353, 0.2353, 0.2353, 0.0588]), ([100, 100, 100, 100], [0.25; 4])] {
+        for (rates, expected) in
+            [([100u64, 100, 100, 25], [0.2353, 0.2353, 0.2353, 0.0588]), ([100, 100, 100, 100], [0.25; 4])]
+        {
             for (i, r) in rates.iter().enumerate() {
                 sw.dp.set_port_rate(i as u32 + 1, r * 1_000_000)?;
             }

@@ -39,9 +39,9 @@ use std::{
 };
 
 use fabric_common::{
+    balance::{MemberState, WcmpWeights},
     config::{HashMode, PortInfo, SwitchConfig},
     counters::{DropReason, MemberCounters, PassReason, PortCounters},
-    balance::{MemberState, WcmpWeights},
     forward::{Decision, ForwardingTables, decide},
     parse::{IpHeader, ParseError, parse_packet},
     pfc::{CLASSES, PauseFrame, quanta_to_ns},
@@ -837,7 +837,8 @@ impl Fuzz {
             // the weights from the rates itself.
             sw.dp.refresh_wcmp()?;
             for g in [GROUP_UPLINKS, GROUP_HOST_A] {
-                let rates: Vec<u64> = tables.groups[g as usize].live().iter().map(|m| c.rates[m.port as usize]).collect();
+                let rates: Vec<u64> =
+                    tables.groups[g as usize].live().iter().map(|m| c.rates[m.port as usize]).collect();
                 let w = WcmpWeights::from_weights(&rates)?;
                 anyhow::ensure!(sw.dp.wcmp(g)? == w, "group {g}: the controller's WCMP weights differ from the rates'");
                 tables.wcmp[g as usize] = Some(w);

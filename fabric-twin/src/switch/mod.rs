@@ -15,11 +15,11 @@ use std::{
 use fabric_common::{
     balance::{FlowletSlot, MemberState, PAUSED, WcmpWeights},
     forward::choose_member,
-    te::{TeEntry, TeKey},
     parse::ParsedPacket,
     qos::{QosConfig, Verdict, class_of},
     queue::ECN_CE,
     rng::SplitMix64,
+    te::{TeEntry, TeKey},
 };
 
 use crate::net::{PortSpec, Routing, SwitchSpec};
