@@ -26,10 +26,9 @@
 //!   ([`WcmpWeights::pick`]). Weights that do not match the group (another member count: the
 //!   controller has not rewritten them yet) fall back to the `eecmp` hash.
 use crate::config::{HashMode, SwitchConfig};
-use crate::forward::verifier_mask;
 use crate::hash::{FlowKey, fmix32, hash_key, scale_to_members};
 use crate::parse::ParsedPacket;
-use crate::route::MAX_GROUP_MEMBERS;
+use crate::route::{MAX_GROUP_MEMBERS, verifier_mask};
 use crate::te::{TeEntry, TeKey};
 
 /// The load of a member whose queue is paused: more than any depth.

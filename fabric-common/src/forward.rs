@@ -5,6 +5,7 @@ use crate::config::{HashMode, PortInfo, SwitchConfig};
 use crate::counters::{DropReason, PassReason};
 use crate::hash::select_member;
 use crate::parse::{IpHeader, ParsedPacket};
+pub use crate::route::verifier_mask;
 use crate::route::{EcmpGroup, GroupMember, MAX_GROUP_MEMBERS, ROUTE_LOCAL, RouteTarget};
 use crate::te::te_key;
 use crate::wire::ethernet;
@@ -115,13 +116,4 @@ pub fn choose_member<S: MemberState + ?Sized>(
 #[inline(always)]
 pub const fn is_ipv6_link_local(addr: &[u8; 16]) -> bool {
     addr[0] == 0xfe && addr[1] & 0xc0 == 0x80
-}
-
-/// `v & mask`, with a mask the compiler cannot drop. LLVM proves `select_member(..) < n <= 64`
-/// and removes a plain mask, but the verifier cannot follow a multiply-shift and then rejects the
-/// indexed access; a volatile read hides the range from LLVM so the mask reaches the verifier.
-#[inline(always)]
-pub fn verifier_mask(v: u32, mask: u32) -> u32 {
-    // SAFETY: reading a local through a valid reference.
-    unsafe { core::ptr::read_volatile(&v) & mask }
 }
