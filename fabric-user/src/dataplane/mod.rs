@@ -136,10 +136,17 @@ impl SwitchDataplane {
         T::try_from(map).with_context(|| format!("map {name} has an unexpected type"))
     }
 
+    /// Writes the switch-wide settings: one map value, so a mode change (mode, seed and
+    /// flowlet gap together) takes effect whole for every later packet.
     pub fn set_config(&mut self, cfg: SwitchConfig) -> Result<()> {
         let mut m: Array<&mut MapData, SwitchConfig> = self.map(maps::CONFIG)?;
         m.set(0, cfg, 0)?;
         Ok(())
+    }
+
+    pub fn config(&mut self) -> Result<SwitchConfig> {
+        let m: Array<&mut MapData, SwitchConfig> = self.map(maps::CONFIG)?;
+        Ok(m.get(&0, 0)?)
     }
 
     /// Registers a port: frames arriving on `ifindex` belong to port `info.index`, and the
