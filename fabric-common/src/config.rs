@@ -49,6 +49,13 @@ impl HashMode {
         }
     }
 
+    /// Whether the mode may send packets of one flow over different members from one packet to
+    /// the next (not only between flowlets): an in-order (go-back-N) receiver then sees
+    /// reordering and retransmits.
+    pub const fn reorders_within_a_flow(self) -> bool {
+        matches!(self, Self::Adaptive | Self::Spray)
+    }
+
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::FiveTuple => "five-tuple",

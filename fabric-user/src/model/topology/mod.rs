@@ -250,6 +250,15 @@ impl Topology {
         fabric_common::config::SwitchConfig::testbed(mode, seed).with_flowlet_gap(self.flowlet_gap_wall_ns())
     }
 
+    /// The switch tiers whose mode reorders packets within a flow, as `(tier, mode)`.
+    pub fn reordering_tiers(&self) -> Vec<(&'static str, HashMode)> {
+        let t = &self.tiers;
+        [("rtsw", t.rtsw.hash), ("ctsw", t.ctsw.hash), ("atsw", t.atsw.hash)]
+            .into_iter()
+            .filter(|(_, m)| m.reorders_within_a_flow())
+            .collect()
+    }
+
     pub fn hosts(&self) -> u32 {
         self.zones.iter().map(|z| z.racks * z.hosts_per_rack).sum()
     }
