@@ -245,6 +245,11 @@ impl Topology {
         self.wall_ns(self.flowlet_gap_us * 1e3).clamp(1, u32::MAX as u64) as u32
     }
 
+    /// The flowlet gap in modelled ns, for simulators that run in modelled time (the twin).
+    pub fn flowlet_gap_modelled_ns(&self) -> u32 {
+        (self.flowlet_gap_us * 1e3).round().clamp(1.0, u32::MAX as f64) as u32
+    }
+
     /// The configuration of a switch in `mode` with `seed`, as the controller writes it.
     pub fn switch_config(&self, mode: HashMode, seed: u32) -> fabric_common::config::SwitchConfig {
         fabric_common::config::SwitchConfig::testbed(mode, seed).with_flowlet_gap(self.flowlet_gap_wall_ns())
