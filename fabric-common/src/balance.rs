@@ -77,6 +77,12 @@ pub trait MemberState {
     }
     /// Records the flowlet slot of flow hash `flow`.
     fn store_flowlet(&self, _flow: u32, _slot: FlowletSlot) {}
+    /// Records that the flowlet of `flow` continues: `slot` differs from the stored one only in
+    /// `last_ns`. The XDP switch writes that field in place (a map update per packet would cost
+    /// more than the rest of the switch); by default, [`MemberState::store_flowlet`].
+    fn touch_flowlet(&self, flow: u32, slot: FlowletSlot) {
+        self.store_flowlet(flow, slot);
+    }
 }
 
 /// One flow's flowlet state at one switch.
@@ -259,15 +265,15 @@ fn flowlet<S: MemberState + ?Sized>(cfg: &SwitchConfig, pkt: &ParsedPacket, grou
     let flow = flow_hash(cfg, pkt);
     let now = state.now_ns();
     let slot = state.flowlet(flow);
-    let (member, generation) = match slot {
-        Some(s) if continues(&s, group, n, now, cfg.flowlet_gap_ns) => (s.member as u32, s.generation),
-        _ => {
-            let generation = slot.map_or(0, |s| s.generation.wrapping_add(1));
-            let class = crate::qos::class_of(crate::qos::tos_of(pkt));
-            let h = flowlet_hash(flow, generation);
-            (best_of_two(h, n, |m| state.member_load(group, m, class)), generation)
-        }
-    };
+    if let Some(s) = slot
+        && continues(&s, group, n, now, cfg.flowlet_gap_ns)
+    {
+        state.touch_flowlet(flow, FlowletSlot { last_ns: now, ..s });
+        return s.member as u32;
+    }
+    let generation = slot.map_or(0, |s| s.generation.wrapping_add(1));
+    let class = crate::qos::class_of(crate::qos::tos_of(pkt));
+    let member = best_of_two(flowlet_hash(flow, generation), n, |m| state.member_load(group, m, class));
     state.store_flowlet(flow, FlowletSlot { last_ns: now, group, member: member as u16, generation });
     member
 }

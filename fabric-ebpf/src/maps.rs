@@ -1,6 +1,8 @@
 //! Every map of the switch program, and the [`ForwardingTables`] view the decision code uses.
 //! Names are the contract with the controller (`fabric_user::dataplane`). One more map of the
 //! object, `AYA_LOGS` (the slow-path log), is defined by `aya-log-ebpf`.
+use core::ptr::{addr_of_mut, write_volatile};
+
 use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns};
 use aya_ebpf::{
     macros::map,
@@ -141,11 +143,29 @@ impl MemberState for Tables {
         unsafe { FLOWLETS.get(flow) }.copied()
     }
 
+    /// A new flowlet: written in place over the flow's slot if it has one, else inserted (a
+    /// full LRU map evicts its oldest slot; an insert can only fail for lack of memory, and then
+    /// the flow starts a new flowlet next time).
     #[inline(always)]
     fn store_flowlet(&self, flow: u32, slot: FlowletSlot) {
-        // A full LRU map evicts its oldest slot; an update can only fail for lack of memory, and
-        // then the flow starts a new flowlet next time.
-        let _ = FLOWLETS.insert(flow, slot, 0);
+        match FLOWLETS.get_ptr_mut(flow) {
+            // SAFETY: `get_ptr_mut` returned a pointer to the value of a live element (valid
+            // while the program runs, under RCU); written with an untorn-per-field volatile
+            // store, as other CPUs may read it (they copy it and check it before use).
+            Some(p) => unsafe { write_volatile(p, slot) },
+            None => {
+                let _ = FLOWLETS.insert(flow, slot, 0);
+            }
+        }
+    }
+
+    /// A continuing flowlet: only its last-seen time moves, written in place.
+    #[inline(always)]
+    fn touch_flowlet(&self, flow: u32, slot: FlowletSlot) {
+        if let Some(p) = FLOWLETS.get_ptr_mut(flow) {
+            // SAFETY: as in `store_flowlet`; one aligned u64 field, an untorn volatile store.
+            unsafe { write_volatile(addr_of_mut!((*p).last_ns), slot.last_ns) }
+        }
     }
 }
 
