@@ -77,11 +77,16 @@ pub trait MemberState {
     }
     /// Records the flowlet slot of flow hash `flow`.
     fn store_flowlet(&self, _flow: u32, _slot: FlowletSlot) {}
-    /// Records that the flowlet of `flow` continues: `slot` differs from the stored one only in
-    /// `last_ns`. The XDP switch writes that field in place (a map update per packet would cost
-    /// more than the rest of the switch); by default, [`MemberState::store_flowlet`].
-    fn touch_flowlet(&self, flow: u32, slot: FlowletSlot) {
-        self.store_flowlet(flow, slot);
+    /// The flowlet slot of flow hash `flow` as it was, recording `now` as its last-seen time
+    /// (every packet of the flow ends with its slot's `last_ns` at `now`, whether it continues
+    /// the flowlet or starts one). The XDP switch does this in one lookup, writing the field in
+    /// place: a map update per packet would cost more than the rest of the switch.
+    fn flowlet_seen(&self, flow: u32, now: u64) -> Option<FlowletSlot> {
+        let slot = self.flowlet(flow);
+        if let Some(s) = slot {
+            self.store_flowlet(flow, FlowletSlot { last_ns: now, ..s });
+        }
+        slot
     }
 }
 
@@ -264,11 +269,10 @@ pub fn balance<S: MemberState + ?Sized>(
 fn flowlet<S: MemberState + ?Sized>(cfg: &SwitchConfig, pkt: &ParsedPacket, group: u32, n: u32, state: &S) -> u32 {
     let flow = flow_hash(cfg, pkt);
     let now = state.now_ns();
-    let slot = state.flowlet(flow);
+    let slot = state.flowlet_seen(flow, now);
     if let Some(s) = slot
         && continues(&s, group, n, now, cfg.flowlet_gap_ns)
     {
-        state.touch_flowlet(flow, FlowletSlot { last_ns: now, ..s });
         return s.member as u32;
     }
     let generation = slot.map_or(0, |s| s.generation.wrapping_add(1));

@@ -1,7 +1,7 @@
 //! Every map of the switch program, and the [`ForwardingTables`] view the decision code uses.
 //! Names are the contract with the controller (`fabric_user::dataplane`). One more map of the
 //! object, `AYA_LOGS` (the slow-path log), is defined by `aya-log-ebpf`.
-use core::ptr::{addr_of_mut, write_volatile};
+use core::ptr::{addr_of_mut, read_volatile, write_volatile};
 
 use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns};
 use aya_ebpf::{
@@ -159,12 +159,17 @@ impl MemberState for Tables {
         }
     }
 
-    /// A continuing flowlet: only its last-seen time moves, written in place.
+    /// One lookup: the slot copied out, then its last-seen time moved to `now` in place.
     #[inline(always)]
-    fn touch_flowlet(&self, flow: u32, slot: FlowletSlot) {
-        if let Some(p) = FLOWLETS.get_ptr_mut(flow) {
-            // SAFETY: as in `store_flowlet`; one aligned u64 field, an untorn volatile store.
-            unsafe { write_volatile(addr_of_mut!((*p).last_ns), slot.last_ns) }
+    fn flowlet_seen(&self, flow: u32, now: u64) -> Option<FlowletSlot> {
+        let p = FLOWLETS.get_ptr_mut(flow)?;
+        // SAFETY: as in `store_flowlet`: a live element's value; copied out with a volatile read
+        // (another CPU may be writing it: every bit pattern is a valid slot, and `balance`
+        // checks its group and member), then one aligned u64 field stored volatilely.
+        unsafe {
+            let slot = read_volatile(p);
+            write_volatile(addr_of_mut!((*p).last_ns), now);
+            Some(slot)
         }
     }
 }
