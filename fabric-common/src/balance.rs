@@ -10,8 +10,9 @@
 //!   from an avalanche of it (the next member if both coincide); the candidate whose modelled
 //!   egress queue of the packet's class holds fewer bytes wins, the first on a tie. A paused
 //!   queue counts as full ([`PAUSED`]).
-//! - **`flowlet`**: per flow a [`FlowletSlot`] {group, member, generation, last seen}, keyed by
-//!   `h` (two flows whose hashes collide share a slot: accepted, as in hardware flowlet tables).
+//! - **`flowlet`**: per flow a [`FlowletSlot`] {flow, group, member, generation, last seen} in a
+//!   direct-mapped table indexed by the low bits of `h`, as hardware flowlet tables are; a flow
+//!   finding another flow's slot there starts a new flowlet and takes the slot over.
 //!   A packet within the flowlet gap of the slot's last packet keeps the slot's member; a packet
 //!   after a longer idle time (or of a new flow, or whose slot is for another group or a member
 //!   beyond the group) starts a new flowlet: the generation advances and the member is the best
@@ -34,8 +35,15 @@ use crate::te::{TeEntry, TeKey};
 /// The load of a member whose queue is paused: more than any depth.
 pub const PAUSED: u64 = u64::MAX;
 
-/// Entries of a switch's flowlet table (an LRU map in the XDP switch).
-pub const MAX_FLOWLETS: u32 = 65_536;
+/// Entries of a switch's flowlet table: a direct-mapped array in the XDP switch, indexed by
+/// [`flowlet_index`] (a power of two).
+pub const MAX_FLOWLETS: u32 = 16_384;
+
+/// The flowlet-table entry of flow hash `flow`.
+#[inline(always)]
+pub const fn flowlet_index(flow: u32) -> u32 {
+    flow & (MAX_FLOWLETS - 1)
+}
 
 /// The default flowlet gap in modelled time: a few round trips of the default fabric (a
 /// flowlet gap must exceed the path delay difference for a move not to reorder).
@@ -96,11 +104,13 @@ pub trait MemberState {
 pub struct FlowletSlot {
     /// When the flow's last packet was forwarded (the switch's clock).
     pub last_ns: u64,
+    /// The flow hash the slot is for (a direct-mapped table entry may hold another flow's).
+    pub flow: u32,
     /// The group the member belongs to (a slot for another group is stale).
-    pub group: u32,
-    pub member: u16,
+    pub group: u16,
+    pub member: u8,
     /// Flowlets of this flow so far, minus one (wrapping).
-    pub generation: u16,
+    pub generation: u8,
 }
 
 const _: () = assert!(core::mem::size_of::<FlowletSlot>() == 16);
@@ -216,7 +226,7 @@ pub fn flow_hash(cfg: &SwitchConfig, pkt: &ParsedPacket) -> u32 {
 /// The value a flow's flowlet number `generation` draws its candidates from: the flow hash
 /// itself for the first flowlet.
 #[inline(always)]
-pub const fn flowlet_hash(flow: u32, generation: u16) -> u32 {
+pub const fn flowlet_hash(flow: u32, generation: u8) -> u32 {
     if generation == 0 { flow } else { fmix32(flow ^ (generation as u32).wrapping_mul(SPREAD)) }
 }
 
@@ -271,19 +281,26 @@ fn flowlet<S: MemberState + ?Sized>(cfg: &SwitchConfig, pkt: &ParsedPacket, grou
     let now = state.now_ns();
     let slot = state.flowlet_seen(flow, now);
     if let Some(s) = slot
-        && continues(&s, group, n, now, cfg.flowlet_gap_ns)
+        && continues(&s, flow, group, n, now, cfg.flowlet_gap_ns)
     {
         return s.member as u32;
     }
-    let generation = slot.map_or(0, |s| s.generation.wrapping_add(1));
+    let generation = match slot {
+        Some(s) if s.flow == flow => s.generation.wrapping_add(1),
+        _ => 0,
+    };
     let class = crate::qos::class_of(crate::qos::tos_of(pkt));
     let member = best_of_two(flowlet_hash(flow, generation), n, |m| state.member_load(group, m, class));
-    state.store_flowlet(flow, FlowletSlot { last_ns: now, group, member: member as u16, generation });
+    let slot = FlowletSlot { last_ns: now, flow, group: group as u16, member: member as u8, generation };
+    state.store_flowlet(flow, slot);
     member
 }
 
-/// Whether a packet at `now` continues the flowlet of `slot`.
+/// Whether a packet of flow hash `flow` at `now` continues the flowlet of `slot`.
 #[inline(always)]
-pub const fn continues(slot: &FlowletSlot, group: u32, n: u32, now: u64, gap_ns: u32) -> bool {
-    slot.group == group && (slot.member as u32) < n && now.saturating_sub(slot.last_ns) <= gap_ns as u64
+pub const fn continues(slot: &FlowletSlot, flow: u32, group: u32, n: u32, now: u64, gap_ns: u32) -> bool {
+    slot.flow == flow
+        && slot.group as u32 == group
+        && (slot.member as u32) < n
+        && now.saturating_sub(slot.last_ns) <= gap_ns as u64
 }

@@ -20,7 +20,8 @@ pub const POOL_USED: &str = "POOL_USED";
 pub const CLASS_COUNTERS: &str = "CLASS_COUNTERS";
 pub const PFC_EVENTS: &str = "PFC_EVENTS";
 pub const TE_FLOWS: &str = "TE_FLOWS";
-/// `flowlet` mode: flow hash -> [`crate::balance::FlowletSlot`] (an LRU hash map).
+/// `flowlet` mode: a direct-mapped table of [`crate::balance::FlowletSlot`] by
+/// [`crate::balance::flowlet_index`].
 pub const FLOWLETS: &str = "FLOWLETS";
 /// `wcmp` mode: group slot -> [`crate::balance::WcmpWeights`], kept by the controller.
 pub const WCMP: &str = "WCMP";

@@ -137,7 +137,7 @@ fn a_flowlet_keeps_its_member_within_the_gap_and_is_re_chosen_after_it() {
         assert_eq!(choose(HashMode::Flowlet, &p, n, &s), first, "a new flow starts at its E-ECMP member");
         assert_eq!(
             s.flowlet(flow),
-            Some(FlowletSlot { last_ns: 1_000, group: GROUP, member: first as u16, generation: 0 })
+            Some(FlowletSlot { last_ns: 1_000, flow, group: GROUP as u16, member: first as u8, generation: 0 })
         );
         // Within the gap the member holds, however the queues change.
         let mut s = s;
@@ -166,10 +166,13 @@ fn a_new_flowlet_avoids_a_paused_member_and_a_stale_slot_is_not_trusted() {
         loads[c1 as usize] = PAUSED;
         let s = State { loads, ..Default::default() };
         // A slot of generation 7 for another group: stale whatever its age.
-        s.store_flowlet(flow, FlowletSlot { last_ns: 0, group: GROUP + 1, member: c1 as u16, generation: 7 });
+        s.store_flowlet(
+            flow,
+            FlowletSlot { last_ns: 0, flow, group: GROUP as u16 + 1, member: c1 as u8, generation: 7 },
+        );
         assert_eq!(choose(HashMode::Flowlet, &p, n, &s), c2);
         // A slot naming a member beyond the group (it shrank): a new flowlet too.
-        s.store_flowlet(flow, FlowletSlot { last_ns: 0, group: GROUP, member: 9, generation: 7 });
+        s.store_flowlet(flow, FlowletSlot { last_ns: 0, flow, group: GROUP as u16, member: 9, generation: 7 });
         assert_eq!(choose(HashMode::Flowlet, &p, n, &s), c2);
         assert_eq!(s.flowlet(flow).unwrap().generation, 8);
     }

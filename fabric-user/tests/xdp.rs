@@ -497,19 +497,22 @@ fn a_flowlet_keeps_its_member_within_the_gap_and_moves_after_it() {
             let first = forwarded_port(sw, &f);
             assert_eq!(first, predicted_uplink(HashMode::Eecmp, 0x99, &f));
             let slot = sw.dp.flowlet(flow)?.expect("the switch recorded the flow");
-            assert_eq!((slot.group, slot.member as u32 + 1, slot.generation), (GROUP_UPLINKS, first, 0));
+            assert_eq!((slot.group as u32, slot.member as u32 + 1, slot.generation), (GROUP_UPLINKS, first, 0));
             // Within the gap: the slot's member, whatever it is, even with its queue paused.
-            let kept = (i % UPLINKS) as u16;
+            let kept = (i % UPLINKS) as u8;
             sw.dp.set_queue(kept as u32 + 1, class_of(0), crafted_queue(true))?;
             sw.dp.set_flowlet(
                 flow,
-                FlowletSlot { last_ns: future, group: GROUP_UPLINKS, member: kept, generation: 3 },
+                FlowletSlot { last_ns: future, flow, group: GROUP_UPLINKS as u16, member: kept, generation: 3 },
             )?;
             assert_eq!(forwarded_port(sw, &f), kept as u32 + 1, "flow {i} within the gap");
             let slot = sw.dp.flowlet(flow)?.unwrap();
             assert!(slot.last_ns < future && slot.generation == 3, "the packet refreshed the slot: {slot:?}");
             // After the gap: generation 4's best of two, the paused member counting as full.
-            sw.dp.set_flowlet(flow, FlowletSlot { last_ns: 0, group: GROUP_UPLINKS, member: kept, generation: 3 })?;
+            sw.dp.set_flowlet(
+                flow,
+                FlowletSlot { last_ns: 0, flow, group: GROUP_UPLINKS as u16, member: kept, generation: 3 },
+            )?;
             let (c1, c2) = candidates(flowlet_hash(flow, 4), UPLINKS);
             let expect = if c1 == kept as u32 { c2 } else { c1 };
             assert_eq!(forwarded_port(sw, &f), expect + 1, "flow {i} after the gap");

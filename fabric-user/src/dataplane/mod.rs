@@ -12,7 +12,7 @@ use aya::{
     programs::{Xdp, XdpMode, xdp::XdpLinkId},
 };
 use fabric_common::{
-    balance::{FlowletSlot, WcmpError, WcmpWeights},
+    balance::{FlowletSlot, WcmpError, WcmpWeights, flowlet_index},
     config::{MAX_IFINDEX, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
     fault::PortLoss,
@@ -234,20 +234,18 @@ impl SwitchDataplane {
         Ok(m.get(&id, 0)?)
     }
 
-    /// The flowlet slot of flow hash `flow`, if the switch holds one.
+    /// The flowlet slot of flow hash `flow`, if the switch's table holds one for that flow.
     pub fn flowlet(&mut self, flow: u32) -> Result<Option<FlowletSlot>> {
-        let m: aya::maps::HashMap<&mut MapData, u32, FlowletSlot> = self.map(maps::FLOWLETS)?;
-        match m.get(&flow, 0) {
-            Ok(s) => Ok(Some(s)),
-            Err(aya::maps::MapError::KeyNotFound) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+        let m: Array<&mut MapData, FlowletSlot> = self.map(maps::FLOWLETS)?;
+        let slot = m.get(&flowlet_index(flow), 0)?;
+        Ok((slot.flow == flow && slot != FlowletSlot::default()).then_some(slot))
     }
 
-    /// Writes the flowlet slot of flow hash `flow` (tests craft flowlet states with it).
+    /// Writes the flowlet slot of flow hash `flow` into its table entry, with `flow` as its
+    /// owner (tests craft flowlet states with it).
     pub fn set_flowlet(&mut self, flow: u32, slot: FlowletSlot) -> Result<()> {
-        let mut m: aya::maps::HashMap<&mut MapData, u32, FlowletSlot> = self.map(maps::FLOWLETS)?;
-        m.insert(flow, slot, 0)?;
+        let mut m: Array<&mut MapData, FlowletSlot> = self.map(maps::FLOWLETS)?;
+        m.set(flowlet_index(flow), FlowletSlot { flow, ..slot }, 0)?;
         Ok(())
     }
 
