@@ -100,7 +100,7 @@ pub fn dataplane(packets: u64, rounds: u32) -> Result<DataplaneReport> {
             });
         }
         for qos in [false, true] {
-            for mode in HashMode::ALL {
+            for mode in HashMode::ALL.into_iter().chain(HashMode::BALANCING) {
                 for (family, f) in &frames {
                     cases.push(Case {
                         label: if qos {
@@ -122,6 +122,8 @@ pub fn dataplane(packets: u64, rounds: u32) -> Result<DataplaneReport> {
         for p in 0..=fabric_testkit::fixture::UPLINKS {
             sw.dp.set_port_rate(p, 400_000_000_000)?;
         }
+        // `wcmp` weighs the uplinks by those rates.
+        sw.dp.refresh_wcmp()?;
         let mut samples = vec![Vec::new(); cases.len()];
         for _ in 0..rounds {
             for (i, c) in cases.iter().enumerate() {

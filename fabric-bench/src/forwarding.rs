@@ -102,7 +102,7 @@ impl Path {
     pub fn label(self) -> &'static str {
         match self {
             Path::Baseline => "baseline: gen -> sink (0 hops)",
-            Path::Xdp => "XDP switch x3 (fabric_switch, eecmp)",
+            Path::Xdp => "XDP switch x3 (fabric_switch)",
             Path::XdpCongestion => "XDP switch x3 + congestion model",
             Path::Kernel => "Linux kernel x3 (nexthop group x2, L4)",
         }
@@ -151,7 +151,7 @@ struct Chain {
     _switches: Vec<SwitchDataplane>,
 }
 
-fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane) -> Result<Chain> {
+fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane, mode: HashMode) -> Result<Chain> {
     let base = format!("{PREFIX}{}-{}", std::process::id(), path.tag());
     let mut nodes = vec![format!("{base}-gen")];
     nodes.extend((1..=path.switches()).map(|k| format!("{base}-s{k}")));
@@ -195,7 +195,8 @@ fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane) 
                     let (west, east) = (ifindex("west")?, ifindex("east")?);
                     dp.add_port(west, PortInfo::new(0, switch_mac(k, WEST)))?;
                     dp.add_port(east, PortInfo::new(1, switch_mac(k, EAST)))?;
-                    dp.set_config(SwitchConfig::new(HashMode::Eecmp, k as u32, 0))?;
+                    let gap = fabric_common::balance::DEFAULT_FLOWLET_GAP_NS as u32;
+                    dp.set_config(SwitchConfig::new(mode, k as u32, 0).with_flowlet_gap(gap))?;
                     let to_sink = GroupMember { port: 1, dst_mac: west_mac(k + 1), src_mac: switch_mac(k, EAST) };
                     let to_gen = GroupMember { port: 0, dst_mac: east_mac(k - 1), src_mac: switch_mac(k, WEST) };
                     dp.set_group(0, &EcmpGroup::from_members(&[to_sink]).expect("fits"))?;
@@ -207,6 +208,7 @@ fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane) 
                         dp.set_qos(c.qos_config(&c.rtsw))?;
                         dp.set_port_rate(0, 400_000_000_000)?;
                         dp.set_port_rate(1, 400_000_000_000)?;
+                        dp.refresh_wcmp()?;
                     }
                     dp.attach(west)?;
                     dp.attach(east)?;
@@ -526,6 +528,8 @@ pub struct ForwardingRatio {
 #[derive(Debug, Serialize)]
 pub struct ForwardingReport {
     pub method: String,
+    /// The switches' routing mode.
+    pub hash: String,
     pub cpu_accounting: String,
     pub generator_cpu: usize,
     pub rounds: usize,
@@ -546,16 +550,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-pub fn forwarding() -> Result<ForwardingReport> {
+pub fn forwarding(mode: HashMode) -> Result<ForwardingReport> {
     netns::require_capabilities()?;
     remove_stale()?;
     let mut guard = Namespaces(Vec::new());
-    let result = run(&mut guard);
+    let result = run(&mut guard, mode);
     drop(guard);
     result
 }
 
-fn run(guard: &mut Namespaces) -> Result<ForwardingReport> {
+fn run(guard: &mut Namespaces, mode: HashMode) -> Result<ForwardingReport> {
     let index = generator_cpu()?;
     // SAFETY: sysconf only reads a constant of the system.
     let tick_s = 1.0 / (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64);
@@ -564,7 +568,7 @@ fn run(guard: &mut Namespaces) -> Result<ForwardingReport> {
     let mut tools = SwitchDataplane::load()?;
     let mut chains = Vec::new();
     for path in Path::ALL {
-        chains.push(build_chain(path, guard, &mut tools)?);
+        chains.push(build_chain(path, guard, &mut tools, mode)?);
     }
     let mut gen_cfg = generator_config(&mut tools)?;
     let frames: Vec<Vec<u8>> = FRAME_SIZES
@@ -655,6 +659,7 @@ fn run(guard: &mut Namespaces) -> Result<ForwardingReport> {
     }
     let worst_ratio = ratios.iter().map(|r| r.xdp_vs_kernel_per_core).fold(f64::INFINITY, f64::min);
     Ok(ForwardingReport {
+        hash: mode.as_str().to_string(),
         method: format!(
             "chains of namespaces joined by veth pairs: gen -> RTSW -> CTSW -> RTSW -> sink, and gen -> sink as the \
              0-hop baseline; one flow of RoCEv2 frames (UDP 4791) from the object's traffic_generator program, run \
@@ -690,9 +695,9 @@ fn run(guard: &mut Namespaces) -> Result<ForwardingReport> {
 
 pub fn print_forwarding(r: &ForwardingReport) {
     println!(
-        "forwarding: gen -> RTSW -> CTSW -> RTSW -> sink over veths; XDP live-frame generator (batch {}) pinned to \
-         CPU {}, the whole path on that CPU; counted at the sink; median of {} x {:.1} s per case",
-        r.live_frame_batch, r.generator_cpu, r.rounds, r.seconds_per_sample
+        "forwarding: gen -> RTSW -> CTSW -> RTSW -> sink over veths, switches in {} mode; XDP live-frame generator \
+         (batch {}) pinned to CPU {}, the whole path on that CPU; counted at the sink; median of {} x {:.1} s per case",
+        r.hash, r.live_frame_batch, r.generator_cpu, r.rounds, r.seconds_per_sample
     );
     println!(
         "per core = delivered / CPU s of the path (generator thread incl. its softirqs + ksoftirqd/{} + other CPUs' \

@@ -71,6 +71,10 @@ enum BenchCommand {
     Forwarding {
         #[arg(long, default_value = "results/bench/forwarding.json")]
         json: PathBuf,
+        /// The switches' routing mode (every mode pays its own code on the path's one-member
+        /// groups: flowlet its table update, adaptive and wcmp their reads).
+        #[arg(long, default_value = "eecmp", value_parser = fabric_user::model::topology::parse_hash_mode)]
+        hash: fabric_common::config::HashMode,
     },
 }
 
@@ -108,8 +112,8 @@ fn run() -> Result<()> {
             twin::print_twin(&report);
             write_json(&json, &report)?;
         }
-        BenchCommand::Forwarding { json } => {
-            let report = forwarding::forwarding()?;
+        BenchCommand::Forwarding { json, hash } => {
+            let report = forwarding::forwarding(hash)?;
             forwarding::print_forwarding(&report);
             write_json(&json, &report)?;
         }

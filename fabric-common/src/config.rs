@@ -13,13 +13,26 @@ pub enum HashMode {
     /// Centralised traffic engineering: the controller installs a member per flow (see
     /// [`crate::te`]); a flow without an entry is hashed as in `eecmp`.
     Te = 3,
+    /// Flowlet switching: a flow keeps its member until idle for longer than the flowlet gap,
+    /// then takes the less loaded of two hashed candidates ([`crate::balance`]).
+    Flowlet = 4,
+    /// Adaptive routing, per packet: the less loaded (modelled egress queue depth, a paused
+    /// queue counting as full) of two members hashed from the flow ([`crate::balance`]).
+    Adaptive = 5,
+    /// Packet spraying: a uniformly random member per packet.
+    Spray = 6,
+    /// Weighted ECMP: the flow's hash scaled onto members weighted by their link's modelled rate.
+    Wcmp = 7,
 }
 
 impl HashMode {
     /// The modes that choose by a hash of the packet alone.
     pub const ALL: [HashMode; 3] = [Self::FiveTuple, Self::Eecmp, Self::Pin];
     /// Every routing mode a switch can be set to.
-    pub const ROUTING: [HashMode; 4] = [Self::FiveTuple, Self::Eecmp, Self::Pin, Self::Te];
+    pub const ROUTING: [HashMode; 8] =
+        [Self::FiveTuple, Self::Eecmp, Self::Pin, Self::Te, Self::Flowlet, Self::Adaptive, Self::Spray, Self::Wcmp];
+    /// The modes beyond a hash, whose choice also reads switch state ([`crate::balance`]).
+    pub const BALANCING: [HashMode; 4] = [Self::Flowlet, Self::Adaptive, Self::Spray, Self::Wcmp];
 
     /// Decodes a map value; unknown values fall back to the five-tuple.
     #[inline(always)]
@@ -28,8 +41,19 @@ impl HashMode {
             1 => Self::Eecmp,
             2 => Self::Pin,
             3 => Self::Te,
+            4 => Self::Flowlet,
+            5 => Self::Adaptive,
+            6 => Self::Spray,
+            7 => Self::Wcmp,
             _ => Self::FiveTuple,
         }
+    }
+
+    /// Whether the mode may send packets of one flow over different members from one packet to
+    /// the next (not only between flowlets): an in-order (go-back-N) receiver then sees
+    /// reordering and retransmits.
+    pub const fn reorders_within_a_flow(self) -> bool {
+        matches!(self, Self::Adaptive | Self::Spray)
     }
 
     pub const fn as_str(self) -> &'static str {
@@ -38,6 +62,10 @@ impl HashMode {
             Self::Eecmp => "eecmp",
             Self::Pin => "pin",
             Self::Te => "te",
+            Self::Flowlet => "flowlet",
+            Self::Adaptive => "adaptive",
+            Self::Spray => "spray",
+            Self::Wcmp => "wcmp",
         }
     }
 
@@ -56,7 +84,10 @@ pub struct SwitchConfig {
     pub seed: u32,
     /// For `pin`: how many low destination-address bits to drop before taking the index.
     pub pin_shift: u32,
-    pub _reserved: u32,
+    /// For `flowlet`: the idle time (wall-clock ns, the testbed's modelled gap times its
+    /// time scale) after which a flow may move. Zero is never written by the controller; the
+    /// decision treats it as "every packet starts a flowlet".
+    pub flowlet_gap_ns: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<SwitchConfig>() == 16);
@@ -68,7 +99,12 @@ impl SwitchConfig {
     pub const TESTBED_PIN_SHIFT: u32 = 1;
 
     pub const fn new(mode: HashMode, seed: u32, pin_shift: u32) -> Self {
-        Self { hash_mode: mode as u32, seed, pin_shift, _reserved: 0 }
+        Self { hash_mode: mode as u32, seed, pin_shift, flowlet_gap_ns: 0 }
+    }
+
+    /// The same switch with a flowlet gap of `gap_ns` wall-clock nanoseconds.
+    pub const fn with_flowlet_gap(self, gap_ns: u32) -> Self {
+        Self { flowlet_gap_ns: gap_ns, ..self }
     }
 
     /// A switch as the controller configures one: its mode and seed, the testbed's pin shift.

@@ -1,22 +1,22 @@
 //! The forwarding decision of one switch for one packet, over abstract tables so that the XDP
 //! program (map lookups), the controller and the simulator all run the same code.
+use crate::balance::{MemberState, balance};
 use crate::config::{HashMode, PortInfo, SwitchConfig};
 use crate::counters::{DropReason, PassReason};
 use crate::hash::select_member;
 use crate::parse::{IpHeader, ParsedPacket};
+pub use crate::route::verifier_mask;
 use crate::route::{EcmpGroup, GroupMember, MAX_GROUP_MEMBERS, ROUTE_LOCAL, RouteTarget};
-use crate::te::{TeEntry, TeKey, te_key};
+use crate::te::te_key;
 use crate::wire::ethernet;
 
 /// The switch's routing state: the XDP program backs it with maps, tests with plain structs.
-pub trait ForwardingTables {
+/// What the member choice reads beyond the routes and groups (the TE table, the flowlet table,
+/// queues, weights) is its [`MemberState`].
+pub trait ForwardingTables: MemberState {
     fn route_v4(&self, dst: &[u8; 4]) -> Option<RouteTarget>;
     fn route_v6(&self, dst: &[u8; 16]) -> Option<RouteTarget>;
     fn group(&self, id: u32) -> Option<&EcmpGroup>;
-    /// The TE table (read only in `te` mode); tables without one have no entries.
-    fn te_entry(&self, _key: &TeKey) -> Option<TeEntry> {
-        None
-    }
 }
 
 /// What happens to a packet.
@@ -81,7 +81,7 @@ pub fn decide<'a, T: ForwardingTables>(
     if n == 0 || n as usize > MAX_GROUP_MEMBERS {
         return Decision::Drop(DropReason::EmptyGroup);
     }
-    let chosen = choose_member(cfg, pkt, group_id, n, |key| tables.te_entry(key));
+    let chosen = choose_member(cfg, pkt, group_id, n, tables);
     let member_index = verifier_mask(chosen, MAX_GROUP_MEMBERS as u32 - 1);
     match group.members.get(member_index as usize) {
         Some(member) => Decision::Forward { group: group_id, member_index, member },
@@ -90,23 +90,25 @@ pub fn decide<'a, T: ForwardingTables>(
 }
 
 /// The member index (in `0..n`) of group `group_id` that a switch configured with `cfg` sends
-/// `pkt` to: in `te` mode the controller's entry (`te_entry` looks it up) if it still fits the
-/// group, else the hash ([`select_member`]). `n` must be non-zero. [`decide`] and the simulators
-/// call this one function.
+/// `pkt` to: in `te` mode the controller's entry (`state.te_entry`) if it still fits the
+/// group, else the hash ([`select_member`]); in `flowlet`, `adaptive`, `spray` and `wcmp` the
+/// rule of [`crate::balance`] over `state`; else the hash. `n` must be non-zero. [`decide`] and
+/// the simulators call this one function.
 #[inline(always)]
-pub fn choose_member(
+pub fn choose_member<S: MemberState + ?Sized>(
     cfg: &SwitchConfig,
     pkt: &ParsedPacket,
     group_id: u32,
     n: u32,
-    te_entry: impl FnOnce(&TeKey) -> Option<TeEntry>,
+    state: &S,
 ) -> u32 {
     match HashMode::from_u32(cfg.hash_mode) {
-        HashMode::Te => match te_entry(&te_key(pkt)) {
+        HashMode::Te => match state.te_entry(&te_key(pkt)) {
             Some(e) if e.group == group_id && e.member_index < n => e.member_index,
             _ => select_member(cfg, pkt, n),
         },
-        _ => select_member(cfg, pkt, n),
+        HashMode::FiveTuple | HashMode::Eecmp | HashMode::Pin => select_member(cfg, pkt, n),
+        _ => balance(cfg, pkt, group_id, n, state).unwrap_or_else(|| select_member(cfg, pkt, n)),
     }
 }
 
@@ -114,13 +116,4 @@ pub fn choose_member(
 #[inline(always)]
 pub const fn is_ipv6_link_local(addr: &[u8; 16]) -> bool {
     addr[0] == 0xfe && addr[1] & 0xc0 == 0x80
-}
-
-/// `v & mask`, with a mask the compiler cannot drop. LLVM proves `select_member(..) < n <= 64`
-/// and removes a plain mask, but the verifier cannot follow a multiply-shift and then rejects the
-/// indexed access; a volatile read hides the range from LLVM so the mask reaches the verifier.
-#[inline(always)]
-pub fn verifier_mask(v: u32, mask: u32) -> u32 {
-    // SAFETY: reading a local through a valid reference.
-    unsafe { core::ptr::read_volatile(&v) & mask }
 }

@@ -122,7 +122,9 @@ impl FlowKey {
         let (src, dst) = folded_addresses(&pkt.ip);
         let (src_port, dst_port) = pkt.ports.unwrap_or((0, 0));
         let dest_qp = match (mode, pkt.bth) {
-            (HashMode::Eecmp | HashMode::Te, Some(bth)) => bth.dest_qp,
+            (HashMode::Eecmp | HashMode::Te | HashMode::Flowlet | HashMode::Adaptive | HashMode::Wcmp, Some(bth)) => {
+                bth.dest_qp
+            }
             _ => 0,
         };
         FlowKey { src, dst, protocol: pkt.protocol, src_port, dst_port, dest_qp }

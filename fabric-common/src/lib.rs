@@ -10,6 +10,7 @@
 //! - [`route`]: the LPM and ECMP-group map layouts;
 //! - [`maps`]: the names of the switch's maps (the kernel/controller contract);
 //! - [`te`]: per-flow entries of centralised traffic engineering;
+//! - [`balance`]: the routing modes that read switch state (flowlet, adaptive, spray, wcmp);
 //! - [`forward`]: the forwarding decision built from the above;
 //! - [`checksum`]: incremental Internet checksum updates;
 //! - [`counters`]: per-port counters and drop reasons;
@@ -20,6 +21,7 @@
 //! - [`pfc`]: 802.1Qbb priority flow control frames.
 #![cfg_attr(not(test), no_std)]
 
+pub mod balance;
 pub mod checksum;
 pub mod config;
 pub mod counters;

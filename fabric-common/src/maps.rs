@@ -20,6 +20,11 @@ pub const POOL_USED: &str = "POOL_USED";
 pub const CLASS_COUNTERS: &str = "CLASS_COUNTERS";
 pub const PFC_EVENTS: &str = "PFC_EVENTS";
 pub const TE_FLOWS: &str = "TE_FLOWS";
+/// `flowlet` mode: a direct-mapped table of [`crate::balance::FlowletSlot`] by
+/// [`crate::balance::flowlet_index`].
+pub const FLOWLETS: &str = "FLOWLETS";
+/// `wcmp` mode: group slot -> [`crate::balance::WcmpWeights`], kept by the controller.
+pub const WCMP: &str = "WCMP";
 /// Injected loss per port (a [`crate::fault::PortLoss`] each).
 pub const PORT_LOSS: &str = "PORT_LOSS";
 /// The slow-path log records of the switch program: a ring buffer that `aya-log-ebpf` defines
@@ -31,7 +36,7 @@ pub const AYA_LOGS: &str = "AYA_LOGS";
 pub const GENERATOR: &str = "GENERATOR";
 
 /// Every map a switch has, in the order the controller pins them.
-pub const SWITCH: [&str; 19] = [
+pub const SWITCH: [&str; 21] = [
     CONFIG,
     PORTS,
     EGRESS,
@@ -49,6 +54,8 @@ pub const SWITCH: [&str; 19] = [
     CLASS_COUNTERS,
     PFC_EVENTS,
     TE_FLOWS,
+    FLOWLETS,
+    WCMP,
     PORT_LOSS,
     AYA_LOGS,
 ];

@@ -36,3 +36,7 @@ unsafe impl aya::Pod for IngressAccount {}
 unsafe impl aya::Pod for TeEntry {}
 // SAFETY: as above.
 unsafe impl aya::Pod for PortLoss {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::balance::FlowletSlot {}
+// SAFETY: as above.
+unsafe impl aya::Pod for crate::balance::WcmpWeights {}

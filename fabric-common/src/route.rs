@@ -63,3 +63,12 @@ impl EcmpGroup {
         &self.members[..(self.len as usize).min(MAX_GROUP_MEMBERS)]
     }
 }
+
+/// `v & mask`, with a mask the compiler cannot drop. LLVM proves `select_member(..) < n <= 64`
+/// and removes a plain mask, but the verifier cannot follow a multiply-shift and then rejects the
+/// indexed access; a volatile read hides the range from LLVM so the mask reaches the verifier.
+#[inline(always)]
+pub fn verifier_mask(v: u32, mask: u32) -> u32 {
+    // SAFETY: reading a local through a valid reference.
+    unsafe { core::ptr::read_volatile(&v) & mask }
+}

@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use fabric_common::balance::MemberState;
 use fabric_common::config::{HashMode, PortInfo, SwitchConfig};
 use fabric_common::counters::{DropReason, PassReason};
 use fabric_common::forward::{Decision, ForwardingTables, decide, verifier_mask};
@@ -60,7 +61,9 @@ impl ForwardingTables for Tables {
     fn group(&self, id: u32) -> Option<&EcmpGroup> {
         self.groups.iter().find(|(gid, _)| *gid == id).map(|(_, g)| g)
     }
+}
 
+impl MemberState for Tables {
     fn te_entry(&self, key: &TeKey) -> Option<TeEntry> {
         self.te.iter().find(|(k, _)| k == key).map(|(_, e)| *e)
     }

@@ -134,7 +134,7 @@ fn hash_key_is_fmix_of_seeded_crc() {
 
 #[test]
 fn hash_mode_encoding() {
-    for m in HashMode::ALL {
+    for m in HashMode::ROUTING {
         assert_eq!(HashMode::from_u32(m as u32), m);
         assert_eq!(HashMode::parse(m.as_str()), Some(m));
     }
@@ -145,9 +145,11 @@ fn hash_mode_encoding() {
     assert_eq!(HashMode::from_u32(3), HashMode::Te);
     assert_eq!(HashMode::parse("ecmp"), None);
     // Unknown map values fall back to the five-tuple, in select_member too.
-    assert_eq!(HashMode::from_u32(4), HashMode::FiveTuple);
+    assert_eq!(HashMode::from_u32(4), HashMode::Flowlet);
+    assert_eq!(HashMode::from_u32(7), HashMode::Wcmp);
+    assert_eq!(HashMode::from_u32(8), HashMode::FiveTuple);
     assert_eq!(HashMode::from_u32(u32::MAX), HashMode::FiveTuple);
-    let unknown = SwitchConfig { hash_mode: 7, ..cfg(HashMode::FiveTuple, SEED_A) };
+    let unknown = SwitchConfig { hash_mode: 8, ..cfg(HashMode::FiveTuple, SEED_A) };
     for p in random_flows(3, 500) {
         assert_eq!(select_member(&unknown, &p, 8), select_member(&cfg(HashMode::FiveTuple, SEED_A), &p, 8));
     }

@@ -1,6 +1,9 @@
 //! Every map of the switch program, and the [`ForwardingTables`] view the decision code uses.
 //! Names are the contract with the controller (`fabric_user::dataplane`). One more map of the
 //! object, `AYA_LOGS` (the slow-path log), is defined by `aya-log-ebpf`.
+use core::ptr::{addr_of_mut, read_volatile, write_volatile};
+
+use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns};
 use aya_ebpf::{
     macros::map,
     maps::{
@@ -9,13 +12,15 @@ use aya_ebpf::{
     },
 };
 use fabric_common::{
+    balance::{FlowletSlot, MAX_FLOWLETS, MemberState, PAUSED, WcmpWeights, flowlet_index},
     config::{MAX_IFINDEX, MAX_PORTS, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
     fault::PortLoss,
-    forward::ForwardingTables,
+    forward::{ForwardingTables, verifier_mask},
     pfc::CLASSES,
+    qos::class_slot,
     qos::{ClassCounters, QosConfig},
-    queue::{EgressQueue, IngressAccount},
+    queue::{EgressQueue, IngressAccount, depth_bytes},
     route::{EcmpGroup, MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_ROUTES, RouteTarget},
     te::{MAX_TE_FLOWS, TeEntry, TeKey},
 };
@@ -53,6 +58,17 @@ pub static TE_FLOWS: HashMap<TeKey, TeEntry> = HashMap::with_max_entries(MAX_TE_
 pub static MEMBER_COUNTERS: PerCpuArray<MemberCounters> =
     PerCpuArray::with_max_entries(MAX_GROUPS * MAX_GROUP_MEMBERS as u32, 0);
 
+/// `flowlet` mode: a direct-mapped table by flow hash (`flowlet_index`): a flow's current
+/// member and when it was last seen. An array, whose lookup the verifier inlines: a hash map
+/// lookup per packet cost the live path about 40 ns a hop.
+#[map]
+pub static FLOWLETS: Array<FlowletSlot> = Array::with_max_entries(MAX_FLOWLETS, 0);
+
+/// `wcmp` mode: per group slot, the cumulative weights of its members (their ports' modelled
+/// rates), written by the controller after the group and after every rate change.
+#[map]
+pub static WCMP: Array<WcmpWeights> = Array::with_max_entries(MAX_GROUPS, 0);
+
 /// The maps as the shared decision code sees them.
 pub struct Tables;
 
@@ -71,7 +87,9 @@ impl ForwardingTables for Tables {
     fn group(&self, id: u32) -> Option<&EcmpGroup> {
         GROUPS.get(id)
     }
+}
 
+impl MemberState for Tables {
     #[inline(always)]
     fn te_entry(&self, key: &TeKey) -> Option<TeEntry> {
         // SAFETY: `HashMap::get`'s contract: in a preallocated hash map (flags 0, as here) an
@@ -81,6 +99,74 @@ impl ForwardingTables for Tables {
         // a valid `TeEntry` (two u32), and `decide` uses it only if its group matches the route's
         // and its member index is in range.
         unsafe { TE_FLOWS.get(key) }.copied()
+    }
+
+    #[inline(always)]
+    fn now_ns(&self) -> u64 {
+        // SAFETY: bpf_ktime_get_ns takes no arguments and has no preconditions.
+        unsafe { bpf_ktime_get_ns() }
+    }
+
+    #[inline(always)]
+    fn random(&self) -> u32 {
+        // SAFETY: bpf_get_prandom_u32 takes no arguments and has no preconditions.
+        unsafe { bpf_get_prandom_u32() }
+    }
+
+    /// The modelled depth of the member's egress queue for `class` (as `congestion::offer`
+    /// computes it), [`PAUSED`] while the queue is paused.
+    #[inline(always)]
+    fn member_load(&self, group: u32, member: u32, class: usize) -> u64 {
+        let Some(g) = GROUPS.get(group) else { return PAUSED };
+        // `verifier_mask`: LLVM knows `member < n <= 64` and would drop a plain mask.
+        let Some(m) = g.members.get(verifier_mask(member, MAX_GROUP_MEMBERS as u32 - 1) as usize) else {
+            return PAUSED;
+        };
+        let Some(q) = QUEUES.get(class_slot(m.port, class)) else { return PAUSED };
+        let now = self.now_ns();
+        // Racy reads of values other CPUs update atomically: a load estimate, copied at once.
+        let (tail, paused_until) = (q.tail_ns, q.paused_until_ns);
+        if paused_until > now {
+            return PAUSED;
+        }
+        depth_bytes(tail, paused_until, now, PORT_RATE.get(m.port).copied().unwrap_or(0))
+    }
+
+    #[inline(always)]
+    fn wcmp_pick(&self, group: u32, h: u32, n: u32) -> Option<u32> {
+        WCMP.get(group)?.pick(h, n)
+    }
+
+    #[inline(always)]
+    fn flowlet(&self, flow: u32) -> Option<FlowletSlot> {
+        FLOWLETS.get(flowlet_index(flow)).copied().filter(|s| s.flow == flow)
+    }
+
+    /// A new flowlet: written over the flow's table entry (another flow's slot there is lost,
+    /// as in a hardware flowlet table).
+    #[inline(always)]
+    fn store_flowlet(&self, flow: u32, slot: FlowletSlot) {
+        if let Some(p) = FLOWLETS.get_ptr_mut(flowlet_index(flow)) {
+            // SAFETY: `get_ptr_mut` returned a pointer into the array map for an in-bounds
+            // index, valid while the program runs; a volatile store, as other CPUs may read the
+            // entry (they copy it and check its flow, group and member before use).
+            unsafe { write_volatile(p, slot) }
+        }
+    }
+
+    /// One lookup: the entry copied out, then its last-seen time moved to `now` in place (if it
+    /// is another flow's, `balance` starts a new flowlet and overwrites it whole).
+    #[inline(always)]
+    fn flowlet_seen(&self, flow: u32, now: u64) -> Option<FlowletSlot> {
+        let p = FLOWLETS.get_ptr_mut(flowlet_index(flow))?;
+        // SAFETY: as in `store_flowlet`: an in-bounds array value; copied out with a volatile
+        // read (another CPU may be writing it: every bit pattern is a valid slot, and `balance`
+        // checks it), then one aligned u64 field stored volatilely.
+        unsafe {
+            let slot = read_volatile(p);
+            write_volatile(addr_of_mut!((*p).last_ns), now);
+            Some(slot)
+        }
     }
 }
 

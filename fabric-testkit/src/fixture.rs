@@ -97,8 +97,10 @@ impl FixtureSwitch {
         Ok(sw)
     }
 
+    /// The fixture's settings: `mode`, `seed`, no pin shift, the default flowlet gap (as wall
+    /// time: the fixture runs at time scale 1).
     pub fn config(mode: HashMode, seed: u32) -> SwitchConfig {
-        SwitchConfig::new(mode, seed, 0)
+        SwitchConfig::new(mode, seed, 0).with_flowlet_gap(fabric_common::balance::DEFAULT_FLOWLET_GAP_NS as u32)
     }
 
     pub fn set_mode(&mut self, mode: HashMode, seed: u32) -> Result<()> {

@@ -69,6 +69,7 @@ fn default_file_is_the_embedded_default() {
         zones: vec![Zone { name: "z0".into(), racks: 4, hosts_per_rack: 2, spines: 4, uplinks_per_spine: 1 }],
         atsw: None,
         time_scale: fabric_user::model::topology::DEFAULT_TIME_SCALE,
+        flowlet_gap_us: 50.0,
         congestion: Default::default(),
     };
     assert_eq!(topo, expected);
@@ -556,8 +557,12 @@ fn bad_enum_and_address_syntax() {
         ),
         &["addressing.ipv6:", "invalid IPv6 address syntax"],
     );
-    // All hash modes are accepted.
-    for m in HashMode::ALL {
+    // All routing modes are accepted; an unknown one is named with the list.
+    expect_err(
+        &one_zone("", "[tiers.ctsw]\nhash = \"reps\"\n"),
+        &["unknown hash mode \"reps\"", "flowlet, adaptive, spray, wcmp"],
+    );
+    for m in HashMode::ROUTING {
         let t = expect_ok(&one_zone("", &format!("[tiers.ctsw]\nhash = \"{}\"\n", m.as_str())));
         assert_eq!(t.tiers.ctsw.hash, m);
     }
@@ -667,4 +672,19 @@ fn congestion_settings_become_what_the_switch_reads() {
     // 400 Gbit/s at time scale 1000 is 400 Mbit/s; 1 modelled µs is 1 ms of wall time.
     assert_eq!(t.modelled_rate_bps(400.0), 400_000_000);
     assert_eq!(t.wall_ns(1_000.0), 1_000_000);
+}
+
+#[test]
+fn the_flowlet_gap_is_positive_and_fits_the_switch_in_wall_clock_time() {
+    for bad in ["0.0", "-5.0", "nan", "inf"] {
+        expect_err(&one_zone(&format!("flowlet_gap_us = {bad}"), ""), &["flowlet_gap_us", "positive"]);
+    }
+    // 2 ms modelled at the default time scale is 8 s of wall-clock time: beyond 32 bits of ns.
+    expect_err(&one_zone("flowlet_gap_us = 2000.0", ""), &["flowlet_gap_us", "wall-clock", "4294967295"]);
+    let t = expect_ok(&one_zone("flowlet_gap_us = 20.0\ntime_scale = 1000", ""));
+    assert_eq!(t.flowlet_gap_wall_ns(), 20_000_000);
+    let cfg = t.switch_config(HashMode::Flowlet, 9);
+    assert_eq!((cfg.mode(), cfg.seed, cfg.flowlet_gap_ns), (HashMode::Flowlet, 9, 20_000_000));
+    // The default: 50 us modelled.
+    assert_eq!(expect_ok(&one_zone("", "")).flowlet_gap_us, 50.0);
 }

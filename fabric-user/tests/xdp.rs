@@ -7,10 +7,14 @@ use aya::programs::{TestRun as _, TestRunOptions, TestRunResult};
 use common::LogCapture;
 use etherparse::{NetHeaders, PacketHeaders};
 use fabric_common::{
-    config::HashMode,
+    balance::{FlowletSlot, MemberState, candidates, flow_hash, flowlet_hash},
+    config::{HashMode, SwitchConfig},
     counters::{DropReason, PassReason, PortCounters},
+    forward::choose_member,
     hash::select_member,
     parse::parse_packet,
+    qos::class_of,
+    queue::EgressQueue,
     route::{EcmpGroup, GroupMember},
     wire::ethernet,
 };
@@ -391,6 +395,185 @@ fn slow_paths_log_a_record_and_the_fast_path_logs_none() {
             capture.take(),
             vec![(log::Level::Error, "redirect to port 9 failed (no EGRESS slot): dropped".into())]
         );
+        Ok(())
+    });
+}
+
+// ---- The routing modes that read switch state (`fabric_common::balance`) ------------------
+
+/// The uplink (port) the host's `choose_member` picks for `f` given `state`.
+fn host_choice(cfg: &SwitchConfig, f: &[u8], state: &impl MemberState) -> u32 {
+    let parsed = parse_packet(f).expect("fixture frames parse");
+    1 + choose_member(cfg, &parsed, GROUP_UPLINKS, UPLINKS, state)
+}
+
+/// Frame `i` of many distinct flows (one QP each).
+fn flow_frame(i: u32) -> Vec<u8> {
+    frame(&FrameSpec { dest_qp: 0x1000 + i, ..Default::default() })
+}
+
+/// The uplink a frame left by, after checking it was forwarded there.
+fn forwarded_port(sw: &mut FixtureSwitch, f: &[u8]) -> u32 {
+    let before = counters(sw);
+    let (res, out) = run(sw, f);
+    assert_eq!(res.return_value, XDP_REDIRECT);
+    let port = egress_port(&before, &counters(sw));
+    assert_forwarded(f, &out, port);
+    port
+}
+
+/// The host-side state of a switch whose queues are idle and that has no flowlets yet.
+struct Idle;
+impl MemberState for Idle {}
+
+/// A queue that the model sees as `paused` (until far in the future) or `deep` (its tail far
+/// in the future: at any port rate, more bytes than any other queue holds).
+fn crafted_queue(paused: bool) -> EgressQueue {
+    let far = u64::MAX / 4;
+    if paused {
+        EgressQueue { paused_until_ns: far, tail_ns: far, ..Default::default() }
+    } else {
+        EgressQueue { tail_ns: far, ..Default::default() }
+    }
+}
+
+#[test]
+fn adaptive_flowlet_and_wcmp_at_idle_queues_choose_what_the_host_predicts() {
+    for mode in [HashMode::Adaptive, HashMode::Flowlet, HashMode::Wcmp] {
+        with_switch(mode, 0x55, |sw| {
+            let cfg = FixtureSwitch::config(mode, 0x55);
+            for i in 0..64 {
+                let f = flow_frame(i);
+                assert_eq!(forwarded_port(sw, &f), host_choice(&cfg, &f, &Idle), "{mode:?} flow {i}");
+                // Idle queues and no weights (the fixture models no rates): the E-ECMP member.
+                assert_eq!(host_choice(&cfg, &f, &Idle), predicted_uplink(HashMode::Eecmp, 0x55, &f));
+            }
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn adaptive_avoids_a_deep_or_paused_first_candidate_as_the_host_predicts() {
+    with_switch(HashMode::Adaptive, 0x77, |sw| {
+        for port in 1..=UPLINKS {
+            sw.dp.set_port_rate(port, 1_000_000)?;
+        }
+        let cfg = FixtureSwitch::config(HashMode::Adaptive, 0x77);
+        let mut moved = 0;
+        for paused in [false, true] {
+            for i in 0..32 {
+                let f = flow_frame(i);
+                let parsed = parse_packet(&f[..]).unwrap();
+                let (first, second) = candidates(flow_hash(&cfg, &parsed), UPLINKS);
+                // Crafted state: the first candidate's queue deep (or paused), every other idle.
+                for port in 1..=UPLINKS {
+                    let q = if port == first + 1 { crafted_queue(paused) } else { EgressQueue::default() };
+                    sw.dp.set_queue(port, class_of(0), q)?;
+                }
+                let port = forwarded_port(sw, &f);
+                assert_eq!(port, second + 1, "flow {i}, paused {paused}: the second candidate");
+                moved += (port != predicted_uplink(HashMode::Eecmp, 0x77, &f)) as u32;
+            }
+        }
+        assert_eq!(moved, 64, "every flow left its E-ECMP member");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_flowlet_keeps_its_member_within_the_gap_and_moves_after_it() {
+    with_switch(HashMode::Flowlet, 0x99, |sw| {
+        let cfg = FixtureSwitch::config(HashMode::Flowlet, 0x99).with_flowlet_gap(1_000);
+        sw.dp.set_config(cfg)?;
+        // The times are crafted, not waited for: a slot last seen in the future is within any
+        // gap; one last seen at time 0 is beyond a 1 us gap.
+        let future = u64::MAX / 2;
+        for i in 0..32 {
+            let f = flow_frame(i);
+            let parsed = parse_packet(&f[..]).unwrap();
+            let flow = flow_hash(&cfg, &parsed);
+            // A new flow: its E-ECMP member, recorded as generation 0.
+            let first = forwarded_port(sw, &f);
+            assert_eq!(first, predicted_uplink(HashMode::Eecmp, 0x99, &f));
+            let slot = sw.dp.flowlet(flow)?.expect("the switch recorded the flow");
+            assert_eq!((slot.group as u32, slot.member as u32 + 1, slot.generation), (GROUP_UPLINKS, first, 0));
+            // Within the gap: the slot's member, whatever it is, even with its queue paused.
+            let kept = (i % UPLINKS) as u8;
+            sw.dp.set_queue(kept as u32 + 1, class_of(0), crafted_queue(true))?;
+            sw.dp.set_flowlet(
+                flow,
+                FlowletSlot { last_ns: future, flow, group: GROUP_UPLINKS as u16, member: kept, generation: 3 },
+            )?;
+            assert_eq!(forwarded_port(sw, &f), kept as u32 + 1, "flow {i} within the gap");
+            let slot = sw.dp.flowlet(flow)?.unwrap();
+            assert!(slot.last_ns < future && slot.generation == 3, "the packet refreshed the slot: {slot:?}");
+            // After the gap: generation 4's best of two, the paused member counting as full.
+            sw.dp.set_flowlet(
+                flow,
+                FlowletSlot { last_ns: 0, flow, group: GROUP_UPLINKS as u16, member: kept, generation: 3 },
+            )?;
+            let (c1, c2) = candidates(flowlet_hash(flow, 4), UPLINKS);
+            let expect = if c1 == kept as u32 { c2 } else { c1 };
+            assert_eq!(forwarded_port(sw, &f), expect + 1, "flow {i} after the gap");
+            let slot = sw.dp.flowlet(flow)?.unwrap();
+            assert_eq!((slot.member as u32, slot.generation), (expect, 4));
+            sw.dp.set_queue(kept as u32 + 1, class_of(0), EgressQueue::default())?;
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn spray_spreads_the_packets_of_one_flow_over_every_uplink() {
+    with_switch(HashMode::Spray, 1, |sw| {
+        let f = flow_frame(0);
+        let before = counters(sw);
+        const PACKETS: u64 = 4000;
+        for _ in 0..PACKETS {
+            assert_eq!(run(sw, &f).0.return_value, XDP_REDIRECT);
+        }
+        let after = counters(sw);
+        let sent: Vec<u64> = (1..=UPLINKS as usize).map(|p| after[p].tx_packets - before[p].tx_packets).collect();
+        println!("spray: one flow's {PACKETS} packets per uplink: {sent:?}");
+        assert_eq!(sent.iter().sum::<u64>(), PACKETS);
+        // 1000 expected per uplink, binomial sd ~27: 7 sd either side.
+        assert!(sent.iter().all(|&n| (810..=1190).contains(&n)), "{sent:?}");
+        Ok(())
+    });
+}
+
+#[test]
+fn wcmp_gives_each_uplink_its_rates_share_and_follows_a_rate_change() {
+    with_switch(HashMode::Wcmp, 0x33, |sw| {
+        let cfg = FixtureSwitch::config(HashMode::Wcmp, 0x33);
+        // Three uplinks at 100 Mbit/s and one degraded to 25: weights follow the rates.
+        for (rates, expected) in
+            [([100u64, 100, 100, 25], [0.2353, 0.2353, 0.2353, 0.0588]), ([100, 100, 100, 100], [0.25; 4])]
+        {
+            for (i, r) in rates.iter().enumerate() {
+                sw.dp.set_port_rate(i as u32 + 1, r * 1_000_000)?;
+            }
+            sw.dp.refresh_wcmp()?;
+            let weights = sw.dp.wcmp(GROUP_UPLINKS)?;
+            let mut sent = [0u32; UPLINKS as usize];
+            const FLOWS: u32 = 2000;
+            for i in 0..FLOWS {
+                let f = flow_frame(i);
+                let parsed = parse_packet(&f[..]).unwrap();
+                let port = forwarded_port(sw, &f);
+                assert_eq!(port, 1 + weights.pick(flow_hash(&cfg, &parsed), UPLINKS).unwrap(), "flow {i}");
+                sent[port as usize - 1] += 1;
+            }
+            println!("wcmp: rates {rates:?} Mbit/s, flows per uplink {sent:?}");
+            let total = rates.iter().sum::<u64>() as f64;
+            for (p, &n) in sent.iter().enumerate() {
+                let share = rates[p] as f64 / total;
+                assert!((share - expected[p] * (1.0 / expected.iter().sum::<f64>())).abs() < 0.01);
+                // Binomial sd at most 22 flows of 2000: 5 sd.
+                assert!((n as f64 - share * FLOWS as f64).abs() < 110.0, "uplink {p}: {n} of {FLOWS}, share {share}");
+            }
+        }
         Ok(())
     });
 }

@@ -6,8 +6,9 @@
 //! (c) those frames mutated: bit flips, byte changes, truncation, insertion and removal, corrupted
 //!     length fields (IPv4 IHL/total length, IPv6 payload length, UDP length), fragment bits.
 //!
-//! The run goes through every hash mode, with port 0 first as the fixture registers it (a switch
-//! port), then as a host port whose source guard admits only host A's addresses.
+//! The run goes through every hash mode and `adaptive` (at idle queues) and `wcmp` (no rates,
+//! so no weights), with port 0 first as the fixture registers it (a switch port), then as a host
+//! port whose source guard admits only host A's addresses.
 //!
 //! For every frame: the action agrees with `parse_packet` + `decide` on the host over tables that
 //! mirror what `FixtureSwitch::new` installs (in particular nothing the host parser rejects is
@@ -20,7 +21,7 @@
 //!
 //! A second run does the same with the congestion model on (queues at port rates of 1 to
 //! 100 Mbit/s, RED marking, a lossless class, PFC) and TE entries installed, in `te` phases
-//! among others. The program reads the clock itself, so each rule is checked against the queue
+//! among others, and `wcmp` phases weighted by those rates. The program reads the clock itself, so each rule is checked against the queue
 //! before and after the run and clock readings around it: a lossless frame is never dropped, a
 //! lossy one only over the limit and a forwarded lossy one never over it; the queue's tail grows
 //! by exactly the frame (and not at all when it is dropped); CE only on ECT frames, never at or
@@ -38,6 +39,7 @@ use std::{
 };
 
 use fabric_common::{
+    balance::{MemberState, WcmpWeights},
     config::{HashMode, PortInfo, SwitchConfig},
     counters::{DropReason, MemberCounters, PassReason, PortCounters},
     forward::{Decision, ForwardingTables, decide},
@@ -138,6 +140,8 @@ struct HostTables {
     groups: Vec<EcmpGroup>,
     /// The TE entries installed in the switch's `TE_FLOWS`.
     te: HashMap<TeKey, TeEntry>,
+    /// Per group, the WCMP weights its members' port rates give (none without rates).
+    wcmp: Vec<Option<WcmpWeights>>,
 }
 
 fn member(p: u32) -> GroupMember {
@@ -159,6 +163,7 @@ impl HostTables {
             v6: vec![(Ipv6Addr::new(0xfd00, 1, 0, 0, 0, 0, 0, 0), 64, GROUP_UPLINKS), (HOST_A_V6, 128, GROUP_HOST_A)],
             groups,
             te: HashMap::new(),
+            wcmp: vec![None; MAX_GROUPS as usize],
         }
     }
 }
@@ -182,9 +187,15 @@ impl ForwardingTables for HostTables {
     fn group(&self, id: u32) -> Option<&EcmpGroup> {
         self.groups.get(id as usize)
     }
+}
 
+impl MemberState for HostTables {
     fn te_entry(&self, key: &TeKey) -> Option<TeEntry> {
         self.te.get(key).copied()
+    }
+
+    fn wcmp_pick(&self, group: u32, h: u32, n: u32) -> Option<u32> {
+        self.wcmp.get(group as usize)?.as_ref()?.pick(h, n)
     }
 }
 
@@ -822,6 +833,16 @@ impl Fuzz {
             for (port, &rate) in c.rates.iter().enumerate() {
                 sw.dp.set_port_rate(port as u32, rate)?;
             }
+            // WCMP: the controller reweighs the groups for the new rates; the host computes
+            // the weights from the rates itself.
+            sw.dp.refresh_wcmp()?;
+            for g in [GROUP_UPLINKS, GROUP_HOST_A] {
+                let rates: Vec<u64> =
+                    tables.groups[g as usize].live().iter().map(|m| c.rates[m.port as usize]).collect();
+                let w = WcmpWeights::from_weights(&rates)?;
+                anyhow::ensure!(sw.dp.wcmp(g)? == w, "group {g}: the controller's WCMP weights differ from the rates'");
+                tables.wcmp[g as usize] = Some(w);
+            }
         }
         Ok(Fuzz {
             tables,
@@ -1172,6 +1193,10 @@ fn switch_program_agrees_with_the_host_on_fuzzed_frames() {
             (HashMode::Eecmp, 0x5eed_0004, true),
             (HashMode::FiveTuple, 0x5eed_0005, true),
             (HashMode::Pin, 0x5eed_0006, true),
+            // Queues stay idle without the congestion model: adaptive is deterministic.
+            (HashMode::Adaptive, 0x5eed_0007, false),
+            (HashMode::Adaptive, 0x5eed_0008, true),
+            (HashMode::Wcmp, 0x5eed_0009, false),
         ],
         None,
         0,
@@ -1188,6 +1213,10 @@ fn switch_program_keeps_the_congestion_model_rules_and_te_entries_on_fuzzed_fram
             (HashMode::Te, 0x5eed_0012, true),
             (HashMode::Eecmp, 0x5eed_0013, false),
             (HashMode::Pin, 0x5eed_0014, true),
+            // Weighted by the port rates of the run (adaptive, flowlet and spray read the clock
+            // or a random number, so their choice is not fixed by the state: tests/xdp.rs).
+            (HashMode::Wcmp, 0x5eed_0015, false),
+            (HashMode::Wcmp, 0x5eed_0016, true),
         ],
         Some(congestion_model()),
         256,

@@ -213,6 +213,8 @@ impl Tables {
     }
 }
 
+impl fabric_common::balance::MemberState for Tables {}
+
 impl ForwardingTables for Tables {
     fn route_v4(&self, dst: &[u8; 4]) -> Option<RouteTarget> {
         Self::route(dst[3])
@@ -236,7 +238,7 @@ fn check_decisions(d: &[u8], p: &ParsedPacket) {
     // Any shift, including ones past 31 (only the low five bits count).
     let pin_shift = d.len() as u32 ^ seed;
     for hash_mode in [HashMode::FiveTuple as u32, HashMode::Eecmp as u32, HashMode::Pin as u32, 7] {
-        let cfg = SwitchConfig { hash_mode, seed, pin_shift, _reserved: 0 };
+        let cfg = SwitchConfig { hash_mode, seed, pin_shift, flowlet_gap_ns: 0 };
         for n in [1, 2, 3, 5, MAX_GROUP_MEMBERS as u32] {
             assert!(select_member(&cfg, p, n) < n, "member index out of 0..{n}");
         }

@@ -10,6 +10,7 @@
 //! after the frame in transmission and take their own wire time and the propagation delay;
 //! they do not delay the data behind them (84 bytes of wire time, under 2 ns at 400G).
 use fabric_common::{
+    balance::PAUSED,
     fault::{PortLoss, is_lost},
     parse::ParsedPacket,
     pfc::{self, CLASSES, PauseFrame, quanta_to_ns},
@@ -27,7 +28,7 @@ use crate::{
     net::{Network, NodeKind, Routing},
     packet::{Packet, PacketPool, Payload},
     report::{DepthHistogram, QpOutcome, StepReport, TierReport},
-    switch::{Admission, Switch},
+    switch::{Admission, EgressView, Switch},
     workload::{EndpointConfig, QpSpec},
 };
 
@@ -462,7 +463,13 @@ impl<'n, R: Routing> Twin<'n, R> {
         let (tos, frame_len) = (pkt.tos, pkt.frame_len);
         let switch = self.switches[node].as_mut().expect("a switch");
         let routing = &self.net.routing;
-        let Some((group, member, out)) = switch.egress(routing, node, dst, parsed) else {
+        let (net, ports, now) = (&self.net, &self.ports, self.events.now());
+        let load = |out: usize, class: usize| {
+            let port = &ports[net.port_index(node, out) as usize];
+            if port.may_send(class, now) { port.queued_bytes[class] } else { PAUSED }
+        };
+        let view = EgressView { routing, me: node, now_ns: now, ports: &net.nodes[node].ports, load };
+        let Some((group, member, out)) = switch.egress(&view, dst, parsed) else {
             self.unroutable += 1;
             self.packets.remove(id);
             return;

@@ -7,15 +7,22 @@
 //! Unlike the XDP switch's phantom queue, the depth here is the bytes actually held: the twin's
 //! queues hold packets, so a paused port stops draining and the exact bytes each ingress holds
 //! are known (the XDP model's [`fabric_common::queue::IngressAccount`] approximates them).
+use std::{
+    cell::{Cell, RefCell},
+    collections::HashMap,
+};
+
 use fabric_common::{
+    balance::{FlowletSlot, MemberState, PAUSED, WcmpWeights},
     forward::choose_member,
     parse::ParsedPacket,
     qos::{QosConfig, Verdict, class_of},
     queue::ECN_CE,
     rng::SplitMix64,
+    te::{TeEntry, TeKey},
 };
 
-use crate::net::{Routing, SwitchSpec};
+use crate::net::{PortSpec, Routing, SwitchSpec};
 
 /// The run-time state of one switch beyond its ports.
 #[derive(Debug)]
@@ -25,6 +32,56 @@ pub struct Switch {
     pub pool_used: u64,
     /// RED's uniform random numbers.
     rng: SplitMix64,
+    /// `spray`'s random numbers (a stream of their own, so RED's draws do not depend on the mode).
+    spray: Cell<u64>,
+    /// `flowlet`: the slot of each flow hash (unbounded: the twin keeps every flow).
+    flowlets: RefCell<HashMap<u32, FlowletSlot>>,
+}
+
+/// The state an egress decision reads: the switch's own tables, the modelled time, and the
+/// depth of each of its egress queues (`load(port, class)`: bytes queued, [`PAUSED`] if paused).
+pub struct EgressView<'a, R, L> {
+    pub routing: &'a R,
+    pub me: usize,
+    pub now_ns: u64,
+    /// The switch's ports (their line rates are the WCMP weights).
+    pub ports: &'a [PortSpec],
+    pub load: L,
+}
+
+/// [`MemberState`] over one switch of the twin: the same state the XDP switch keeps in maps.
+struct TwinState<'a, R, L> {
+    switch: &'a Switch,
+    view: &'a EgressView<'a, R, L>,
+    members: &'a [usize],
+}
+
+impl<R: Routing, L: Fn(usize, usize) -> u64> MemberState for TwinState<'_, R, L> {
+    fn te_entry(&self, key: &TeKey) -> Option<TeEntry> {
+        self.view.routing.te_entry(self.view.me, key)
+    }
+    fn now_ns(&self) -> u64 {
+        self.view.now_ns
+    }
+    fn random(&self) -> u32 {
+        let mut rng = SplitMix64::new(self.switch.spray.get());
+        let r = rng.next_u64() as u32;
+        self.switch.spray.set(rng.0);
+        r
+    }
+    fn member_load(&self, _group: u32, member: u32, class: usize) -> u64 {
+        self.members.get(member as usize).map_or(PAUSED, |&port| (self.view.load)(port, class))
+    }
+    fn wcmp_pick(&self, _group: u32, h: u32, n: u32) -> Option<u32> {
+        let rates: Vec<u64> = self.members.iter().map(|&p| self.view.ports.get(p).map_or(0, |s| s.rate_bps)).collect();
+        WcmpWeights::from_weights(&rates).ok()?.pick(h, n)
+    }
+    fn flowlet(&self, flow: u32) -> Option<FlowletSlot> {
+        self.switch.flowlets.borrow().get(&flow).copied()
+    }
+    fn store_flowlet(&self, flow: u32, slot: FlowletSlot) {
+        self.switch.flowlets.borrow_mut().insert(flow, slot);
+    }
 }
 
 /// What the egress queue decided for a packet.
@@ -41,26 +98,27 @@ pub enum Admission {
 
 impl Switch {
     pub fn new(spec: SwitchSpec, seed: u64) -> Self {
-        Switch { spec, pool_used: 0, rng: SplitMix64::new(seed) }
+        let spray = Cell::new(seed ^ 0x5350_5241_5900_0000);
+        Switch { spec, pool_used: 0, rng: SplitMix64::new(seed), spray, flowlets: RefCell::default() }
     }
 
     /// Where a packet to `dst_host` goes: (group, member index, egress port), or `None` if
     /// the switch has no route.
     #[inline]
-    pub fn egress<R: Routing>(
+    pub fn egress<R: Routing, L: Fn(usize, usize) -> u64>(
         &self,
-        routing: &R,
-        me: usize,
+        view: &EgressView<'_, R, L>,
         dst_host: usize,
         pkt: &ParsedPacket,
     ) -> Option<(u32, u32, usize)> {
-        let group = routing.group_of(me, dst_host)?;
-        let members = routing.members(me, group);
+        let group = view.routing.group_of(view.me, dst_host)?;
+        let members = view.routing.members(view.me, group);
         if members.is_empty() {
             return None;
         }
         let n = members.len() as u32;
-        let member = choose_member(&self.spec.config, pkt, group, n, |key| routing.te_entry(me, key));
+        let state = TwinState { switch: self, view, members };
+        let member = choose_member(&self.spec.config, pkt, group, n, &state);
         Some((group, member, *members.get(member as usize)?))
     }
 

@@ -12,6 +12,7 @@ use aya::{
     programs::{Xdp, XdpMode, xdp::XdpLinkId},
 };
 use fabric_common::{
+    balance::{FlowletSlot, WcmpError, WcmpWeights, flowlet_index},
     config::{MAX_IFINDEX, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
     fault::PortLoss,
@@ -19,7 +20,7 @@ use fabric_common::{
     pfc::CLASSES,
     qos::{ClassCounters, QosConfig, class_slot},
     queue::{EgressQueue, IngressAccount},
-    route::{EcmpGroup, MAX_GROUP_MEMBERS, RouteTarget},
+    route::{EcmpGroup, MAX_GROUP_MEMBERS, MAX_GROUPS, RouteTarget},
     te::{TeEntry, TeKey},
 };
 
@@ -135,10 +136,17 @@ impl SwitchDataplane {
         T::try_from(map).with_context(|| format!("map {name} has an unexpected type"))
     }
 
+    /// Writes the switch-wide settings: one map value, so a mode change (mode, seed and
+    /// flowlet gap together) takes effect whole for every later packet.
     pub fn set_config(&mut self, cfg: SwitchConfig) -> Result<()> {
         let mut m: Array<&mut MapData, SwitchConfig> = self.map(maps::CONFIG)?;
         m.set(0, cfg, 0)?;
         Ok(())
+    }
+
+    pub fn config(&mut self) -> Result<SwitchConfig> {
+        let m: Array<&mut MapData, SwitchConfig> = self.map(maps::CONFIG)?;
+        Ok(m.get(&0, 0)?)
     }
 
     /// Registers a port: frames arriving on `ifindex` belong to port `info.index`, and the
@@ -182,9 +190,62 @@ impl SwitchDataplane {
         Ok(())
     }
 
+    /// Writes group `id`, its WCMP weights first (so that the group never meets weights for
+    /// other members once routes name it). The ports' rates must be written already.
     pub fn set_group(&mut self, id: u32, group: &EcmpGroup) -> Result<()> {
+        self.set_wcmp(id, group)?;
         let mut m: Array<&mut MapData, EcmpGroup> = self.map(maps::GROUPS)?;
         m.set(id, group, 0).with_context(|| format!("writing ECMP group {id}"))?;
+        Ok(())
+    }
+
+    /// The WCMP weights of group slot `id` holding `group`: its members' modelled port rates.
+    /// Members without modelled rates (none set yet) get no weights: `wcmp` then hashes.
+    fn set_wcmp(&mut self, id: u32, group: &EcmpGroup) -> Result<()> {
+        if group.len == 0 {
+            return Ok(());
+        }
+        let rates = group.live().iter().map(|m| self.port_rate(m.port)).collect::<Result<Vec<_>>>()?;
+        let weights = match WcmpWeights::from_weights(&rates) {
+            Err(WcmpError::AllZero) => WcmpWeights::default(),
+            other => other.map_err(|e| anyhow::anyhow!("group {id}: {e} (member port rates {rates:?})"))?,
+        };
+        let mut m: Array<&mut MapData, WcmpWeights> = self.map(maps::WCMP)?;
+        m.set(id, weights, 0).with_context(|| format!("writing the WCMP weights of group {id}"))?;
+        Ok(())
+    }
+
+    /// Recomputes the WCMP weights of every installed group from its ports' current rates
+    /// (after a link's rate changed). Each slot's weights are one map value, written whole.
+    pub fn refresh_wcmp(&mut self) -> Result<()> {
+        for id in 0..MAX_GROUPS {
+            let group = {
+                let m: Array<&mut MapData, EcmpGroup> = self.map(maps::GROUPS)?;
+                m.get(&id, 0)?
+            };
+            self.set_wcmp(id, &group)?;
+        }
+        Ok(())
+    }
+
+    /// The WCMP weights of group slot `id`.
+    pub fn wcmp(&mut self, id: u32) -> Result<WcmpWeights> {
+        let m: Array<&mut MapData, WcmpWeights> = self.map(maps::WCMP)?;
+        Ok(m.get(&id, 0)?)
+    }
+
+    /// The flowlet slot of flow hash `flow`, if the switch's table holds one for that flow.
+    pub fn flowlet(&mut self, flow: u32) -> Result<Option<FlowletSlot>> {
+        let m: Array<&mut MapData, FlowletSlot> = self.map(maps::FLOWLETS)?;
+        let slot = m.get(&flowlet_index(flow), 0)?;
+        Ok((slot.flow == flow && slot != FlowletSlot::default()).then_some(slot))
+    }
+
+    /// Writes the flowlet slot of flow hash `flow` into its table entry, with `flow` as its
+    /// owner (tests craft flowlet states with it).
+    pub fn set_flowlet(&mut self, flow: u32, slot: FlowletSlot) -> Result<()> {
+        let mut m: Array<&mut MapData, FlowletSlot> = self.map(maps::FLOWLETS)?;
+        m.set(flowlet_index(flow), FlowletSlot { flow, ..slot }, 0)?;
         Ok(())
     }
 
@@ -250,6 +311,13 @@ impl SwitchDataplane {
     pub fn queue(&mut self, port: u32, class: usize) -> Result<EgressQueue> {
         let m: Array<&mut MapData, EgressQueue> = self.map(maps::QUEUES)?;
         Ok(m.get(&class_slot(port, class), 0)?)
+    }
+
+    /// Overwrites the modelled egress queue of a port and class (tests craft queue states).
+    pub fn set_queue(&mut self, port: u32, class: usize, q: EgressQueue) -> Result<()> {
+        let mut m: Array<&mut MapData, EgressQueue> = self.map(maps::QUEUES)?;
+        m.set(class_slot(port, class), q, 0)?;
+        Ok(())
     }
 
     /// The bytes held for an ingress port and class.

@@ -53,7 +53,7 @@ pub struct SimFabric {
 
 impl SimFabric {
     fn new(plan: Plan, groups: Vec<Vec<Vec<usize>>>, lookup: Lookup) -> Self {
-        let configs = plan.nodes.iter().map(|n| SwitchConfig::testbed(n.hash, n.seed)).collect();
+        let configs = plan.nodes.iter().map(|n| plan.topology.switch_config(n.hash, n.seed)).collect();
         let mut slots = 0;
         let slot_base = groups
             .iter()
@@ -145,7 +145,7 @@ impl SimFabric {
             let node = &self.plan.nodes[sw];
             if node.role.is_switch() {
                 let seed = seed.map_or(node.seed, |s| switch_seed(s, sw));
-                self.configs[sw] = SwitchConfig::testbed(mode, seed);
+                self.configs[sw] = self.plan.topology.switch_config(mode, seed);
             }
         }
     }

@@ -72,13 +72,40 @@ pub fn trace(fabric: &SimFabric, flow: &Flow, mut hop: impl FnMut(Hop), mut link
         }
         let n = members.len() as u32;
         // `forward::decide`'s own choice: in `te` mode the controller's entry, if it fits.
-        let member = choose_member(&fabric.configs[at], &pkt, group, n, |key| fabric.te.get(&(at, *key)).copied());
+        let state = FlowState { fabric, at };
+        let member = choose_member(&fabric.configs[at], &pkt, group, n, &state);
         let port = members[member as usize];
         hop(Hop { switch: at, group, member, port });
         link(directed(fabric, at, port));
         at = plan.nodes[at].ports[port].peer_node;
     }
     bail!("{} -> {}: routing loop", plan.nodes[flow.src].name, plan.nodes[flow.dst].name)
+}
+
+/// The flow model's state of switch `at` for the member choice: its TE entries, and WCMP
+/// weights from its links' rates (degraded ones included). A flow is one path here: `flowlet`
+/// sees idle queues at time 0, so its one flowlet's member (`sim::cli` refuses the modes that
+/// split a flow per packet).
+struct FlowState<'a> {
+    fabric: &'a SimFabric,
+    at: NodeId,
+}
+
+impl fabric_common::balance::MemberState for FlowState<'_> {
+    fn te_entry(&self, key: &fabric_common::te::TeKey) -> Option<fabric_common::te::TeEntry> {
+        self.fabric.te.get(&(self.at, *key)).copied()
+    }
+
+    fn wcmp_pick(&self, group: u32, h: u32, n: u32) -> Option<u32> {
+        let plan = &self.fabric.plan;
+        let rates: Vec<u64> = self
+            .fabric
+            .members(self.at, group)
+            .iter()
+            .map(|&p| plan.topology.modelled_rate_bps(plan.links[plan.nodes[self.at].ports[p].link].rate_gbps))
+            .collect();
+        fabric_common::balance::WcmpWeights::from_weights(&rates).ok()?.pick(h, n)
+    }
 }
 
 #[cfg(test)]
@@ -107,6 +134,8 @@ mod tests {
         v4: SwitchTables,
         groups: Vec<EcmpGroup>,
     }
+
+    impl fabric_common::balance::MemberState for Tables {}
 
     impl ForwardingTables for Tables {
         fn route_v4(&self, dst: &[u8; 4]) -> Option<RouteTarget> {

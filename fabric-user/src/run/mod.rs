@@ -62,8 +62,9 @@ pub struct RunSpec {
     /// UDP source port policy.
     #[arg(long, value_enum, default_value_t = RunSpec::default().sport)]
     pub sport: SportPolicy,
-    /// Set every switch's routing mode first: five-tuple, eecmp, pin, or te (the controller places
-    /// this job's flows, greedy largest-first on the least-loaded link; see `fabric_user::te`).
+    /// Set every switch's routing mode first: five-tuple, eecmp, pin, te (the controller places
+    /// this job's flows, greedy largest-first on the least-loaded link; see `fabric_user::te`),
+    /// flowlet, adaptive, spray or wcmp (docs/routing-modes.md).
     #[arg(long, value_parser = parse_hash_mode)]
     #[serde(deserialize_with = "hash_mode_serde::option::deserialize")]
     pub hash: Option<HashMode>,

@@ -212,6 +212,16 @@ pub fn main(args: &RxeArgs) -> Result<()> {
 
 /// `fabric up --endpoints rxe`.
 pub fn up_and_report(topo: &Topology, quiet: bool) -> Result<UpSummary> {
+    for (tier, mode) in topo.reordering_tiers() {
+        eprintln!(
+            "warning: tiers.{tier}.hash = {:?} sends one flow's packets over several paths; rxe's RC \
+             is go-back-N, so every reordered packet costs a NAK and a resend of the rest of the \
+             window (expect retransmissions and lower goodput; our own endpoints measure it: \
+             `fabric run --hash {}` prints the retransmitted packets)",
+            mode.as_str(),
+            mode.as_str()
+        );
+    }
     let (s, layout) = testbed::up_rxe(topo, quiet, RxeOptions { create_devices: true })?;
     for h in &layout.hosts {
         println!(

@@ -95,7 +95,8 @@ pub fn network(fabric: &SimFabric, delay_ns: u64) -> Result<Network<SimRoutes<'_
                         _ => &congestion.atsw,
                     };
                     NodeKind::Switch(SwitchSpec {
-                        config: fabric.configs[n],
+                        // The twin runs in modelled time: its flowlet gap is the modelled one.
+                        config: fabric.configs[n].with_flowlet_gap(plan.topology.flowlet_gap_modelled_ns()),
                         qos: congestion.qos_config(qos),
                         pause_quanta: congestion.pause_quanta,
                         tier: TIERS.iter().position(|t| *t == role).expect("a switch tier"),

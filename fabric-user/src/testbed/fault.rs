@@ -74,6 +74,8 @@ fn apply(state: &State, l: LinkId, d: &Degradation) -> Result<()> {
         }
         let mut dp = state.dataplane(node)?;
         dp.set_port_rate(port as u32, rate)?;
+        // WCMP weighs members by their port's rate: the switch's weights follow the new rate.
+        dp.refresh_wcmp().with_context(|| format!("WCMP weights of {}", plan.nodes[node].name))?;
         // Each end draws its own sequence: one seed for the link, decorrelated per end.
         let seed = d.seed ^ (end as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         dp.set_port_loss(port as u32, PortLoss::new(d.loss_ppm, seed))

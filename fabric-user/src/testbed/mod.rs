@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use fabric_common::{
-    config::{PortInfo, SwitchConfig},
+    config::PortInfo,
     route::{ROUTE_LOCAL, RouteTarget},
 };
 use indicatif::{ProgressBar, ProgressStyle};
@@ -409,9 +409,9 @@ fn install_switch(plan: &Plan, n: NodeId, tables: &SwitchTables) -> Result<()> {
             dp.add_port(idx, info)?;
             ifindexes.push(idx);
         }
-        dp.set_config(SwitchConfig::testbed(node.hash, node.seed))?;
         program_qos(&mut dp, plan, n)?;
         program_tables(&mut dp, plan, n, None, tables)?;
+        dp.set_config(plan.topology.switch_config(node.hash, node.seed))?;
         dp.pin_maps(&dir)?;
         for (port, idx) in node.ports.iter().zip(ifindexes) {
             dp.attach_pinned(PROGRAM_SWITCH, idx, &dir.join(link_pin_name(&port.ifname)))?;
@@ -699,7 +699,9 @@ pub fn set_hash_mode(state: &State, mode: fabric_common::config::HashMode, seed:
         let node = &state.plan.nodes[sw];
         let seed = seed.map_or(node.seed, |s| fabric_common::hash::fmix32(s ^ (sw as u32).wrapping_mul(0x9E37_79B9)));
         let mut dp = state.dataplane(sw)?;
-        dp.set_config(SwitchConfig::testbed(mode, seed))?;
+        // The weights first: a switch switched to `wcmp` finds its weights in place.
+        dp.refresh_wcmp()?;
+        dp.set_config(state.plan.topology.switch_config(mode, seed))?;
     }
     Ok(())
 }

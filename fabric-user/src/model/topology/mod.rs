@@ -47,6 +47,10 @@ pub struct Topology {
     /// sizes stay real. The default keeps the default testbed's endpoints at line rate here.
     #[serde(default = "default_time_scale")]
     pub time_scale: u64,
+    /// `flowlet` mode: the idle time, in modelled microseconds, after which a flow may move to
+    /// another member (> 0; the switches wait this times `time_scale` of wall-clock time).
+    #[serde(default = "default_flowlet_gap_us")]
+    pub flowlet_gap_us: f64,
     /// Queues, ECN marking and PFC of the switches.
     #[serde(default)]
     pub congestion: Congestion,
@@ -127,6 +131,9 @@ pub struct AtswLayer {
 
 fn one() -> u32 {
     1
+}
+fn default_flowlet_gap_us() -> f64 {
+    fabric_common::balance::DEFAULT_FLOWLET_GAP_NS as f64 / 1e3
 }
 fn default_prefix() -> String {
     "fab".into()
@@ -231,6 +238,30 @@ impl Topology {
     /// A modelled duration (ns of the real network) in wall-clock ns on the testbed.
     pub fn wall_ns(&self, modelled_ns: f64) -> u64 {
         (modelled_ns * self.time_scale.max(1) as f64).round() as u64
+    }
+
+    /// The flowlet gap in the switches' wall-clock ns (validation keeps it in 1..=u32::MAX).
+    pub fn flowlet_gap_wall_ns(&self) -> u32 {
+        self.wall_ns(self.flowlet_gap_us * 1e3).clamp(1, u32::MAX as u64) as u32
+    }
+
+    /// The flowlet gap in modelled ns, for simulators that run in modelled time (the twin).
+    pub fn flowlet_gap_modelled_ns(&self) -> u32 {
+        (self.flowlet_gap_us * 1e3).round().clamp(1.0, u32::MAX as f64) as u32
+    }
+
+    /// The configuration of a switch in `mode` with `seed`, as the controller writes it.
+    pub fn switch_config(&self, mode: HashMode, seed: u32) -> fabric_common::config::SwitchConfig {
+        fabric_common::config::SwitchConfig::testbed(mode, seed).with_flowlet_gap(self.flowlet_gap_wall_ns())
+    }
+
+    /// The switch tiers whose mode reorders packets within a flow, as `(tier, mode)`.
+    pub fn reordering_tiers(&self) -> Vec<(&'static str, HashMode)> {
+        let t = &self.tiers;
+        [("rtsw", t.rtsw.hash), ("ctsw", t.ctsw.hash), ("atsw", t.atsw.hash)]
+            .into_iter()
+            .filter(|(_, m)| m.reorders_within_a_flow())
+            .collect()
     }
 
     pub fn hosts(&self) -> u32 {

@@ -49,6 +49,7 @@ impl Topology {
         if !(1..=1_000_000).contains(&self.time_scale) {
             errs.push("time_scale", format!("{} is not allowed; must be 1..=1000000", self.time_scale));
         }
+        self.check_flowlet_gap(&mut errs);
         for (path, message) in self.congestion.check() {
             errs.push(&path, message);
         }
@@ -60,6 +61,26 @@ impl Topology {
         }
         self.check_addressing(zones_ok && atsw_ok, &mut errs);
         errs.into_result()
+    }
+
+    /// The gap must be positive, and in wall-clock time fit the switch's 32-bit ns field.
+    fn check_flowlet_gap(&self, errs: &mut Errors) {
+        let gap = self.flowlet_gap_us;
+        if !gap.is_finite() || gap <= 0.0 {
+            errs.push("flowlet_gap_us", format!("{gap} is not allowed; must be a positive number of microseconds"));
+        } else if self.time_scale >= 1 {
+            let wall_ns = gap * 1e3 * self.time_scale as f64;
+            if !(1.0..=u32::MAX as f64).contains(&wall_ns.round()) {
+                errs.push(
+                    "flowlet_gap_us",
+                    format!(
+                        "{gap} us at time_scale {} is {wall_ns} ns of wall-clock time; the switches take 1..={} ns",
+                        self.time_scale,
+                        u32::MAX
+                    ),
+                );
+            }
+        }
     }
 
     fn check_scalars(&self, errs: &mut Errors) {
