@@ -232,3 +232,24 @@ fn multi_tenant_negative_control_eecmp_secretly_five_tuple_does_not_match() {
     let r = run_with("multi-tenant", 'n', Some(Control::Hash { from: HashMode::Eecmp, to: HashMode::FiveTuple }), 3);
     assert_ne!(verdict(&r, "eecmp-less-interference").direction, Decision::Matches);
 }
+
+/// Every load-balancing mode on a live testbed, healthy and with a slow uplink: spraying must
+/// balance the uplinks (the headline), and every run deliver every byte; how adaptive routing,
+/// WCMP and the reorder-tolerant endpoint fare is what the experiment measures.
+#[test]
+fn load_balancing_spray_balances_and_every_mode_delivers() {
+    let r = run("load-balancing", 'b');
+    assert_headlines(&r, &["spray-balances"]);
+    assert_decision(&r, "keeps-delivering", Decision::Matches);
+    let spray = mean(&r, "spray-ooo-allreduce-healthy", "max_over_mean");
+    let ecmp = mean(&r, "ecmp-allreduce-healthy", "max_over_mean");
+    assert!(spray < ecmp, "spray's uplink max/mean {spray} must be below one-QP ECMP's {ecmp}");
+}
+
+/// The sprayed cases' switches secretly hash the five-tuple: one QP per connection collides as
+/// ECMP does, so spraying no longer balances better.
+#[test]
+fn load_balancing_negative_control_spray_secretly_five_tuple_does_not_match() {
+    let r = run_with("load-balancing", 'c', Some(Control::Hash { from: HashMode::Spray, to: HashMode::FiveTuple }), 2);
+    assert_decision(&r, "spray-balances", Decision::DoesNotMatch);
+}

@@ -16,6 +16,7 @@ pub mod harness;
 pub mod heatmap;
 pub mod incast;
 pub mod link_failure;
+pub mod load_balancing;
 pub mod multi_tenant;
 pub mod path_pinning;
 pub mod pfc_storm;
@@ -47,6 +48,7 @@ pub const ALL: &[Scenario] = &[
     pfc_storm::SCENARIO,
     cross_zone::SCENARIO,
     gray_failure::SCENARIO,
+    load_balancing::SCENARIO,
     multi_tenant::SCENARIO,
 ];
 

@@ -1,0 +1,390 @@
+//! `load-balancing`: the paper's answer to low-entropy collectives (QP scaling + E-ECMP, and
+//! TE) against what the rest of the field does: flowlet switching, adaptive routing on the
+//! modelled egress queues, per-packet spraying (with the RC endpoint's go-back-N and with the
+//! reorder-tolerant endpoint), and WCMP, on a healthy fabric and with one uplink degraded to a
+//! quarter of its rate.
+use anyhow::Result;
+use fabric_common::config::HashMode;
+use fabric_roce::transport::Transport;
+
+use super::case::find as case;
+use super::{
+    harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, base_options, completion_ms, uplink_share},
+    verdict::{Verdict, cpu_bound, gain_pct, per_seed},
+};
+use crate::{
+    endpoint::SportPolicy, model::placement::Placement, model::workload::Collective, run::RunOptions, run::RunResult,
+    state::State, testbed,
+};
+
+pub const SCENARIO: Scenario = Scenario {
+    name: "load-balancing",
+    summary: "Ring AllReduce (and all-to-all with --full) under ECMP 1 QP, E-ECMP 8 QPs, TE, flowlet, adaptive, \
+              spray with go-back-N, spray with the reorder-tolerant endpoint and WCMP, on a healthy fabric and \
+              with one RTSW uplink at a quarter of its rate: completion, uplink balance, the slow uplink's share, \
+              retransmissions, reordering seen by the receivers, ECN and PFC.",
+    paper: "QP scaling + E-ECMP (and TE) fix the low entropy of collective traffic. The field's alternatives: \
+            flowlets (re-route a flow when it pauses), adaptive routing on queue depth, per-packet spraying \
+            (which reorders, costly for a go-back-N RC endpoint, cheap for one that places out of order), and \
+            WCMP (weights by capacity, so a slow link gets its share). No peer runs them on a real data path.",
+    run,
+};
+
+const RTSW: &str = "z0r0";
+/// The uplink degraded in the second half, and its rate as a fraction of its own.
+const SLOW_UPLINK: &str = "z0c0";
+const DEGRADED_FRACTION: f64 = 0.25;
+/// The smallest gain that counts, %.
+const MARGIN_PCT: f64 = 10.0;
+
+/// A load-balancing mode: case key, label, switch mode, QPs per connection, endpoint transport.
+/// Modes that choose per packet or per flowlet run one QP (they need no QP entropy); the hashed
+/// ones run 8.
+type Mode = (&'static str, &'static str, HashMode, u32, Transport);
+
+const MODES: [Mode; 8] = [
+    ("ecmp", "ECMP 1 QP", HashMode::FiveTuple, 1, Transport::GoBackN),
+    ("eecmp", "E-ECMP 8 QPs", HashMode::Eecmp, 8, Transport::GoBackN),
+    ("te", "TE 8 QPs", HashMode::Te, 8, Transport::GoBackN),
+    ("flowlet", "flowlet 1 QP", HashMode::Flowlet, 1, Transport::GoBackN),
+    ("adaptive", "adaptive 1 QP", HashMode::Adaptive, 1, Transport::GoBackN),
+    ("spray-gbn", "spray, go-back-N", HashMode::Spray, 1, Transport::GoBackN),
+    ("spray-ooo", "spray, reorder-tolerant", HashMode::Spray, 1, Transport::ReorderTolerant),
+    ("wcmp", "WCMP 8 QPs", HashMode::Wcmp, 8, Transport::GoBackN),
+];
+
+/// The fabric's two states.
+const STATES: [(&str, &str); 2] = [("healthy", "healthy"), ("slow", "z0r0-z0c0 at 1/4 rate")];
+
+fn key(mode: &str, collective: Collective, state: &str) -> String {
+    format!("{mode}-{}-{state}", collective.as_str())
+}
+
+fn run(ctx: &Ctx) -> Result<Outcome> {
+    let cal = ctx.time_scale()?;
+    let mut topo = super::path_pinning::topology(1, 400.0, cal.time_scale);
+    topo.zones[0].spines = 4;
+    let collectives = ctx.pick(vec![Collective::Allreduce], vec![Collective::Allreduce, Collective::Alltoall]);
+    let message: u64 = ctx.pick(2 << 20, 8 << 20);
+    let mut cases = Vec::new();
+    for &c in &collectives {
+        for (state, state_label) in STATES {
+            for m in &MODES {
+                cases.push(Case::new(&key(m.0, c, state), &format!("{}, {}, {state_label}", m.1, c.as_str())));
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    let (mut delivered, mut needed) = (0, 0);
+    ctx.with_testbed(topo, |state| {
+        for &seed in &ctx.seeds {
+            for (fabric_state, _) in STATES {
+                let slow = fabric_state == "slow";
+                if slow {
+                    degrade(state, true)?;
+                }
+                for &c in &collectives {
+                    for m in &MODES {
+                        let o = options(c, message, m, seed);
+                        let r = ctx.run(state, &format!("{} {} {fabric_state} seed {seed}", m.0, c.as_str()), &o);
+                        let r = match r {
+                            Ok(r) => r,
+                            Err(e) => {
+                                // Leave the fabric healthy for whatever runs next; the run's
+                                // error is the one to report.
+                                if slow {
+                                    let _ = degrade(state, false);
+                                }
+                                return Err(e);
+                            }
+                        };
+                        delivered += r.bytes_delivered;
+                        needed += r.bytes_needed;
+                        rows.push(row(seed, m, c, fabric_state, &r));
+                        let i = cases.iter().position(|k| k.key == key(m.0, c, fabric_state)).expect("a case per run");
+                        push_metrics(&mut cases[i], &r);
+                    }
+                }
+                if slow {
+                    degrade(state, false)?;
+                }
+            }
+        }
+        Ok(())
+    })?;
+    let verdicts = verdicts(&cases, delivered, needed);
+    Ok(outcome(&cal.describe(), message, &collectives, cases, verdicts, rows))
+}
+
+/// Degrades (or restores) the slow uplink.
+fn degrade(state: &State, on: bool) -> Result<()> {
+    let prefix = state.plan.topology.prefix.as_str();
+    let link = format!("{RTSW}:{SLOW_UPLINK}");
+    if on {
+        let rate = state.plan.topology.tiers.rtsw.rate_gbps * DEGRADED_FRACTION;
+        testbed::fault::degrade(prefix, &link, Some(rate), None, 0)?;
+    } else {
+        testbed::fault::restore(prefix, &link)?;
+    }
+    Ok(())
+}
+
+/// The case's collective over 8 ranks, fragmented placement (every rack's traffic crosses the
+/// spine), fixed source port (the entropy is the QPs' or the switch's own).
+fn options(c: Collective, message: u64, m: &Mode, seed: u64) -> RunOptions {
+    let &(_, _, hash, qps, transport) = m;
+    let mut o = base_options(c, 8, message);
+    o.placement = Placement::Fragmented;
+    o.hash = Some(hash);
+    o.hash_seed = Some(seed as u32);
+    o.endpoint.qps = qps;
+    o.endpoint.sport = SportPolicy::Fixed;
+    o.endpoint.transport = transport;
+    o
+}
+
+fn retransmitted(r: &RunResult) -> u64 {
+    r.flows.iter().map(|f| f.retransmitted).sum()
+}
+
+fn reordered(r: &RunResult) -> u64 {
+    r.flows.iter().map(|f| f.reordered_packets).sum()
+}
+
+fn push_metrics(c: &mut Case, r: &RunResult) {
+    c.push("completion_ms", completion_ms(r));
+    c.push("max_over_mean", r.balance.mean_max_over_mean);
+    c.push("slow_share_pct", uplink_share(r, RTSW, SLOW_UPLINK) * 100.0);
+    c.push("retransmitted", retransmitted(r) as f64);
+    c.push("reordered", reordered(r) as f64);
+    c.push("reorder_depth", r.flows.iter().map(|f| f.reorder_depth_max).max().unwrap_or(0) as f64);
+    c.push("ecn_marked", r.congestion.ecn_marked as f64);
+    c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
+    c.push_run(r);
+}
+
+fn row(seed: u64, m: &Mode, c: Collective, state: &str, r: &RunResult) -> Vec<String> {
+    vec![
+        seed.to_string(),
+        m.1.to_string(),
+        c.as_str().to_string(),
+        state.to_string(),
+        format!("{:.0}", completion_ms(r)),
+        format!("{:.2}", r.balance.mean_max_over_mean),
+        format!("{:.0}%", uplink_share(r, RTSW, SLOW_UPLINK) * 100.0),
+        retransmitted(r).to_string(),
+        reordered(r).to_string(),
+    ]
+}
+
+/// Per-seed gains of case `a` over case `b` in `metric`.
+fn gains(cases: &[Case], a: &str, b: &str, metric: &str, better: Better) -> Vec<f64> {
+    let (a, b) = (case(cases, a).values_of(metric), case(cases, b).values_of(metric));
+    a.iter().zip(&b).map(|(&a, &b)| gain_pct(a, b, better)).collect()
+}
+
+/// Per seed, how much the slow uplink slowed mode `m`'s AllReduce (% of the slower run).
+fn slowdown(cases: &[Case], m: &str) -> Vec<f64> {
+    let c = Collective::Allreduce;
+    gains(cases, &key(m, c, "healthy"), &key(m, c, "slow"), "completion_ms", Better::Lower)
+}
+
+fn verdicts(cases: &[Case], delivered: u64, needed: u64) -> Vec<Verdict> {
+    let ar = |m: &str, s: &str| key(m, Collective::Allreduce, s);
+    let pace = |keys: &[String]| cpu_bound(&keys.iter().map(|k| case(cases, k)).collect::<Vec<_>>());
+    let spray_balance =
+        gains(cases, &ar("spray-ooo", "healthy"), &ar("ecmp", "healthy"), "max_over_mean", Better::Lower);
+    let spray_ooo =
+        gains(cases, &ar("spray-ooo", "healthy"), &ar("spray-gbn", "healthy"), "completion_ms", Better::Lower);
+    let (wcmp, eecmp) = (slowdown(cases, "wcmp"), slowdown(cases, "eecmp"));
+    let wcmp_vs_eecmp: Vec<f64> = eecmp.iter().zip(&wcmp).map(|(e, w)| e - w).collect();
+    let adaptive_share = gains(cases, &ar("adaptive", "slow"), &ar("eecmp", "slow"), "slow_share_pct", Better::Lower);
+    let adaptive = slowdown(cases, "adaptive");
+    let adaptive_vs_eecmp: Vec<f64> = eecmp.iter().zip(&adaptive).map(|(e, a)| e - a).collect();
+    vec![
+        Verdict::from_gains(
+            "spray-balances",
+            "Spraying packets balances the uplinks better than ECMP with one QP (max/mean of uplink bytes)",
+            format!("gain of spray over ECMP 1 QP in uplink max/mean per seed: {}", per_seed(&spray_balance, "%")),
+            spray_balance,
+            MARGIN_PCT,
+        )
+        .headline(),
+        Verdict::from_gains(
+            "ooo-makes-spray-pay",
+            "Under spraying, the reorder-tolerant endpoint completes faster than go-back-N",
+            format!("gain of reorder-tolerant over go-back-N under spray per seed: {}", per_seed(&spray_ooo, "%")),
+            spray_ooo,
+            MARGIN_PCT,
+        )
+        .unless_cpu_bound(pace(&[ar("spray-ooo", "healthy"), ar("spray-gbn", "healthy")])),
+        Verdict::from_gains(
+            "wcmp-absorbs-slow-link",
+            "A 1/4-rate uplink slows WCMP (weights by capacity) less than E-ECMP (slowdown difference, points)",
+            format!(
+                "slowdown from the slow uplink per seed: E-ECMP {}, WCMP {}",
+                per_seed(&eecmp, "%"),
+                per_seed(&wcmp, "%")
+            ),
+            wcmp_vs_eecmp,
+            MARGIN_PCT,
+        )
+        .unless_cpu_bound(pace(&[
+            ar("wcmp", "healthy"),
+            ar("wcmp", "slow"),
+            ar("eecmp", "healthy"),
+            ar("eecmp", "slow"),
+        ])),
+        Verdict::from_gains(
+            "adaptive-absorbs-slow-link",
+            "A 1/4-rate uplink slows adaptive routing (queue depth) less than E-ECMP (slowdown difference, points)",
+            format!(
+                "slowdown from the slow uplink per seed: E-ECMP {}, adaptive {}",
+                per_seed(&eecmp, "%"),
+                per_seed(&adaptive, "%")
+            ),
+            adaptive_vs_eecmp,
+            MARGIN_PCT,
+        )
+        .unless_cpu_bound(pace(&[
+            ar("adaptive", "healthy"),
+            ar("adaptive", "slow"),
+            ar("eecmp", "healthy"),
+            ar("eecmp", "slow"),
+        ])),
+        Verdict::from_gains(
+            "adaptive-avoids-slow-link",
+            "Adaptive routing (queue depth) sends the slow uplink a smaller share of the bytes than E-ECMP",
+            format!(
+                "gain of adaptive over E-ECMP in the slow uplink's share per seed: {}",
+                per_seed(&adaptive_share, "%")
+            ),
+            adaptive_share,
+            MARGIN_PCT,
+        ),
+        Verdict::fact(
+            "keeps-delivering",
+            "Every run delivers every byte, whatever the mode and transport",
+            format!("delivered {delivered} of {needed} bytes"),
+            delivered == needed && needed > 0,
+        ),
+    ]
+}
+
+fn outcome(
+    calibration: &str,
+    message: u64,
+    collectives: &[Collective],
+    cases: Vec<Case>,
+    verdicts: Vec<Verdict>,
+    rows: Vec<Vec<String>>,
+) -> Outcome {
+    let names: Vec<&str> = collectives.iter().map(|c| c.as_str()).collect();
+    Outcome {
+        setup: vec![
+            "Testbed: 1 zone, 4 racks x 2 hosts, 4 CTSWs (four uplinks per RTSW), 400 Gbit/s.".into(),
+            calibration.to_string(),
+            format!(
+                "{} over 8 ranks, fragmented placement, {} MiB per rank, fixed UDP source port. Per-packet and \
+                 per-flowlet modes run 1 QP per connection, hashed modes (E-ECMP, TE, WCMP) 8.",
+                names.join(" and "),
+                message >> 20
+            ),
+            format!(
+                "Every mode runs on the healthy fabric, then with {RTSW}-{SLOW_UPLINK} degraded to 100 Gbit/s \
+                 (`fabric link degrade --rate`, WCMP's weights follow), restored afterwards."
+            ),
+        ],
+        metrics: vec![
+            Metric::new("completion_ms", "completion (mean of iterations)", "ms wall", Better::Lower, true),
+            Metric::new("max_over_mean", "uplink max/mean (mean over RTSWs)", "", Better::Lower, true),
+            Metric::new("slow_share_pct", "z0r0-z0c0's share of z0r0's uplink bytes", "%", Better::None, true),
+            Metric::new("retransmitted", "retransmitted packets", "", Better::Lower, true),
+            Metric::new("reordered", "packets the receivers saw out of order", "", Better::Lower, false),
+            Metric::new("reorder_depth", "deepest reordering (PSNs)", "", Better::Lower, false),
+            Metric::new("ecn_marked", "ECN marks", "", Better::Lower, false),
+            Metric::new("pfc_frames", "PFC frames sent by switches", "", Better::Lower, false),
+        ],
+        cases,
+        verdicts,
+        notes: vec![
+            "A flowlet gap only opens when a sender pauses (window, ACK clock, PFC): a paced connection at line \
+             rate never pauses, so its flowlets are the whole flow and flowlet routing is the hash."
+                .into(),
+            "On the testbed the modelled queues count bytes but never hold a packet, and every path is a veth \
+             pair: sprayed packets arrive out of order only when the host's scheduling reorders them, so the \
+             reorder-tolerant endpoint has little to win here. The twin's queues hold packets \
+             (`fabric sim --model packet --hash spray --transport gbn|ooo`), where spraying reorders as queues \
+             differ."
+                .into(),
+        ],
+        tables: vec![Table {
+            title: "Every run".into(),
+            header: ["seed", "mode", "collective", "fabric", "ms", "max/mean", "slow uplink", "retx", "reordered"]
+                .map(String::from)
+                .to_vec(),
+            rows,
+        }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::experiment::verdict::Decision;
+
+    /// Cases for every mode and state: completion 100 ms, max/mean 1.5, slow share 25%,
+    /// then the overrides.
+    fn cases(overrides: &[(&str, &str, [f64; 3])]) -> Vec<Case> {
+        let mut out = Vec::new();
+        for (state, _) in STATES {
+            for m in &MODES {
+                let k = key(m.0, Collective::Allreduce, state);
+                let get = |metric: &str, default: f64| {
+                    overrides.iter().find(|o| o.0 == k && o.1 == metric).map_or([default; 3], |o| o.2)
+                };
+                out.push(Case::with(
+                    &k,
+                    &[
+                        ("completion_ms", &get("completion_ms", 100.0)),
+                        ("max_over_mean", &get("max_over_mean", 1.5)),
+                        ("slow_share_pct", &get("slow_share_pct", 25.0)),
+                    ],
+                ));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn verdicts_can_match_and_can_fail() {
+        let good = cases(&[
+            ("spray-ooo-allreduce-healthy", "max_over_mean", [1.0, 1.01, 1.02]),
+            ("spray-ooo-allreduce-healthy", "completion_ms", [60.0, 61.0, 59.0]),
+            ("eecmp-allreduce-slow", "completion_ms", [200.0, 201.0, 199.0]),
+            ("wcmp-allreduce-slow", "completion_ms", [110.0, 111.0, 109.0]),
+            ("adaptive-allreduce-slow", "slow_share_pct", [5.0, 6.0, 4.0]),
+            ("adaptive-allreduce-slow", "completion_ms", [101.0, 102.0, 100.0]),
+        ]);
+        let v = verdicts(&good, 10, 10);
+        assert_eq!(
+            v.iter().map(|v| v.key).collect::<Vec<_>>(),
+            [
+                "spray-balances",
+                "ooo-makes-spray-pay",
+                "wcmp-absorbs-slow-link",
+                "adaptive-absorbs-slow-link",
+                "adaptive-avoids-slow-link",
+                "keeps-delivering"
+            ]
+        );
+        for v in &v {
+            assert_eq!(v.direction, Decision::Matches, "{}: {}", v.key, v.evidence());
+        }
+        // Every mode alike (no gain anywhere), and a byte missing.
+        let v = verdicts(&cases(&[]), 9, 10);
+        for v in &v {
+            assert_eq!(v.direction, Decision::DoesNotMatch, "{}: {}", v.key, v.evidence());
+        }
+    }
+}
