@@ -30,8 +30,8 @@ use crate::{
 pub const SCENARIO: Scenario = Scenario {
     name: "gray-failure",
     summary: "Gray failures on a ring AllReduce: the busiest RTSW-CTSW uplink degraded to a quarter of its \
-              rate (`fabric link degrade --rate`) under ECMP 1 QP, E-ECMP 8 QPs and TE; the same uplink \
-              losing 0.5% of its frames under go-back-N (`--loss`); and the uplink flapping mid-run.",
+              rate (`fabric link degrade --rate`) under ECMP 1 QP, E-ECMP 8 QPs, TE and WCMP; the same uplink \
+              losing 0.5% of its frames under go-back-N (`--loss`); the uplink flapping mid-run; a straggler.",
     paper: "Not every failure is a clean link down: a link that runs slow or drops a fraction of its frames \
             stays in every ECMP group, so hashing keeps sending it a full share. One QP per connection puts \
             a whole connection, and so the whole ring, behind the slow link; many QPs (E-ECMP) put a \
@@ -60,11 +60,18 @@ const SHARE_TOLERANCE_POINTS: f64 = 5.0;
 /// A routing mode compared: case key, label, hash mode, QPs per connection.
 type Mode = (&'static str, &'static str, HashMode, u32);
 
-const MODES: [Mode; 3] = [
+const MODES: [Mode; 4] = [
     ("ecmp", "ECMP 1 QP", HashMode::FiveTuple, 1),
     ("eecmp", "E-ECMP 8 QPs", HashMode::Eecmp, 8),
     ("te", "TE (controller) 8 QPs", HashMode::Te, 8),
+    ("wcmp", "WCMP 8 QPs", HashMode::Wcmp, 8),
 ];
+
+/// The cases after the modes' healthy and degraded pairs.
+const LOSSY: usize = 2 * MODES.len();
+const FLAP: usize = LOSSY + 1;
+const JOBS: usize = LOSSY + 2;
+const STRAGGLING: usize = LOSSY + 3;
 
 /// The AllReduce every case runs.
 struct Sizes {
@@ -114,14 +121,14 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 runs.add(seed, mode.1, "1/4 rate", &victim, &healthy, &degraded);
                 if mode.0 == "eecmp" {
                     let (lossy, lost) = lossy_run(ctx, state, &o, &victim, seed)?;
-                    push_metrics(&mut cases[6], &lossy, &victim, lost);
+                    push_metrics(&mut cases[LOSSY], &lossy, &victim, lost);
                     runs.lost += lost;
                     runs.retransmitted += retransmitted(&lossy);
                     runs.add(seed, mode.1, "0.5% loss", &victim, &healthy, &lossy);
                     let flap = flap_run(ctx, state, &o, &victim, &healthy, seed)?;
-                    push_metrics(&mut cases[7], &flap, &victim, 0);
+                    push_metrics(&mut cases[FLAP], &flap, &victim, 0);
                     runs.add(seed, mode.1, "flapping", &victim, &healthy, &flap);
-                    for (i, straggler) in [(8, false), (9, true)] {
+                    for (i, straggler) in [(JOBS, false), (STRAGGLING, true)] {
                         let (ms, delivered, needed) = straggler_run(state, &sizes, seed, straggler)?;
                         cases[i].push("completion_ms", ms);
                         runs.delivered += delivered;
@@ -273,6 +280,7 @@ fn verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
         slow_link_slows_eecmp(cases).headline(),
         ecmp_suffers_more(cases),
         shares_unchanged(cases),
+        wcmp_moves_load(cases),
         loss_slows(cases),
         straggler_slows(cases),
         Verdict::fact(
@@ -350,6 +358,25 @@ fn shares_unchanged(cases: &[Case]) -> Verdict {
     )
 }
 
+/// What fixes it: WCMP weights the members by their modelled rates, so the slow uplink's share
+/// of the bytes falls (gain of degraded over healthy in that share).
+fn wcmp_moves_load(cases: &[Case]) -> Verdict {
+    let h = case(cases, "wcmp-healthy").values_of("victim_share_pct");
+    let d = case(cases, "wcmp-degraded").values_of("victim_share_pct");
+    let g: Vec<f64> = h.iter().zip(&d).map(|(&h, &d)| gain_pct(d, h, Better::Lower)).collect();
+    Verdict::from_gains(
+        "wcmp-moves-load",
+        "WCMP (members weighted by capacity) moves load off the slow uplink",
+        format!(
+            "the slow uplink's share of {RTSW}'s uplink bytes under WCMP, healthy -> degraded: {} -> {}",
+            per_seed(&h, "%"),
+            per_seed(&d, "%")
+        ),
+        g,
+        MARGIN_POINTS,
+    )
+}
+
 /// A 0.5% lossy uplink slows E-ECMP's AllReduce under go-back-N by more than [`LOSS_MARGIN_PCT`].
 fn loss_slows(cases: &[Case]) -> Verdict {
     let s = slowdown(cases, "eecmp", "lossy");
@@ -389,7 +416,7 @@ fn outcome(calibration: &str, sizes: &Sizes, cases: Vec<Case>, verdicts: Vec<Ver
             calibration.to_string(),
             format!(
                 "Ring AllReduce over {ranks} ranks, fragmented placement, {} MiB per rank, {iterations} iterations, \
-                 fixed source port; ECMP (five-tuple) with 1 QP, E-ECMP and TE with 8 QPs.",
+                 fixed source port; ECMP (five-tuple) with 1 QP, E-ECMP, TE and WCMP with 8 QPs.",
                 message >> 20
             ),
             format!(
@@ -445,6 +472,7 @@ mod tests {
         lossy: [f64; 3],
         eecmp_share_degraded: [f64; 3],
         straggler: [f64; 3],
+        wcmp_share_degraded: [f64; 3],
     ) -> Vec<Case> {
         let c = |k, t: [f64; 3], share: [f64; 3]| Case::with(k, &[("completion_ms", &t), ("victim_share_pct", &share)]);
         vec![
@@ -454,6 +482,8 @@ mod tests {
             c("eecmp-degraded", [100.0, 101.0, 99.0], eecmp_share_degraded),
             c("te-healthy", [70.0, 70.0, 70.0], [25.0, 25.0, 25.0]),
             c("te-degraded", [75.0, 75.0, 75.0], [25.0, 25.0, 25.0]),
+            c("wcmp-healthy", [80.0, 80.0, 80.0], [30.0, 30.0, 30.0]),
+            c("wcmp-degraded", [85.0, 85.0, 85.0], wcmp_share_degraded),
             c("eecmp-lossy", lossy, [30.0, 30.0, 30.0]),
             c("eecmp-flap", [90.0, 90.0, 90.0], [20.0, 20.0, 20.0]),
             c("eecmp-jobs", [100.0, 100.0, 100.0], [0.0; 3]),
@@ -469,7 +499,13 @@ mod tests {
     fn verdicts_can_match() {
         // ECMP slows 75% (100 -> 400), E-ECMP 20%; loss slows 20%; go-back-N resends 8x the loss.
         let v = verdicts(
-            &cases([400.0, 401.0, 399.0], [100.0, 101.0, 99.0], [30.0, 31.0, 29.0], [150.0, 151.0, 149.0]),
+            &cases(
+                [400.0, 401.0, 399.0],
+                [100.0, 101.0, 99.0],
+                [30.0, 31.0, 29.0],
+                [150.0, 151.0, 149.0],
+                [5.0, 6.0, 4.0],
+            ),
             &runs(10, 80, 10),
         );
         let keys: Vec<&str> = v.iter().map(|v| v.key).collect();
@@ -479,6 +515,7 @@ mod tests {
                 "slow-link-slows-eecmp",
                 "ecmp-suffers-more",
                 "hash-keeps-share",
+                "wcmp-moves-load",
                 "loss-slows-gbn",
                 "straggler-slows-ring",
                 "go-back-n-amplifies",
@@ -495,7 +532,8 @@ mod tests {
         // E-ECMP is not slowed and ECMP slows 1%; loss costs nothing; retransmissions only of
         // what was lost; a byte missing; and the slow link's share moved (as a capacity-aware
         // mode would).
-        let mut c = cases([101.0, 102.0, 100.0], [80.0, 81.0, 79.0], [10.0, 10.0, 10.0], [100.0, 101.0, 99.0]);
+        let mut c =
+            cases([101.0, 102.0, 100.0], [80.0, 81.0, 79.0], [10.0, 10.0, 10.0], [100.0, 101.0, 99.0], [30.0; 3]);
         c[3] =
             Case::with("eecmp-degraded", &[("completion_ms", &[80.0, 81.0, 79.0]), ("victim_share_pct", &[10.0; 3])]);
         let v = verdicts(&c, &runs(10, 10, 9));
@@ -504,10 +542,10 @@ mod tests {
         }
         // No loss at all is no evidence of amplification either.
         let v = verdicts(
-            &cases([400.0, 401.0, 399.0], [100.0, 101.0, 99.0], [30.0, 31.0, 29.0], [150.0; 3]),
+            &cases([400.0, 401.0, 399.0], [100.0, 101.0, 99.0], [30.0, 31.0, 29.0], [150.0; 3], [5.0; 3]),
             &runs(0, 5, 10),
         );
-        assert_eq!(v[5].key, "go-back-n-amplifies");
-        assert_eq!(v[5].direction, Decision::DoesNotMatch);
+        let amplifies = v.iter().find(|v| v.key == "go-back-n-amplifies").unwrap();
+        assert_eq!(amplifies.direction, Decision::DoesNotMatch);
     }
 }
