@@ -25,7 +25,7 @@ fn main() {
                 cfg.reorder_window = k;
                 cfg.seed = seed;
                 let mut lose = SplitMix::new(seed + 1000);
-                cfg.lose_first_try = (0..packets).filter(|_| lose.below(100) < loss_percent).collect();
+                cfg.lose_first_try = (0..packets).filter(|_| lose.below(100) < loss_percent as usize).collect();
                 let r = transfer(&[MESSAGE], &cfg);
                 assert_eq!(r.completions.len(), 1, "{transport} k {k} seed {seed} completes");
                 resent += r.requester.packets_retransmitted as f64;

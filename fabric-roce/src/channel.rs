@@ -23,28 +23,9 @@ use super::{
 /// Where the messages are written on the responder, one after the other.
 pub const REMOTE_ADDR: u64 = 0x10_0000;
 
-/// A seeded generator (splitmix64): the same seed, the same reordering.
-#[derive(Clone, Debug)]
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    pub fn new(seed: u64) -> Self {
-        SplitMix(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+/// The seeded generator of the channel's reorderings and losses (the same seed, the same
+/// reordering): the workspace's one SplitMix64.
+pub use fabric_common::rng::SplitMix64 as SplitMix;
 
 /// What the link does to data packets; see the module docs.
 #[derive(Clone, Debug)]
@@ -205,7 +186,7 @@ pub fn transfer(sizes: &[u32], cfg: &ChannelConfig) -> TransferReport {
             let (msg, offset) = truth[&psn];
             let payload: Vec<u8> = (0..p.body.payload().len() as u64).map(|i| pattern(msg, offset + i)).collect();
             for _ in 0..copies {
-                let extra = if cfg.reorder_window > 0 { rng.below(u64::from(cfg.reorder_window) + 1) } else { 0 };
+                let extra = if cfg.reorder_window > 0 { rng.below(cfg.reorder_window as usize + 1) as u64 } else { 0 };
                 let at = now + cfg.delay_ns + extra * packet_ns(p.buffer_len());
                 seq += 1;
                 to_responder.insert((at, seq));
@@ -251,7 +232,7 @@ mod tests {
     #[test]
     fn the_generator_is_seeded_and_spreads() {
         let (mut a, mut b) = (SplitMix::new(7), SplitMix::new(7));
-        let xs: Vec<u64> = (0..1000).map(|_| a.below(8)).collect();
+        let xs: Vec<usize> = (0..1000).map(|_| a.below(8)).collect();
         assert_eq!(xs, (0..1000).map(|_| b.below(8)).collect::<Vec<_>>());
         for v in 0..8 {
             let n = xs.iter().filter(|&&x| x == v).count();

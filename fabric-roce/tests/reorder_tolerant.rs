@@ -22,7 +22,7 @@ fn assert_exact(report: &TransferReport, sizes: &[u32], what: &str) {
 
 /// A few random PSNs of the first `packets` to lose on their first try.
 fn some_losses(rng: &mut SplitMix, packets: u32, n: usize) -> BTreeSet<u32> {
-    (0..n).map(|_| rng.below(u64::from(packets)) as u32).collect()
+    (0..n).map(|_| rng.below(packets as usize) as u32).collect()
 }
 
 #[test]
@@ -36,7 +36,7 @@ fn every_reorder_duplicate_and_loss_pattern_ends_with_the_exact_messages() {
         cfg.reorder_window = [0, 2, 4, 8, 16][seed as usize % 5];
         cfg.window_packets = [8, 32, 128][seed as usize % 3];
         cfg.lose_first_try = some_losses(&mut rng, packets, seed as usize % 4);
-        cfg.duplicate = (0..seed as usize % 5).map(|_| rng.below(u64::from(packets)) as usize).collect();
+        cfg.duplicate = (0..seed as usize % 5).map(|_| rng.below(packets as usize)).collect();
         let report = transfer(&sizes, &cfg);
         let what = format!("seed {seed}, k {}, lost {:?}", cfg.reorder_window, cfg.lose_first_try);
         assert_exact(&report, &sizes, &what);
