@@ -53,8 +53,8 @@ const MODES: [Mode; 8] = [
     ("wcmp", "WCMP 8 QPs", HashMode::Wcmp, 8, Transport::GoBackN),
 ];
 
-/// The fabric's two states.
-const STATES: [(&str, &str); 2] = [("healthy", "healthy"), ("slow", "z0r0-z0c0 at 1/4 rate")];
+/// The fabric's two states (key, label): healthy, and z0r0-z0c0 at a quarter of its rate.
+const STATES: [(&str, &str); 2] = [("healthy", "healthy"), ("slow", "slow uplink")];
 
 fn key(mode: &str, collective: Collective, state: &str) -> String {
     format!("{mode}-{}-{state}", collective.as_str())
