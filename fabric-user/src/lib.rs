@@ -7,7 +7,7 @@
 //!
 //! | layer | what it holds |
 //! |---|---|
-//! | [`sys`] | the FFI: network namespaces, rtnetlink |
+//! | [`sys`] | the FFI: network namespaces, rtnetlink; result files written whole |
 //! | [`model`] | pure descriptions: topology files, the plan derived from them, routing, workloads, placements |
 //! | [`dataplane`] | the XDP object: loading, attaching, typed map accessors |
 //! | [`state`] | a testbed's saved state and where it lives |
@@ -16,9 +16,9 @@
 //! | [`te`] | traffic engineering: placing flows on paths, installing them |
 //! | [`agent`] | the per-testbed switch agent: PFC frames, watchdog, telemetry |
 //! | [`telemetry`] | counters of a live testbed: stats, Prometheus |
-//! | [`testbed`] | up, down, links, probes, soft-RoCE hosts |
-//! | [`run`] | runs on a testbed: collectives, job records, traces, rxe runs |
-//! | [`sim`] | the flow-level simulator |
+//! | [`testbed`] | up, down, links, gray failures, probes, soft-RoCE hosts |
+//! | [`run`] | runs on a testbed: collectives, several jobs at once, job records, traces, rxe runs |
+//! | [`sim`] | the flow-level simulator, the twin's glue, the scheduler scenario |
 //! | [`experiment`], [`analyze`] | the paper's claims measured; captures analysed |
 //! | [`ui`] | the live web view (`fabric ui`) and topology pictures (`fabric graph`) |
 
