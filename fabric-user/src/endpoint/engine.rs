@@ -306,12 +306,25 @@ fn run_hosts<'a>(
                 r.with_context(|| format!("endpoint on {}", plan.nodes[host].name))
             }));
         }
-        for h in handles {
-            h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
-        }
-        Ok(())
+        // Every thread is joined before the error is chosen.
+        let results: Vec<Result<()>> =
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect();
+        root_error(results)
     })
 }
+
+/// The error to report of the hosts' results: the first host's own failure, not a host that
+/// stopped because another one failed.
+fn root_error(results: Vec<Result<()>>) -> Result<()> {
+    let mut errors: Vec<anyhow::Error> = results.into_iter().filter_map(Result::err).collect();
+    let root = errors.iter().position(|e| e.downcast_ref::<AnotherEndpointFailed>().is_none()).unwrap_or(0);
+    if errors.is_empty() { Ok(()) } else { Err(errors.swap_remove(root)) }
+}
+
+/// A host stopped because another host's endpoint failed (that one's error says why).
+#[derive(Debug, thiserror::Error)]
+#[error("another endpoint failed")]
+struct AnotherEndpointFailed;
 
 /// Transfer `f` (`t`) as its QPs' outcomes tell it.
 fn flow_result(
@@ -643,7 +656,7 @@ fn host_loop(cx: &HostContext<'_>) -> Result<()> {
     }
     result?;
     if cx.failed.load(Ordering::Relaxed) > 0 {
-        bail!("another endpoint failed");
+        return Err(AnotherEndpointFailed.into());
     }
     run.collect_outcome(rcvbuf_errors_before)
 }
@@ -933,5 +946,22 @@ impl<'a> HostRun<'a> {
             late_wakes: self.wakes.late,
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host's own failure is reported, not the hosts that stopped because of it.
+    #[test]
+    fn the_root_failure_is_reported() {
+        let stopped = || Err(anyhow::Error::from(AnotherEndpointFailed).context("endpoint on z0r0h0"));
+        let own = || Err(anyhow::anyhow!("QP 0x11 failed: RetryLimitExceeded").context("endpoint on z0r1h0"));
+        let e = root_error(vec![Ok(()), stopped(), own(), stopped()]).unwrap_err();
+        assert_eq!(format!("{e:#}"), "endpoint on z0r1h0: QP 0x11 failed: RetryLimitExceeded");
+        let e = root_error(vec![stopped()]).unwrap_err();
+        assert!(format!("{e:#}").contains("another endpoint failed"));
+        assert!(root_error(vec![Ok(()), Ok(())]).is_ok());
     }
 }

@@ -73,6 +73,7 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
     let ctx = Ctx::new(opts);
     let start = Instant::now();
     let mut outcome = (scenario.run)(&ctx).with_context(|| format!("experiment {name}"))?;
+    outcome.notes.extend(ctx.repeated.borrow().iter().cloned());
     // The twin's results go beside the testbed's, not over them.
     let dir = match &opts.twin {
         Some(m) => {
