@@ -11,15 +11,12 @@ use fabric_common::config::HashMode;
 use super::case::find as case;
 use super::{
     harness::{
-        Better, Case, Ctx, Metric, Outcome, Scenario, Table, base_options, busiest_uplink, completion_ms, switch_drops,
-        uplink_share,
+        Better, Case, Ctx, Metric, Outcome, Scenario, Sizes, Table, busiest_uplink, completion_ms, fragmented_ring,
+        switch_drops, uplink_share,
     },
     verdict::{Verdict, cpu_bound, gain_pct, per_seed},
 };
 use crate::{
-    endpoint::SportPolicy,
-    model::placement::Placement,
-    model::workload::Collective,
     run::RunOptions,
     run::RunResult,
     run::jobs::{JobsFile, runner},
@@ -73,13 +70,6 @@ const FLAP: usize = LOSSY + 1;
 const JOBS: usize = LOSSY + 2;
 const STRAGGLING: usize = LOSSY + 3;
 
-/// The AllReduce every case runs.
-struct Sizes {
-    ranks: usize,
-    message: u64,
-    iterations: u32,
-}
-
 /// What the runs leave besides the cases' metrics.
 #[derive(Default)]
 struct Runs {
@@ -112,7 +102,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     ctx.with_testbed(topo, |state| {
         for &seed in &ctx.seeds {
             for (mi, mode) in MODES.iter().enumerate() {
-                let o = options(&sizes, mode.2, mode.3, seed);
+                let o = fragmented_ring(&sizes, mode.2, mode.3, seed);
                 let healthy = ctx.run(state, &format!("{} healthy seed {seed}", mode.0), &o)?;
                 let victim = busiest_uplink(&healthy, RTSW).context("z0r0 carried nothing")?;
                 let degraded = degraded_run(ctx, state, &o, &victim, &format!("{} degraded seed {seed}", mode.0))?;
@@ -141,19 +131,6 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     })?;
     let verdicts = verdicts(&cases, &runs);
     Ok(outcome(&cal.describe(), &sizes, cases, verdicts, runs))
-}
-
-/// The case's AllReduce: fragmented placement (every rack's ring hop crosses the spine), fixed
-/// source port, `hash` with `qps` QPs.
-fn options(sizes: &Sizes, hash: HashMode, qps: u32, seed: u64) -> RunOptions {
-    let mut o = base_options(Collective::Allreduce, sizes.ranks, sizes.message);
-    o.iterations = sizes.iterations;
-    o.placement = Placement::Fragmented;
-    o.hash = Some(hash);
-    o.hash_seed = Some(seed as u32);
-    o.endpoint.qps = qps;
-    o.endpoint.sport = SportPolicy::Fixed;
-    o
 }
 
 /// `o` with uplink `RTSW:victim` at a quarter of its rate; the link is restored afterwards,

@@ -380,6 +380,27 @@ impl Calibration {
     }
 }
 
+/// The size of a ring AllReduce a scenario runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    pub ranks: usize,
+    pub message: u64,
+    pub iterations: u32,
+}
+
+/// A ring AllReduce of `sizes` with fragmented placement (every rack's ring hop crosses the
+/// spine), a fixed source port, and `hash` with `qps` QPs seeded by `seed`.
+pub fn fragmented_ring(sizes: &Sizes, hash: fabric_common::config::HashMode, qps: u32, seed: u64) -> RunOptions {
+    let mut o = base_options(crate::model::workload::Collective::Allreduce, sizes.ranks, sizes.message);
+    o.iterations = sizes.iterations;
+    o.placement = crate::model::placement::Placement::Fragmented;
+    o.hash = Some(hash);
+    o.hash_seed = Some(seed as u32);
+    o.endpoint.qps = qps;
+    o.endpoint.sport = crate::endpoint::SportPolicy::Fixed;
+    o
+}
+
 /// A run with the defaults of `fabric run` (endpoint rate: the host link's modelled rate).
 pub fn base_options(collective: crate::model::workload::Collective, ranks: usize, message_bytes: u64) -> RunOptions {
     RunOptions {

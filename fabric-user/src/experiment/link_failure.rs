@@ -8,14 +8,12 @@ use fabric_common::config::HashMode;
 use super::case::find as case;
 use super::{
     harness::{
-        Better, Case, Ctx, Metric, Outcome, Scenario, Table, base_options, busiest_uplink, completion_ms, uplink_share,
+        Better, Case, Ctx, Metric, Outcome, Scenario, Sizes, Table, busiest_uplink, completion_ms, fragmented_ring,
+        uplink_share,
     },
     verdict::{Verdict, cpu_bound, gain_pct, per_seed},
 };
-use crate::{
-    endpoint::SportPolicy, model::placement::Placement, model::workload::Collective, run::RunOptions, run::RunResult,
-    state::State, testbed,
-};
+use crate::{run::RunOptions, run::RunResult, state::State, testbed};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "link-failure",
@@ -40,13 +38,6 @@ const MODES: [Mode; 3] = [
     ("eecmp", "E-ECMP 8 QPs", HashMode::Eecmp, 8),
     ("te", "TE (controller) 8 QPs", HashMode::Te, 8),
 ];
-
-/// The AllReduce every case runs.
-struct Sizes {
-    ranks: usize,
-    message: u64,
-    iterations: u32,
-}
 
 /// A healthy run and the same run with the link `RTSW:victim` failing part-way.
 struct FailurePair {
@@ -97,23 +88,11 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     Ok(outcome(&cal.describe(), &sizes, cases, verdicts, runs))
 }
 
-/// The case's AllReduce: fragmented placement, fixed source port, `hash` with `qps` QPs.
-fn options(sizes: &Sizes, hash: HashMode, qps: u32, seed: u64) -> RunOptions {
-    let mut o = base_options(Collective::Allreduce, sizes.ranks, sizes.message);
-    o.iterations = sizes.iterations;
-    o.placement = Placement::Fragmented;
-    o.hash = Some(hash);
-    o.hash_seed = Some(seed as u32);
-    o.endpoint.qps = qps;
-    o.endpoint.sport = SportPolicy::Fixed;
-    o
-}
-
 /// One mode and seed: a healthy run, then the same run with the healthy run's busiest uplink of
 /// z0r0 failing a third of the way in. The link is brought back up before anything is reported.
 fn healthy_and_failed(ctx: &Ctx, state: &State, sizes: &Sizes, mode: &Mode, seed: u64) -> Result<FailurePair> {
     let &(key, _, hash, qps) = mode;
-    let o = options(sizes, hash, qps, seed);
+    let o = fragmented_ring(sizes, hash, qps, seed);
     let healthy = ctx.run(state, &format!("{key} healthy seed {seed}"), &o)?;
     let victim = busiest_uplink(&healthy, RTSW).context("z0r0 carried nothing")?;
     let link = format!("{RTSW}:{victim}");
