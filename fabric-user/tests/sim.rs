@@ -11,26 +11,8 @@ use fabric_user::{
     model::placement::Placement,
     model::workload::Collective,
     run::{RunOptions, run},
-    sim::{MemberLoad, SimOptions, predict_member_load},
-    state::State,
+    sim::{SimOptions, predict_member_load},
 };
-
-/// Every member counter of every group the controller installed, indexed like [`MemberLoad`].
-fn read_members(state: &State, fabric: &SimFabric) -> MemberLoad {
-    let mut load = MemberLoad::new(fabric);
-    for sw in fabric.plan.switches() {
-        let mut dp = state.dataplane(sw).unwrap_or_else(|e| panic!("{e:#}"));
-        for g in 0..fabric.group_count(sw) as u32 {
-            for m in 0..fabric.members(sw, g).len() as u32 {
-                let c = dp.member_counters(g, m).unwrap_or_else(|e| panic!("{e:#}"));
-                let s = fabric.slot(sw, g, m);
-                load.packets[s] = c.packets;
-                load.bytes[s] = c.bytes;
-            }
-        }
-    }
-    load
-}
 
 #[test]
 fn predicted_member_loads_equal_the_xdp_member_counters() {
@@ -59,7 +41,7 @@ fn predicted_member_loads_equal_the_xdp_member_counters() {
             endpoint: endpoint.clone(),
         };
         let predicted = predict_member_load(&fabric, &sim, 1).unwrap_or_else(|e| panic!("{e:#}"));
-        let before = read_members(&state, &fabric);
+        let before = common::read_members(&state, &fabric);
         let opts = RunOptions {
             collective,
             ranks: None,
@@ -72,7 +54,7 @@ fn predicted_member_loads_equal_the_xdp_member_counters() {
             endpoint,
         };
         let result = run(&state, &opts, true).unwrap_or_else(|e| panic!("{label}: {e:#}"));
-        let after = read_members(&state, &fabric);
+        let after = common::read_members(&state, &fabric);
         let retransmitted: u64 = result.flows.iter().map(|f| f.retransmitted).sum();
         assert_eq!(retransmitted, 0, "{label}: the run retransmitted, so no exact prediction is possible");
         assert_eq!(result.bytes_delivered, result.bytes_needed, "{label}");

@@ -40,23 +40,6 @@ const PFC_EPISODE_FRAMES: u64 = 2;
 const TWIN: PacketOptions =
     PacketOptions { link_delay_ns: 10, deadline_ns: 10_000_000_000, seed: 1, memory_limit_bytes: 1 << 30 };
 
-/// Every member counter of every group the controller installed, indexed like [`MemberLoad`].
-fn read_members(state: &State, fabric: &SimFabric) -> MemberLoad {
-    let mut load = MemberLoad::new(fabric);
-    for sw in fabric.plan.switches() {
-        let mut dp = state.dataplane(sw).unwrap_or_else(|e| panic!("{e:#}"));
-        for g in 0..fabric.group_count(sw) as u32 {
-            for m in 0..fabric.members(sw, g).len() as u32 {
-                let c = dp.member_counters(g, m).unwrap_or_else(|e| panic!("{e:#}"));
-                let s = fabric.slot(sw, g, m);
-                load.packets[s] = c.packets;
-                load.bytes[s] = c.bytes;
-            }
-        }
-    }
-    load
-}
-
 fn since(after: &MemberLoad, before: &MemberLoad) -> MemberLoad {
     let sub = |a: &[u64], b: &[u64]| a.iter().zip(b).map(|(a, b)| a - b).collect();
     MemberLoad { packets: sub(&after.packets, &before.packets), bytes: sub(&after.bytes, &before.bytes) }
@@ -74,10 +57,10 @@ struct Pair {
 fn run_both(state: &State, fabric: &SimFabric, o: &RunOptions, hash: HashMode) -> Pair {
     let label =
         format!("{} {} qps={} cc={}", o.collective.as_str(), hash.as_str(), o.endpoint.qps, o.endpoint.cc.as_str());
-    let before = read_members(state, fabric);
+    let before = common::read_members(state, fabric);
     let testbed =
         run(state, &RunOptions { hash: Some(hash), ..o.clone() }, true).unwrap_or_else(|e| panic!("{label}: {e:#}"));
-    let testbed_members = since(&read_members(state, fabric), &before);
+    let testbed_members = since(&common::read_members(state, fabric), &before);
     assert_eq!(testbed.bytes_delivered, testbed.bytes_needed, "{label}: the testbed delivered every byte");
     let sim = SimOptions {
         collective: o.collective,

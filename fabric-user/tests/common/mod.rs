@@ -95,3 +95,23 @@ impl log::Log for LogCapture {
 
     fn flush(&self) {}
 }
+
+/// Every member counter of every group the controller installed, indexed like `fabric_user::sim::MemberLoad`.
+pub fn read_members(
+    state: &State,
+    fabric: &fabric_user::forwarding::fabric::SimFabric,
+) -> fabric_user::sim::MemberLoad {
+    let mut load = fabric_user::sim::MemberLoad::new(fabric);
+    for sw in fabric.plan.switches() {
+        let mut dp = state.dataplane(sw).unwrap_or_else(|e| panic!("{e:#}"));
+        for g in 0..fabric.group_count(sw) as u32 {
+            for m in 0..fabric.members(sw, g).len() as u32 {
+                let c = dp.member_counters(g, m).unwrap_or_else(|e| panic!("{e:#}"));
+                let s = fabric.slot(sw, g, m);
+                load.packets[s] = c.packets;
+                load.bytes[s] = c.bytes;
+            }
+        }
+    }
+    load
+}
