@@ -160,3 +160,48 @@ fn concurrent_jobs_deliver_everything_and_their_uplink_bytes_add_up_to_the_count
     assert!(fabric_user::state::State::load(&prefix).unwrap().degraded.is_empty(), "the NIC's link was restored");
     remove_records(&out.summary);
 }
+
+/// Two jobs of 2 and 8 QPs per connection (the run's default is 4).
+fn jobs_of_their_own_qps() -> JobsFile {
+    toml::from_str(
+        r#"
+[run]
+qps = 4
+hash = "eecmp"
+[[job]]
+name = "two"
+workload = "allreduce"
+ranks = 4
+message = "256Ki"
+placement = "hosts:z0r0h0,z0r1h0,z0r2h0,z0r3h0"
+qps = 2
+[[job]]
+name = "eight"
+workload = "allreduce"
+ranks = 4
+message = "256Ki"
+placement = "hosts:z0r0h1,z0r1h1,z0r2h1,z0r3h1"
+qps = 8
+"#,
+    )
+    .unwrap()
+}
+
+#[test]
+fn each_job_runs_its_own_qps_and_delivers_every_byte() {
+    let (_guard, state) = common::up(None, &common::unique_prefix('q', 0));
+    let plan = jobs_of_their_own_qps().resolve(&state.plan, HashMode::Eecmp).unwrap_or_else(|e| panic!("{e:#}"));
+    let out = runner::run_jobs(&state, &plan, true).unwrap_or_else(|e| panic!("{e:#}"));
+    for ((j, r), want) in out.summary.jobs.iter().zip(&out.results).zip([2u32, 8]) {
+        assert!(j.bytes_needed > 0);
+        assert_eq!(j.bytes_delivered, j.bytes_needed, "job {} lost bytes", j.name);
+        assert_eq!(r.options.endpoint.qps, want, "job {}", j.name);
+        assert!(!r.flows.is_empty());
+        for f in r.flows.iter().filter(|f| f.bytes >= u64::from(want)) {
+            // Measured at the receiver: the QPs that carried this transfer's bytes.
+            assert_eq!(f.qps_receiving, want, "job {}: {} -> {}", j.name, f.src, f.dst);
+            assert_eq!(f.sport_count(), want as usize, "job {}: {} -> {} source ports", j.name, f.src, f.dst);
+        }
+    }
+    remove_records(&out.summary);
+}

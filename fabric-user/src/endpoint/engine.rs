@@ -53,6 +53,9 @@ pub struct FlowResult {
     pub dst: String,
     pub bytes: u64,
     pub qps: u32,
+    /// QPs whose responder accepted bytes: the distinct destination QPNs the receiving host saw
+    /// carry this transfer's data (measured there, not planned).
+    pub qps_receiving: u32,
     /// UDP source port of each QP (what ECMP hashes besides addresses).
     pub udp_sports: Vec<u16>,
     /// Completion time from the start of the step, ns.
@@ -155,6 +158,29 @@ pub struct QpPlan {
     /// UDP source port of both directions (data and ACKs).
     pub sport: u16,
     pub bytes: u64,
+    /// The QP's pacing rate (its transfer's rate over the transfer's QPs), bit/s in slowed time.
+    pub rate_bps: u64,
+}
+
+/// What a step sets per transfer and per host beyond the run's [`EndpointOptions`] (the default
+/// sets nothing: every transfer runs `opts.qps` QPs at the run's rate).
+#[derive(Clone, Debug, Default)]
+pub struct StepShape {
+    /// QPs of each transfer, in the step's order (empty: `opts.qps` for every one); several
+    /// jobs in one step each run their own count.
+    pub qps: Vec<u32>,
+}
+
+impl StepShape {
+    /// QPs of transfer `f`.
+    pub fn qps_of(&self, f: usize, opts: &EndpointOptions) -> u32 {
+        self.qps.get(f).copied().unwrap_or(opts.qps).max(1)
+    }
+
+    /// Transfer `f`'s sending rate, all its QPs together, bit/s in slowed time.
+    pub fn rate_of(&self, plan: &Plan, _transfers: &[HostTransfer], _f: usize, opts: &EndpointOptions) -> u64 {
+        transfer_rate_bps(plan, opts)
+    }
 }
 
 fn ipv4(plan: &Plan, host: NodeId) -> Ipv4Addr {
@@ -163,6 +189,22 @@ fn ipv4(plan: &Plan, host: NodeId) -> Ipv4Addr {
 
 /// The QPs of every transfer, with their numbers and ports. Shared with the simulator.
 pub fn plan_qps(plan: &Plan, transfers: &[HostTransfer], opts: &EndpointOptions) -> Vec<QpPlan> {
+    plan_qps_shaped(plan, transfers, &StepShape::default(), opts)
+}
+
+/// A transfer's sending rate (all its QPs together), bit/s in slowed time: `opts.rate_bps`, or
+/// the host link's modelled rate when that is 0.
+pub fn transfer_rate_bps(plan: &Plan, opts: &EndpointOptions) -> u64 {
+    if opts.rate_bps == 0 { host_link_rate_bps(plan, opts.time_scale) } else { opts.rate_bps }
+}
+
+/// [`plan_qps`] with the step's per-transfer QP counts (`shape`).
+pub fn plan_qps_shaped(
+    plan: &Plan,
+    transfers: &[HostTransfer],
+    shape: &StepShape,
+    opts: &EndpointOptions,
+) -> Vec<QpPlan> {
     let mut next_qpn: HashMap<NodeId, u32> = HashMap::new();
     let mut alloc = |host: NodeId| {
         let q = next_qpn.entry(host).or_insert(0x11);
@@ -172,7 +214,8 @@ pub fn plan_qps(plan: &Plan, transfers: &[HostTransfer], opts: &EndpointOptions)
     };
     let mut qps = Vec::new();
     for (f, t) in transfers.iter().enumerate() {
-        let q = opts.qps.max(1) as u64;
+        let q = u64::from(shape.qps_of(f, opts));
+        let rate_bps = (shape.rate_of(plan, transfers, f, opts) / q).max(1);
         for k in 0..q {
             let (req_qpn, resp_qpn) = (alloc(t.src), alloc(t.dst));
             let sport = match opts.sport {
@@ -181,7 +224,7 @@ pub fn plan_qps(plan: &Plan, transfers: &[HostTransfer], opts: &EndpointOptions)
             };
             // Stripe: equal shares, the remainder on the first QPs.
             let bytes = t.bytes / q + u64::from(k < t.bytes % q);
-            qps.push(QpPlan { flow: f, req_qpn, resp_qpn, sport, bytes });
+            qps.push(QpPlan { flow: f, req_qpn, resp_qpn, sport, bytes, rate_bps });
         }
     }
     qps
@@ -225,6 +268,23 @@ pub fn run_step_in(
     opts: &EndpointOptions,
     run: &RunClock,
 ) -> Result<StepResult> {
+    run_step_shaped(plan, transfers, &StepShape::default(), opts, run)
+}
+
+/// [`run_step_in`] with the step's per-transfer QP counts (`shape`).
+pub fn run_step_shaped(
+    plan: &Plan,
+    transfers: &[HostTransfer],
+    shape: &StepShape,
+    opts: &EndpointOptions,
+    run: &RunClock,
+) -> Result<StepResult> {
+    anyhow::ensure!(
+        shape.qps.is_empty() || shape.qps.len() == transfers.len(),
+        "step shape: {} QP counts for {} transfers",
+        shape.qps.len(),
+        transfers.len()
+    );
     let mtu = check_options(opts)?;
     let slow = match &opts.slow_receiver {
         Some(s) => Some((
@@ -233,7 +293,7 @@ pub fn run_step_in(
         )),
         None => None,
     };
-    let qps = plan_qps(plan, transfers, opts);
+    let qps = plan_qps_shaped(plan, transfers, shape, opts);
     let mut hosts: Vec<NodeId> = transfers.iter().flat_map(|t| [t.src, t.dst]).collect();
     hosts.sort();
     hosts.dedup();
@@ -242,7 +302,8 @@ pub fn run_step_in(
     let start = Instant::now();
     let outcomes: std::sync::Mutex<HashMap<usize, QpOutcome>> = Default::default();
     let host_results: std::sync::Mutex<Vec<HostResult>> = Default::default();
-    let rate_bps = if opts.rate_bps == 0 { host_link_rate_bps(plan, opts.time_scale) } else { opts.rate_bps };
+    let rate_bps = transfer_rate_bps(plan, opts);
+    // The congestion control's line rate: one QP's share at the run's QP count.
     let per_qp_rate = (rate_bps / u64::from(opts.qps.max(1))).max(1);
     // The slow receiver's end, in this step's clock (0 if it is over or never was).
     let slow = slow.map(|(host, d)| {
@@ -270,7 +331,11 @@ pub fn run_step_in(
     })?;
     let duration_ns = start.elapsed().as_nanos() as u64;
     let outcomes = outcomes.into_inner().expect("not poisoned");
-    let flows = transfers.iter().enumerate().map(|(f, t)| flow_result(plan, f, t, &qps, &outcomes, rate_bps)).collect();
+    let flows = transfers
+        .iter()
+        .enumerate()
+        .map(|(f, t)| flow_result(plan, f, t, &qps, &outcomes, shape.rate_of(plan, transfers, f, opts)))
+        .collect();
     let mut hosts = host_results.into_inner().expect("not poisoned");
     hosts.sort_by(|a, b| a.host.cmp(&b.host));
     Ok(StepResult { duration_ns, flows, hosts })
@@ -346,6 +411,7 @@ fn flow_result(
         dst: plan.nodes[t.dst].name.clone(),
         bytes: t.bytes,
         qps: mine.len() as u32,
+        qps_receiving: mine.iter().filter(|(i, _)| get(*i).bytes_received > 0).count() as u32,
         udp_sports: mine.iter().map(|(_, q)| q.sport).collect(),
         completion_ns,
         goodput_bps: if completion_ns > 0 { t.bytes as f64 * 8e9 / completion_ns as f64 } else { 0.0 },
@@ -477,7 +543,7 @@ impl SenderEntry {
         cfg.retransmit_timeout_ns = cx.retransmit_timeout_ns();
         cfg.first_psn = first_psn(q);
         let burst_bytes = pacer_burst_bytes(cx.opts.path_mtu);
-        cfg.pacer = Some(PacerConfig { rate_bps: cx.per_qp_rate, burst_bytes });
+        cfg.pacer = Some(PacerConfig { rate_bps: q.rate_bps, burst_bytes });
         let qp = SenderQp::new(Requester::new(cfg), q.bytes, cc, t0)
             .map_err(|e| anyhow::anyhow!("posting a write: {e:?}"))?;
         Ok(SenderEntry {

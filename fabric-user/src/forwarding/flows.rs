@@ -7,7 +7,7 @@ use fabric_common::wire::{bth, ethernet, ipv4, udp};
 
 use crate::{
     endpoint::EndpointOptions,
-    endpoint::engine::plan_qps,
+    endpoint::engine::{StepShape, plan_qps_shaped},
     model::plan::{NodeId, Plan},
     model::workload::HostTransfer,
 };
@@ -86,7 +86,17 @@ pub fn qp_wire(bytes: u64, path_mtu: u32, ack_every: u32) -> Wire {
 /// Every flow (data and ACK direction of every QP that carries bytes) of one step, in the
 /// engine's QP order.
 pub fn step_flows(plan: &Plan, transfers: &[HostTransfer], opts: &EndpointOptions) -> Vec<Flow> {
-    let qps = plan_qps(plan, transfers, opts);
+    step_flows_shaped(plan, transfers, &StepShape::default(), opts)
+}
+
+/// [`step_flows`] of a step whose transfers run their own QP counts (`shape`).
+pub fn step_flows_shaped(
+    plan: &Plan,
+    transfers: &[HostTransfer],
+    shape: &StepShape,
+    opts: &EndpointOptions,
+) -> Vec<Flow> {
+    let qps = plan_qps_shaped(plan, transfers, shape, opts);
     let mut flows = Vec::with_capacity(2 * qps.len());
     for q in qps.iter().filter(|q| q.bytes > 0) {
         let t = &transfers[q.flow];

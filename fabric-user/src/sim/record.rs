@@ -284,6 +284,7 @@ fn flow_results(fabric: &SimFabric, s: &RunStep) -> Vec<FlowResult> {
                 dst: names(q.dst),
                 bytes: 0,
                 qps: 0,
+                qps_receiving: 0,
                 udp_sports: Vec::new(),
                 completion_ns: 0,
                 goodput_bps: 0.0,
@@ -315,6 +316,7 @@ fn flow_results(fabric: &SimFabric, s: &RunStep) -> Vec<FlowResult> {
         f.timeouts += q.timeouts;
         f.naks += q.naks;
         f.bytes_received += if q.completed_ns.is_some() { q.bytes } else { 0 };
+        f.qps_receiving += u32::from(q.completed_ns.is_some() && q.bytes > 0);
         f.ce_packets += q.ce_packets;
         f.reordered_packets += q.reordered_packets;
         f.reorder_depth_max = f.reorder_depth_max.max(q.reorder_depth_max);

@@ -2,8 +2,9 @@
 //!
 //! A jobs file (TOML, `testbed/tenants/README.md`) names each job with its collective, ranks,
 //! message, placement (or `place`: the min-cut placement of `fabric place` on the hosts no other
-//! job holds), start offset and iterations; the endpoint options (QPs, source ports, congestion
-//! control, hash mode) are the run's, in a `[run]` table with the fields of a workload file.
+//! job holds), start offset, iterations and its own QPs per connection; the other endpoint
+//! options (source ports, congestion control, hash mode) are the run's, in a `[run]` table with
+//! the fields of a workload file (its `qps` is the default of a job that names none).
 //!
 //! [`JobsFile::resolve`] checks everything against the testbed's plan before a packet is sent;
 //! [`runner::run_jobs`] runs the jobs; [`interference`] attributes each job's uplink bytes and
@@ -76,8 +77,8 @@ pub struct JobSpec {
     /// with the others and with `[run].hash`.
     #[serde(default, deserialize_with = "hash_mode_serde::option::deserialize")]
     pub hash: Option<HashMode>,
-    /// QPs per connection the job expects: the endpoints pace all QPs of a host alike, so it must
-    /// equal `[run].qps`.
+    /// QPs per connection of this job's transfers (default `[run].qps`): each job opens its own
+    /// count, so two jobs of one run may differ (each transfer's rate is shared by its QPs).
     #[serde(default)]
     pub qps: Option<u32>,
     #[serde(default)]
@@ -189,14 +190,6 @@ impl JobsFile {
         for j in &self.job {
             ensure!(!j.name.is_empty(), "a [[job]] has an empty name");
             ensure!(names.insert(j.name.as_str()), "job {:?}: two jobs have this name", j.name);
-            if let Some(q) = j.qps {
-                ensure!(
-                    q == r.qps,
-                    "job {:?}: qps = {q} but [run].qps = {}: the jobs of one run share their QPs per connection",
-                    j.name,
-                    r.qps
-                );
-            }
         }
         let mut planned: Vec<Option<PlannedJob>> = vec![None; self.job.len()];
         let mut used: BTreeSet<NodeId> = BTreeSet::new();
@@ -289,6 +282,7 @@ impl JobSpec {
         spec.message = self.message;
         spec.iterations = self.iterations;
         spec.hash = Some(hash);
+        spec.qps = self.qps.unwrap_or(run.qps);
         let hosts = if self.placement == "place" {
             let free: Vec<NodeId> = plan.hosts().filter(|h| !used.contains(h)).collect();
             ensure!(
@@ -398,6 +392,8 @@ straggler = { host = "z0r0h1", factor = 2.0 }
         assert_eq!((a.name.as_str(), b.name.as_str()), ("a", "b"));
         assert!(b.hosts.iter().all(|h| !a.hosts.contains(h)), "place uses only free hosts");
         assert_eq!((b.start_ms, b.options.iterations, b.options.endpoint.qps), (100, 2, 8));
+        let p = resolve(&TWO.replace("iterations = 2", "qps = 2")).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!((p.jobs[0].options.endpoint.qps, p.jobs[1].options.endpoint.qps), (8, 2), "a job's own QPs");
         assert_eq!(a.steps.len(), 6);
         let pl = plan();
         assert_eq!(b.straggler, Some((pl.node_by_name("z0r0h1").unwrap(), 2.0)));
@@ -429,7 +425,8 @@ straggler = { host = "z0r0h1", factor = 2.0 }
                 "free hosts",
             ),
             (format!("[run]\nhash = \"te\"\n{}", job("hash = \"eecmp\"")), "one mode"),
-            (format!("[run]\nqps = 4\n{}", job("qps = 8")), "qps"),
+            (format!("[run]\nqps = 4\n{}", job("qps = 0")), "--qps"),
+            (job("qps = 999"), "--qps"),
             (format!("[run]\nworkload = \"allreduce\"\n{}", job("")), "[run].workload"),
             ("[run]\nqps = 4\n".to_string(), "no [[job]]"),
             (format!("[run]\nqps = 0\n{}", job("")), "--qps"),

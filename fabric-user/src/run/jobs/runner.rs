@@ -22,8 +22,8 @@ use super::{
 };
 use crate::{
     endpoint::EndpointOptions,
-    endpoint::engine::{FlowResult, HostResult, RunClock, run_step_in},
-    forwarding::{fabric::SimFabric, flows::step_flows, route},
+    endpoint::engine::{FlowResult, HostResult, RunClock, StepShape, run_step_shaped},
+    forwarding::{fabric::SimFabric, flows::step_flows_shaped, route},
     model::plan::{NodeId, Plan, Role},
     model::workload::{HostTransfer, on_hosts},
     run::job::{JobClock, JobFaults, JobRecord},
@@ -123,11 +123,12 @@ pub fn predict_round(
     fabric: &SimFabric,
     labels: &HashMap<u32, (String, String, String)>,
     transfers: &[HostTransfer],
+    shape: &StepShape,
     owner: &[String],
     endpoint: &EndpointOptions,
 ) -> Result<LinkBytes> {
     let mut out = LinkBytes::new();
-    for f in step_flows(&fabric.plan, transfers, endpoint) {
+    for f in step_flows_shaped(&fabric.plan, transfers, shape, endpoint) {
         let job = out.entry(owner[f.transfer].clone()).or_default();
         route::trace(
             fabric,
@@ -158,8 +159,8 @@ fn place_running(
     let rounds = running.iter().map(|&j| left(j)).min().unwrap_or(0);
     let mut by_key: HashMap<(NodeId, NodeId, u16, u32), u64> = HashMap::new();
     for k in 0..rounds {
-        let (merged, _) = round_transfers(plan_jobs, live, running, k);
-        for f in step_flows(plan, &merged, endpoint) {
+        let (merged, owner) = round_transfers(plan_jobs, live, running, k);
+        for f in step_flows_shaped(plan, &merged, &job_shape(plan_jobs, &owner), endpoint) {
             *by_key.entry((f.src, f.dst, f.sport, f.dest_qp)).or_default() += f.frame_bytes;
         }
     }
@@ -171,6 +172,11 @@ fn place_running(
     fabric.te =
         placement.entries.into_iter().flat_map(|(n, es)| es.into_iter().map(move |(k, e)| ((n, k), e))).collect();
     Ok(())
+}
+
+/// Each transfer's QPs: its job's (`owner[i]`: the job of transfer i).
+fn job_shape(jobs: &[PlannedJob], owner: &[usize]) -> StepShape {
+    StepShape { qps: owner.iter().map(|&j| jobs[j].options.endpoint.qps).collect() }
 }
 
 /// The transfers of the round `ahead` rounds from now: each running job's step, in job order.
@@ -247,7 +253,8 @@ pub fn run_jobs(state: &State, jp: &JobsPlan, quiet: bool) -> Result<JobsOutcome
         previous.clone_from(&running);
         let (merged, owner) = round_transfers(&jp.jobs, &live, &running, 0);
         let owner_names: Vec<String> = owner.iter().map(|&j| names[j].clone()).collect();
-        let predicted = predict_round(&fabric, &labels, &merged, &owner_names, &endpoint)?;
+        let shape = job_shape(&jp.jobs, &owner);
+        let predicted = predict_round(&fabric, &labels, &merged, &shape, &owner_names, &endpoint)?;
         for l in predicted.values() {
             for (k, b) in l {
                 *predicted_total.entry(k.clone()).or_default() += b;
@@ -266,7 +273,7 @@ pub fn run_jobs(state: &State, jp: &JobsPlan, quiet: bool) -> Result<JobsOutcome
         // Real wall time in which nobody of the round sends; only the straggler's job counts it.
         std::thread::sleep(Duration::from_nanos(delays.iter().copied().max().unwrap_or(0)));
         let before = UplinkBytes::read_uplinks(state)?;
-        let r = run_step_in(plan, &merged, &endpoint, &clock).context("a round of the jobs")?;
+        let r = run_step_shaped(plan, &merged, &shape, &endpoint, &clock).context("a round of the jobs")?;
         let measured = UplinkBytes::read_uplinks(state)?.since(&before);
         rounds += 1;
         for (k, &j) in running.iter().enumerate() {
