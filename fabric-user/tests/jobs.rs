@@ -7,9 +7,14 @@ mod common;
 use fabric_common::config::HashMode;
 use fabric_user::{
     run::job::JobRecord,
-    run::jobs::{JobsFile, runner},
+    run::jobs::{JobsFile, JobsMode, runner},
     telemetry::stats::UplinkBytes,
 };
+
+/// One testbed at a time: the tests of this file each run jobs whose host threads share the
+/// two cores, and a step's endpoints were seen to find 198.18.0.1:4791 taken when the testbeds
+/// of this file's tests were built at once.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Jobs a and b over the four racks, and c on hosts of both (z0r0h0 runs ranks of a and c).
 fn three_jobs(hash: &str) -> JobsFile {
@@ -63,17 +68,7 @@ fn check_run(prefix: &str, hash: HashMode) -> runner::JobsSummary {
     for j in &s.jobs {
         assert!(j.uplink_bytes.values().sum::<u64>() > 0, "job {} has no uplink bytes", j.name);
     }
-    // The jobs' bytes add up to the switches' counters, link by link: exactly when nothing was
-    // retransmitted, and within the retransmitted frames otherwise.
-    let slack = s.retransmitted_packets * LARGEST_FRAME;
-    let links: std::collections::BTreeSet<&String> =
-        s.uplinks_counted.keys().chain(s.uplinks_predicted.keys()).collect();
-    for l in links {
-        let counted = s.uplinks_counted.get(l).copied().unwrap_or(0);
-        let jobs: u64 = s.jobs.iter().map(|j| j.uplink_bytes.get(l).copied().unwrap_or(0)).sum();
-        assert_eq!(jobs, s.uplinks_predicted.get(l).copied().unwrap_or(0), "{l}");
-        assert!(jobs <= counted && counted <= jobs + slack, "{l}: jobs {jobs} B, counted {counted} B, slack {slack}");
-    }
+    assert_jobs_add_up_to_the_counters(s);
     // Records: one per job, named, with its uplink bytes; the summary and report find them.
     for j in &s.jobs {
         let rec = JobRecord::load(&j.job_id).unwrap_or_else(|e| panic!("{e:#}"));
@@ -86,6 +81,21 @@ fn check_run(prefix: &str, hash: HashMode) -> runner::JobsSummary {
     s.clone()
 }
 
+/// The jobs' bytes add up to the switches' counters, link by link: exactly when nothing was
+/// retransmitted, and within the retransmitted frames otherwise.
+fn assert_jobs_add_up_to_the_counters(s: &runner::JobsSummary) {
+    let slack = s.retransmitted_packets * LARGEST_FRAME;
+    let links: std::collections::BTreeSet<&String> =
+        s.uplinks_counted.keys().chain(s.uplinks_predicted.keys()).collect();
+    assert!(!links.is_empty());
+    for l in links {
+        let counted = s.uplinks_counted.get(l).copied().unwrap_or(0);
+        let jobs: u64 = s.jobs.iter().map(|j| j.uplink_bytes.get(l).copied().unwrap_or(0)).sum();
+        assert_eq!(jobs, s.uplinks_predicted.get(l).copied().unwrap_or(0), "{l}");
+        assert!(jobs <= counted && counted <= jobs + slack, "{l}: jobs {jobs} B, counted {counted} B, slack {slack}");
+    }
+}
+
 fn remove_records(s: &runner::JobsSummary) {
     for j in &s.jobs {
         let _ = std::fs::remove_file(JobRecord::path(&j.job_id));
@@ -95,6 +105,7 @@ fn remove_records(s: &runner::JobsSummary) {
 
 #[test]
 fn concurrent_jobs_deliver_everything_and_their_uplink_bytes_add_up_to_the_counters() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_guard, state) = common::up(None, &common::unique_prefix('m', 0));
     let prefix = state.plan.topology.prefix.clone();
 
@@ -189,9 +200,26 @@ qps = 8
 
 #[test]
 fn each_job_runs_its_own_qps_and_delivers_every_byte() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_guard, state) = common::up(None, &common::unique_prefix('q', 0));
-    let plan = jobs_of_their_own_qps().resolve(&state.plan, HashMode::Eecmp).unwrap_or_else(|e| panic!("{e:#}"));
-    let out = runner::run_jobs(&state, &plan, true).unwrap_or_else(|e| panic!("{e:#}"));
+    // Each job on its own engine (the default for jobs on disjoint hosts), then both in one
+    // engine's rounds, where one host thread runs QPs of 2 and of 8 per connection.
+    for mode in [JobsMode::Independent, JobsMode::Rounds] {
+        let mut file = jobs_of_their_own_qps();
+        if mode == JobsMode::Rounds {
+            file.mode = Some(mode);
+        }
+        let plan = file.resolve(&state.plan, HashMode::Eecmp).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(plan.mode, mode);
+        let out = runner::run_jobs(&state, &plan, true).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(out.summary.mode, mode.as_str());
+        check_qps(&out);
+        assert_jobs_add_up_to_the_counters(&out.summary);
+        remove_records(&out.summary);
+    }
+}
+
+fn check_qps(out: &runner::JobsOutcome) {
     for ((j, r), want) in out.summary.jobs.iter().zip(&out.results).zip([2u32, 8]) {
         assert!(j.bytes_needed > 0);
         assert_eq!(j.bytes_delivered, j.bytes_needed, "job {} lost bytes", j.name);
@@ -203,5 +231,74 @@ fn each_job_runs_its_own_qps_and_delivers_every_byte() {
             assert_eq!(f.sport_count(), want as usize, "job {}: {} -> {} source ports", j.name, f.src, f.dst);
         }
     }
-    remove_records(&out.summary);
+}
+
+#[test]
+fn independent_jobs_start_at_their_own_time_and_overlap() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_guard, state) = common::up(None, &common::unique_prefix('i', 0));
+    // a: two iterations from the start; b: one iteration, 20 ms later, on other hosts. At the
+    // run's 100 Mbit/s per transfer a's 1 MiB ring steps take 20 ms each at least (its pacers'
+    // bound), so a runs for 240 ms or more: b starts while a runs.
+    let file: JobsFile = toml::from_str(
+        r#"
+[run]
+qps = 2
+hash = "eecmp"
+[[job]]
+name = "a"
+workload = "allreduce"
+ranks = 4
+message = "1Mi"
+placement = "hosts:z0r0h0,z0r1h0,z0r2h0,z0r3h0"
+iterations = 2
+[[job]]
+name = "b"
+workload = "allreduce"
+ranks = 4
+message = "1Mi"
+placement = "hosts:z0r0h1,z0r1h1,z0r2h1,z0r3h1"
+start_ms = 20
+qps = 4
+"#,
+    )
+    .unwrap();
+    let plan = file.resolve(&state.plan, HashMode::Eecmp).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(plan.mode, JobsMode::Independent, "disjoint hosts: independent by default");
+    let out = runner::run_jobs(&state, &plan, true).unwrap_or_else(|e| panic!("{e:#}"));
+    let s = &out.summary;
+    let (a, b) = (&s.jobs[0], &s.jobs[1]);
+    for j in &s.jobs {
+        assert!(j.bytes_needed > 0);
+        assert_eq!(j.bytes_delivered, j.bytes_needed, "job {} lost bytes", j.name);
+    }
+    assert_eq!((a.completion_ns.len(), b.completion_ns.len()), (2, 1), "each its own iterations");
+    assert_eq!(s.rounds, 6 * 2 + 6, "every job's steps ran, none in lockstep");
+    assert!(b.started_ms >= 20, "b waited for its start: {} ms", b.started_ms);
+    assert!(b.started_ms < a.ended_ms, "b started ({} ms) while a ran (until {} ms)", b.started_ms, a.ended_ms);
+    assert_jobs_add_up_to_the_counters(s);
+    remove_records(s);
+
+    // TE: the controller places the running jobs' remaining flows at a's start, at b's start
+    // and when the first of them ends (the last one's end leaves nothing to place).
+    let mut te = file.clone();
+    te.run.hash = Some(HashMode::Te);
+    let plan = te.resolve(&state.plan, HashMode::Eecmp).unwrap_or_else(|e| panic!("{e:#}"));
+    let out = runner::run_jobs(&state, &plan, true).unwrap_or_else(|e| panic!("{e:#}"));
+    let s = &out.summary;
+    for j in &s.jobs {
+        assert_eq!(j.bytes_delivered, j.bytes_needed, "te: job {} lost bytes", j.name);
+    }
+    assert!(s.jobs[1].started_ms < s.jobs[0].ended_ms);
+    assert_eq!(s.te_placements, 3);
+    remove_records(s);
+
+    // Jobs that share a host cannot each have an engine: refused, naming the jobs and the host.
+    let mut shared = file.clone();
+    shared.mode = Some(JobsMode::Independent);
+    shared.job[1].placement = "hosts:z0r0h0,z0r1h1,z0r2h1,z0r3h1".into();
+    let e = shared.resolve(&state.plan, HashMode::Eecmp).expect_err("a shared host");
+    assert!(format!("{e:#}").contains("both run on z0r0h0"), "{e:#}");
+    shared.mode = None;
+    assert_eq!(shared.resolve(&state.plan, HashMode::Eecmp).unwrap().mode, JobsMode::Rounds);
 }

@@ -37,7 +37,9 @@ fn jobs_file(qps: u32, hash: HashMode, message: u64, iterations: u32, only: Opti
              iterations = {iterations}\nplacement = \"hosts:z0r0h{slot},z0r1h{slot},z0r2h{slot},z0r3h{slot}\"\n"
         )
     };
-    let mut text = format!("[run]\nqps = {qps}\nhash = \"{}\"\nsport = \"fixed\"\n", hash.as_str());
+    // Rounds: the two rings' steps aligned, so that what one does to the other repeats seed to
+    // seed (the paired comparison's premise); independent jobs drift apart by scheduling noise.
+    let mut text = format!("mode = \"rounds\"\n[run]\nqps = {qps}\nhash = \"{}\"\nsport = \"fixed\"\n", hash.as_str());
     for (name, slot) in [("a", 0), ("b", 1)] {
         if only.is_none_or(|o| o == name) {
             text.push_str(&job(name, slot));

@@ -9,8 +9,11 @@
 //! [`JobsFile::resolve`] checks everything against the testbed's plan before a packet is sent;
 //! [`runner::run_jobs`] runs the jobs; [`interference`] attributes each job's uplink bytes and
 //! names the neighbour on the busiest uplink of its slow steps.
+pub mod independent;
 pub mod interference;
+pub mod rounds;
 pub mod runner;
+pub mod shared;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -38,12 +41,37 @@ pub struct JobsFile {
     pub run: RunSpec,
     #[serde(default)]
     pub job: Vec<JobSpec>,
+    /// How the jobs advance; default `independent` when no two jobs share a host, else `rounds`.
+    #[serde(default)]
+    pub mode: Option<JobsMode>,
     /// `--straggler HOST:FACTOR`: on the job that holds the host.
     #[serde(skip)]
     pub straggler_flag: Option<Straggler>,
 }
 
 pub use crate::run::job::Straggler;
+
+/// How the jobs of a run advance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JobsMode {
+    /// Each job on its own engine, its own QPs and its own pace: it starts at its `start_ms`
+    /// and runs its steps back to back, whatever the others do ([`independent`]). A host runs
+    /// one engine, so the jobs must not share a host.
+    Independent,
+    /// Steps aligned: every running job's next step together, round after round, on one
+    /// engine ([`runner`]); jobs may share hosts, and their interference repeats run to run.
+    Rounds,
+}
+
+impl JobsMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobsMode::Independent => "independent",
+            JobsMode::Rounds => "rounds",
+        }
+    }
+}
 
 /// One `[[job]]`.
 #[derive(Clone, Debug, Deserialize)]
@@ -127,6 +155,7 @@ pub struct PlannedJob {
 #[derive(Clone, Debug)]
 pub struct JobsPlan {
     pub jobs: Vec<PlannedJob>,
+    pub mode: JobsMode,
     pub hash: HashMode,
     pub hash_seed: Option<u32>,
 }
@@ -162,7 +191,7 @@ impl JobsFile {
             placement: RunSpec::default().placement,
             ..spec.clone()
         };
-        Ok(JobsFile { run, job: vec![job], straggler_flag: None })
+        Ok(JobsFile { run, job: vec![job], mode: None, straggler_flag: None })
     }
 
     /// `--straggler HOST:FACTOR`: on the job that has that host (the first, if several do).
@@ -211,7 +240,26 @@ impl JobsFile {
                 .with_context(|| format!("--straggler: no job runs on {}", s.host))?;
             job.straggler = Some((h, check_factor(s.factor).context("--straggler")?));
         }
-        Ok(JobsPlan { jobs, hash, hash_seed: r.hash_seed })
+        let mode = self.mode(&jobs, plan)?;
+        Ok(JobsPlan { jobs, mode, hash, hash_seed: r.hash_seed })
+    }
+
+    /// The file's mode, or its default: independent unless two jobs share a host.
+    fn mode(&self, jobs: &[PlannedJob], plan: &Plan) -> Result<JobsMode> {
+        let shared = jobs.iter().enumerate().find_map(|(i, a)| {
+            jobs[i + 1..].iter().find_map(|b| a.hosts.iter().find(|h| b.hosts.contains(h)).map(|&h| (a, b, h)))
+        });
+        match (self.mode, shared) {
+            (Some(JobsMode::Independent), Some((a, b, h))) => bail!(
+                "mode = \"independent\": jobs {:?} and {:?} both run on {} (a host runs one engine): give them other hosts or use mode = \"rounds\"",
+                a.name,
+                b.name,
+                plan.nodes[h].name
+            ),
+            (Some(m), _) => Ok(m),
+            (None, Some(_)) => Ok(JobsMode::Rounds),
+            (None, None) => Ok(JobsMode::Independent),
+        }
     }
 
     /// The one hash mode of the run: `[run].hash`, or what the jobs expect, or the switches'.
@@ -395,6 +443,9 @@ straggler = { host = "z0r0h1", factor = 2.0 }
         let p = resolve(&TWO.replace("iterations = 2", "qps = 2")).unwrap_or_else(|e| panic!("{e:#}"));
         assert_eq!((p.jobs[0].options.endpoint.qps, p.jobs[1].options.endpoint.qps), (8, 2), "a job's own QPs");
         assert_eq!(a.steps.len(), 6);
+        assert_eq!(p.mode, JobsMode::Independent, "disjoint hosts run independently by default");
+        let p = resolve(&format!("mode = \"rounds\"\n{TWO}")).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(p.mode, JobsMode::Rounds);
         let pl = plan();
         assert_eq!(b.straggler, Some((pl.node_by_name("z0r0h1").unwrap(), 2.0)));
         let text = TWO.replace("iterations = 2", "slow_nic = { host = \"z0r1h1\", rate_gbps = 100 }");
@@ -426,6 +477,15 @@ straggler = { host = "z0r0h1", factor = 2.0 }
             ),
             (format!("[run]\nhash = \"te\"\n{}", job("hash = \"eecmp\"")), "one mode"),
             (format!("[run]\nqps = 4\n{}", job("qps = 0")), "--qps"),
+            (
+                format!(
+                    "mode = \"independent\"\n{}\n{}",
+                    job("placement = \"hosts:z0r0h0,z0r0h1,z0r1h0,z0r1h1\""),
+                    job("placement = \"hosts:z0r2h0,z0r2h1,z0r3h0,z0r1h1\"").replace("\"a\"", "\"b\"")
+                ),
+                "jobs \"a\" and \"b\" both run on z0r1h1",
+            ),
+            (format!("mode = \"lockstep\"\n{}", job("")), "lockstep"),
             (job("qps = 999"), "--qps"),
             (format!("[run]\nworkload = \"allreduce\"\n{}", job("")), "[run].workload"),
             ("[run]\nqps = 4\n".to_string(), "no [[job]]"),
