@@ -302,3 +302,46 @@ qps = 4
     shared.mode = None;
     assert_eq!(shared.resolve(&state.plan, HashMode::Eecmp).unwrap().mode, JobsMode::Rounds);
 }
+
+#[test]
+fn a_slow_nic_also_sends_at_its_rate() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_guard, state) = common::up(None, &common::unique_prefix('n', 0));
+    // A ring z0r0h0 -> z0r1h0 -> z0r2h0 -> z0r3h0 -> z0r0h0 with z0r1h0's NIC at 10 Gbit/s
+    // modelled (2.5 Mbit/s at the testbed's time scale of 4000), the run's transfers at 10 Mbit/s
+    // (low enough that the two cores keep up). z0r0h0 -> z0r1h0 is slowed where the switch
+    // drains into the slow NIC; z0r1h0 -> z0r2h0 by the slow NIC's own sending; z0r2h0 -> z0r3h0
+    // touches no slow NIC.
+    let file: JobsFile = toml::from_str(
+        r#"
+[run]
+qps = 2
+hash = "eecmp"
+rate = "10M"
+[[job]]
+name = "slow"
+workload = "allreduce"
+ranks = 4
+message = "1Mi"
+placement = "hosts:z0r0h0,z0r1h0,z0r2h0,z0r3h0"
+slow_nic = { host = "z0r1h0", rate_gbps = 10 }
+"#,
+    )
+    .unwrap();
+    let plan = file.resolve(&state.plan, HashMode::Eecmp).unwrap_or_else(|e| panic!("{e:#}"));
+    let out = runner::run_jobs(&state, &plan, true).unwrap_or_else(|e| panic!("{e:#}"));
+    let r = &out.results[0];
+    assert_eq!(r.bytes_delivered, r.bytes_needed);
+    let goodput = |src: &str, dst: &str| {
+        let f: Vec<_> = r.flows.iter().filter(|f| f.src == src && f.dst == dst).collect();
+        assert!(!f.is_empty(), "{src} -> {dst}");
+        f.iter().map(|f| f.goodput_bps).sum::<f64>() / f.len() as f64
+    };
+    let (slow, healthy) = (goodput("z0r1h0", "z0r2h0"), goodput("z0r2h0", "z0r3h0"));
+    // Measured by the senders (bytes over the time to their last ACK), against a healthy
+    // sender of the same run, so that what the CPU allowed both cancels: a quarter, within 10%.
+    let ratio = slow / healthy;
+    println!("slow NIC z0r1h0 sent at {slow:.0} bit/s, healthy z0r2h0 at {healthy:.0} bit/s: {ratio:.3} (target 0.25)");
+    assert!((0.225..=0.275).contains(&ratio), "slow NIC sent at {slow:.0} bit/s, healthy {healthy:.0}: {ratio:.3}");
+    remove_records(&out.summary);
+}

@@ -7,7 +7,7 @@
 //! `cc`. Every packet leaves through a queue per (UDP source port, TOS): a paused class holds its
 //! queues, in order, until it may send again.
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
     os::fd::{AsRawFd, OwnedFd},
     sync::atomic::{AtomicUsize, Ordering},
@@ -169,6 +169,9 @@ pub struct StepShape {
     /// QPs of each transfer, in the step's order (empty: `opts.qps` for every one); several
     /// jobs in one step each run their own count.
     pub qps: Vec<u32>,
+    /// Hosts whose NIC is slower than their link: the NIC's rate, bit/s in slowed time. What
+    /// such a host sends in the step, all its transfers together, is paced under it.
+    pub nic_rate_bps: BTreeMap<NodeId, u64>,
 }
 
 impl StepShape {
@@ -177,9 +180,18 @@ impl StepShape {
         self.qps.get(f).copied().unwrap_or(opts.qps).max(1)
     }
 
-    /// Transfer `f`'s sending rate, all its QPs together, bit/s in slowed time.
-    pub fn rate_of(&self, plan: &Plan, _transfers: &[HostTransfer], _f: usize, opts: &EndpointOptions) -> u64 {
-        transfer_rate_bps(plan, opts)
+    /// Transfer `f`'s sending rate, all its QPs together, bit/s in slowed time: the run's, or
+    /// for a host with a slow NIC at most the NIC's rate shared by the host's transfers.
+    pub fn rate_of(&self, plan: &Plan, transfers: &[HostTransfer], f: usize, opts: &EndpointOptions) -> u64 {
+        let rate = transfer_rate_bps(plan, opts);
+        let src = transfers[f].src;
+        match self.nic_rate_bps.get(&src) {
+            Some(&nic) => {
+                let sending = transfers.iter().filter(|t| t.src == src && t.bytes > 0).count().max(1) as u64;
+                rate.min(nic / sending).max(1)
+            }
+            None => rate,
+        }
     }
 }
 
@@ -1029,5 +1041,33 @@ mod tests {
         let e = root_error(vec![stopped()]).unwrap_err();
         assert!(format!("{e:#}").contains("another endpoint failed"));
         assert!(root_error(vec![Ok(()), Ok(())]).is_ok());
+    }
+
+    /// Per-transfer QP counts stripe each transfer over its own QPs, sharing its rate; a slow
+    /// NIC caps what its host sends, shared by the host's transfers, and nobody else's rate.
+    #[test]
+    fn a_step_shape_sets_qps_per_transfer_and_caps_a_slow_nics_sending() {
+        let plan = Plan::new(&crate::model::topology::Topology::default_topology());
+        let h = |n: &str| plan.node_by_name(n).unwrap();
+        let t = |a: &str, b: &str| HostTransfer { src: h(a), dst: h(b), bytes: 1 << 20 };
+        let transfers = [t("z0r0h0", "z0r1h0"), t("z0r0h0", "z0r2h0"), t("z0r1h0", "z0r0h0")];
+        let opts = EndpointOptions { qps: 4, rate_bps: 0, time_scale: plan.topology.time_scale, ..Default::default() };
+        let line = host_link_rate_bps(&plan, opts.time_scale);
+        let plain = plan_qps(&plan, &transfers, &opts);
+        assert_eq!(plain.len(), 12);
+        assert!(plain.iter().all(|q| q.rate_bps == line / 4));
+        let shape = StepShape { qps: vec![2, 8, 1], nic_rate_bps: [(h("z0r0h0"), line / 4)].into() };
+        let qps = plan_qps_shaped(&plan, &transfers, &shape, &opts);
+        let of = |f: usize| qps.iter().filter(|q| q.flow == f).collect::<Vec<_>>();
+        assert_eq!((of(0).len(), of(1).len(), of(2).len()), (2, 8, 1));
+        assert_eq!(of(0).iter().map(|q| q.bytes).sum::<u64>(), 1 << 20);
+        // z0r0h0 sends two transfers under a NIC of a quarter of the line: an eighth each.
+        assert_eq!(shape.rate_of(&plan, &transfers, 0, &opts), line / 8);
+        assert!(of(0).iter().all(|q| q.rate_bps == line / 8 / 2));
+        assert!(of(1).iter().all(|q| q.rate_bps == line / 8 / 8));
+        assert_eq!(shape.rate_of(&plan, &transfers, 2, &opts), line, "the healthy host sends at the line rate");
+        // A NIC faster than the run's rate changes nothing.
+        let fast = StepShape { nic_rate_bps: [(h("z0r0h0"), 10 * line)].into(), ..Default::default() };
+        assert_eq!(fast.rate_of(&plan, &transfers, 0, &opts), line);
     }
 }

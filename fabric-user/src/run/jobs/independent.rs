@@ -172,7 +172,7 @@ fn run_job(run: &Run<'_>, j: usize) -> Result<(RunResult, JobRecord)> {
         let delay = job.straggler.map_or(0, |(_, f)| straggler_delay_ns(step, f, link_rate));
         std::thread::sleep(Duration::from_nanos(delay));
         let transfers = on_hosts(step, &job.hosts);
-        let shape = job_shape(&run.jp.jobs, &vec![j; transfers.len()]);
+        let shape = job_shape(&run.jp.jobs, &vec![j; transfers.len()], plan.topology.time_scale);
         let round = {
             let mut sh = run.shared.lock().expect("not poisoned");
             let owners = vec![name.clone(); transfers.len()];
@@ -212,7 +212,7 @@ fn start(run: &Run<'_>, j: usize) -> Result<()> {
         l.uplinks_before = Some(UplinkBytes::read(state)?);
         l.started_at_ms = run.clock.start.elapsed().as_millis() as u64;
     }
-    if let Some((link, rate)) = &job.slow_nic {
+    if let Some((_, link, rate)) = &job.slow_nic {
         sh.slow_nics.degrade(link, *rate)?;
     }
     sh.in_flight.insert(j, BTreeMap::new());
@@ -229,7 +229,7 @@ fn end(run: &Run<'_>, j: usize) -> Result<(RunResult, JobRecord)> {
     {
         let mut sh = run.shared.lock().expect("not poisoned");
         sh.in_flight.remove(&j);
-        if let Some((link, _)) = &job.slow_nic {
+        if let Some((_, link, _)) = &job.slow_nic {
             sh.slow_nics.restore(link)?;
         }
         place(run, &mut sh)?;
@@ -258,7 +258,7 @@ fn place(run: &Run<'_>, sh: &mut Shared) -> Result<()> {
         endpoint.time_scale = plan.topology.time_scale;
         for k in next..job.steps.len() * job.options.iterations as usize {
             let transfers = on_hosts(&job.steps[k % job.steps.len()], &job.hosts);
-            let shape = job_shape(&run.jp.jobs, &vec![j; transfers.len()]);
+            let shape = job_shape(&run.jp.jobs, &vec![j; transfers.len()], plan.topology.time_scale);
             for f in step_flows_shaped(plan, &transfers, &shape, &endpoint) {
                 *by_key.entry((f.src, f.dst, f.sport, f.dest_qp)).or_default() += f.frame_bytes;
             }

@@ -146,9 +146,9 @@ pub struct PlannedJob {
     /// `allreduce`, ..., or `trace FILE`.
     pub workload_label: String,
     pub straggler: Option<(NodeId, f64)>,
-    /// The host link to degrade while the job runs (`NODE:PORT`, as `fabric link` names it),
-    /// and its modelled rate.
-    pub slow_nic: Option<(String, f64)>,
+    /// The slow NIC's host, its host link to degrade while the job runs (`NODE:PORT`, as
+    /// `fabric link` names it), and its modelled rate (Gbit/s), which the host also sends at.
+    pub slow_nic: Option<(NodeId, String, f64)>,
 }
 
 /// Every job of a file, checked, and the run's hash mode.
@@ -366,7 +366,7 @@ impl JobSpec {
                 let link = plan.nodes[h].ports[0].link;
                 crate::model::fault::check_rate(n.rate_gbps, plan.links[link].rate_gbps)
                     .context("slow_nic.rate_gbps")?;
-                Some((plan.link_label(link), n.rate_gbps))
+                Some((h, plan.link_label(link), n.rate_gbps))
             }
             None => None,
         };
@@ -450,7 +450,8 @@ straggler = { host = "z0r0h1", factor = 2.0 }
         assert_eq!(b.straggler, Some((pl.node_by_name("z0r0h1").unwrap(), 2.0)));
         let text = TWO.replace("iterations = 2", "slow_nic = { host = \"z0r1h1\", rate_gbps = 100 }");
         let p = resolve(&text).unwrap_or_else(|e| panic!("{e:#}"));
-        let (link, rate) = p.jobs[1].slow_nic.clone().unwrap();
+        let (host, link, rate) = p.jobs[1].slow_nic.clone().unwrap();
+        assert_eq!(host, plan().node_by_name("z0r1h1").unwrap());
         assert_eq!(rate, 100.0);
         assert!(link.contains("z0r1h1"), "{link}");
     }

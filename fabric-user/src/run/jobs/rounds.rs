@@ -47,7 +47,7 @@ fn place_running(
     let mut by_key: HashMap<TeKey, u64> = HashMap::new();
     for k in 0..rounds {
         let (merged, owner) = round_transfers(plan_jobs, live, running, k);
-        for f in step_flows_shaped(plan, &merged, &job_shape(plan_jobs, &owner), endpoint) {
+        for f in step_flows_shaped(plan, &merged, &job_shape(plan_jobs, &owner, plan.topology.time_scale), endpoint) {
             *by_key.entry((f.src, f.dst, f.sport, f.dest_qp)).or_default() += f.frame_bytes;
         }
     }
@@ -113,7 +113,7 @@ pub(super) fn run_rounds(state: &State, jp: &JobsPlan, quiet: bool) -> Result<Jo
                 live[j].started = Some((clock, crate::telemetry::stats::collect(state)?, Some(faulty_links(state))));
                 live[j].uplinks_before = Some(UplinkBytes::read(state)?);
                 live[j].started_at_ms = run_start.elapsed().as_millis() as u64;
-                if let Some((link, rate)) = &jp.jobs[j].slow_nic {
+                if let Some((_, link, rate)) = &jp.jobs[j].slow_nic {
                     slow_nics.degrade(link, *rate)?;
                 }
                 if !quiet {
@@ -128,7 +128,7 @@ pub(super) fn run_rounds(state: &State, jp: &JobsPlan, quiet: bool) -> Result<Jo
         previous.clone_from(&running);
         let (merged, owner) = round_transfers(&jp.jobs, &live, &running, 0);
         let owner_names: Vec<String> = owner.iter().map(|&j| names[j].clone()).collect();
-        let shape = job_shape(&jp.jobs, &owner);
+        let shape = job_shape(&jp.jobs, &owner, plan.topology.time_scale);
         let predicted = predict_round(&fabric, &labels, &merged, &shape, &owner_names, &endpoint)?;
         for l in predicted.values() {
             for (k, b) in l {
@@ -165,7 +165,7 @@ pub(super) fn run_rounds(state: &State, jp: &JobsPlan, quiet: bool) -> Result<Jo
                 if !quiet {
                     println!("job {} ends at +{:.2} s", job.name, run_start.elapsed().as_secs_f64());
                 }
-                if let Some((link, _)) = &job.slow_nic {
+                if let Some((_, link, _)) = &job.slow_nic {
                     slow_nics.restore(link)?;
                 }
                 let (result, record) = finish(state, jp, j, l, &names[j])?;

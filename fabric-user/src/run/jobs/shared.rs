@@ -166,9 +166,15 @@ pub(super) fn install_te(state: &State, fabric: &mut SimFabric, by_key: HashMap<
     Ok(())
 }
 
-/// Each transfer's QPs: its job's (`owner[i]`: the job of transfer i).
-pub(super) fn job_shape(jobs: &[PlannedJob], owner: &[usize]) -> StepShape {
-    StepShape { qps: owner.iter().map(|&j| jobs[j].options.endpoint.qps).collect() }
+/// Each transfer's QPs: its job's (`owner[i]`: the job of transfer i); and the NIC rate of
+/// each slow NIC among the jobs' hosts (slowed by `time_scale`, as the links' rates are).
+pub(super) fn job_shape(jobs: &[PlannedJob], owner: &[usize], time_scale: u64) -> StepShape {
+    let nic_rate_bps = owner
+        .iter()
+        .filter_map(|&j| jobs[j].slow_nic.as_ref())
+        .map(|(host, _, gbps)| (*host, ((gbps * 1e9) as u64 / time_scale.max(1)).max(1)))
+        .collect();
+    StepShape { qps: owner.iter().map(|&j| jobs[j].options.endpoint.qps).collect(), nic_rate_bps }
 }
 
 /// What a run counted besides the jobs' results.
