@@ -62,6 +62,9 @@ pub enum Change<'n, R> {
     /// The link at `node`'s `port` stops carrying frames, both ways: what is queued at either
     /// end and in flight on it is lost, and so is whatever the switches still route into it.
     LinkDown { node: usize, port: usize },
+    /// The link at `node`'s `port` carries frames again, both ways (a flap's second half): it
+    /// starts empty, and only what the routes send into it from then on crosses it.
+    LinkUp { node: usize, port: usize },
     /// The switches route by `net`'s routes and groups from then on (the controller's repair
     /// or drain; the same nodes and ports). Member counters stop: their numbering is the
     /// first routing's.
@@ -226,8 +229,10 @@ impl<'n, R: Routing> Twin<'n, R> {
     fn check_changes(&self, changes: &[Scheduled<'n, R>]) -> Result<(), TwinError> {
         for (index, c) in changes.iter().enumerate() {
             let reason = match c.change {
-                Change::LinkDown { node, port } => (self.net.nodes.get(node).is_none_or(|n| port >= n.ports.len()))
-                    .then(|| format!("node {node} has no port {port}")),
+                Change::LinkDown { node, port } | Change::LinkUp { node, port } => {
+                    (self.net.nodes.get(node).is_none_or(|n| port >= n.ports.len()))
+                        .then(|| format!("node {node} has no port {port}"))
+                }
                 Change::Routes(net) => (net.nodes.len() != self.net.nodes.len()
                     || net.nodes.iter().zip(&self.net.nodes).any(|(a, b)| a.ports != b.ports))
                 .then(|| "the new routes are for another network (nodes or ports differ)".to_string()),
@@ -281,6 +286,14 @@ impl<'n, R: Routing> Twin<'n, R> {
                         self.packets.remove(q.id);
                         self.lost += 1;
                     }
+                }
+            }
+            Change::LinkUp { node, port } => {
+                let e = self.net.port_index(node, port);
+                let peer = self.ports[e as usize].peer;
+                for p in [e, peer] {
+                    self.down[p as usize] = false;
+                    self.kick(p);
                 }
             }
             Change::Routes(net) => {

@@ -12,7 +12,7 @@ use super::{
     record::{records, save},
     simulate,
     trace::{TraceSimOptions, TraceSimResult, simulate_trace},
-    whatif::{WhatIf, WhatIfKind, resolve_links, simulate_whatif},
+    whatif::{WhatIf, WhatIfKind, resolve_links, simulate_flap_flow, simulate_whatif},
 };
 use crate::forwarding::fabric::{Scale, SimFabric};
 use crate::{
@@ -128,6 +128,20 @@ pub struct SimArgs {
     /// avoid it from then on; nothing is lost).
     #[arg(long = "drain-at", value_name = "TARGET@TIME")]
     pub drain_at: Option<String>,
+    /// A link (SWITCH:PORT) or a switch flaps from a modelled time of the job
+    /// (`z0r0:z0c1@200us`, default @0): down for the first half of each `--period`, `--count`
+    /// times. Reports the job's slowdown against the same run without it. The packet model
+    /// simulates it (loss, routes around it `--detect-us` after each failure if it stays down
+    /// that long, back when it is up); the flow model time-slices the job between its healthy
+    /// rate and its rate without the link.
+    #[arg(long, value_name = "TARGET[@START]", conflicts_with_all = ["fail_at", "drain_at"], requires = "period")]
+    pub flap: Option<String>,
+    /// `--flap`: the flap's period (`1ms`, `250us`).
+    #[arg(long, value_name = "TIME", requires = "flap")]
+    pub period: Option<String>,
+    /// `--flap`: how many periods.
+    #[arg(long, default_value_t = 1, requires = "flap")]
+    pub count: u32,
     /// Packet model: from a failure to the controller's repaired routes, microseconds.
     #[arg(long, default_value_t = 100.0)]
     pub detect_us: f64,
@@ -299,13 +313,13 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         }
     }
     ensure!(
-        a.loss.is_empty() || (a.fail_at.is_none() && a.drain_at.is_none()),
-        "--loss: not with --fail-at/--drain-at (a what-if rebuilds the fabric without the loss)"
+        a.loss.is_empty() || (a.fail_at.is_none() && a.drain_at.is_none() && a.flap.is_none()),
+        "--loss: not with --fail-at/--drain-at/--flap (a what-if rebuilds the fabric without the loss)"
     );
     if let Some(file) = &a.trace {
         ensure!(a.model == Model::Packet, "--trace: needs the packet model (--model packet)");
         ensure!(
-            a.fail_at.is_none() && a.drain_at.is_none() && !a.job_record,
+            a.fail_at.is_none() && a.drain_at.is_none() && a.flap.is_none() && !a.job_record,
             "--trace: not with what-ifs or --job-record"
         );
         let mut traces = Vec::new();
@@ -323,14 +337,20 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         }
         return Ok(SimReport { schema: "fabric.sim/1", build_s, results: Vec::new(), traces });
     }
-    let whatif = match (&a.fail_at, &a.drain_at) {
-        (Some(s), _) => Some(WhatIf::parse(WhatIfKind::Fail, s)?),
-        (_, Some(s)) => Some(WhatIf::parse(WhatIfKind::Drain, s)?),
+    let whatif = match (&a.fail_at, &a.drain_at, &a.flap) {
+        (Some(s), _, _) => Some(WhatIf::parse(WhatIfKind::Fail, s)?),
+        (_, Some(s), _) => Some(WhatIf::parse(WhatIfKind::Drain, s)?),
+        (_, _, Some(s)) => Some(WhatIf::flap(s, a.period.as_deref().unwrap_or_default(), a.count)?),
         _ => None,
     };
     let results = match (a.model, whatif) {
         (Model::Flow, None) => cases.iter().map(|o| simulate(&mut fabric, o)).collect::<Result<Vec<_>>>()?,
         (Model::Flow, _) if a.job_record => bail!("--job-record: needs the packet model (--model packet)"),
+        (Model::Flow, Some(w)) if w.kind == WhatIfKind::Flap => {
+            let plan = &fabric.plan;
+            let down = down_links(plan, &a.down)?;
+            cases.iter().map(|o| simulate_flap_flow(plan, &down, o, &w)).collect::<Result<Vec<_>>>()?
+        }
         (Model::Flow, Some(_)) => bail!("--fail-at, --drain-at: what-ifs need the packet model (--model packet)"),
         (Model::Packet, None) if a.job_record => {
             let mut out = Vec::new();
@@ -351,16 +371,20 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
             ensure!(a.detect_us.is_finite() && a.detect_us >= 0.0, "--detect-us: {} is not a delay", a.detect_us);
             let detect_ns = (a.detect_us * 1e3).round() as u64;
             let plan = &fabric.plan;
-            let down = a
-                .down
-                .iter()
-                .map(|spec| plan.find_link(spec).with_context(|| format!("--down {spec:?}")))
-                .collect::<Result<std::collections::BTreeSet<_>>>()?;
+            let down = down_links(plan, &a.down)?;
             resolve_links(plan, &w)?;
             cases.iter().map(|o| simulate_whatif(plan, &down, o, &packet, &w, detect_ns)).collect::<Result<Vec<_>>>()?
         }
     };
     Ok(SimReport { schema: "fabric.sim/1", build_s, results, traces: Vec::new() })
+}
+
+/// The links of `--down`.
+fn down_links(
+    plan: &crate::model::plan::Plan,
+    specs: &[String],
+) -> Result<std::collections::BTreeSet<crate::model::plan::LinkId>> {
+    specs.iter().map(|spec| plan.find_link(spec).with_context(|| format!("--down {spec:?}"))).collect()
 }
 
 /// `fabric sim`: run, print, write JSON.

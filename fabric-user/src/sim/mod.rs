@@ -125,6 +125,9 @@ pub struct SimResult {
     /// The packet model's own results (`None` for the flow model).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packet: Option<PacketStats>,
+    /// The flow model's what-if (`--flap`, time-sliced); the packet model's is in `packet`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whatif: Option<WhatIfReport>,
 }
 
 /// What the twin adds to a case's result.
@@ -211,6 +214,8 @@ impl PacketStats {
 pub enum WhatIfKind {
     Fail,
     Drain,
+    /// Down for the first half of each period, `count` periods.
+    Flap,
 }
 
 /// What an event did to one case's job.
@@ -219,8 +224,11 @@ pub struct WhatIfReport {
     pub kind: WhatIfKind,
     pub target: String,
     pub at_ns: u64,
-    /// Fail: from the failure to the repaired routes (drain: 0).
+    /// Fail, flap: from the failure to the repaired routes (drain: 0).
     pub detect_ns: u64,
+    /// Flap: its period and how many periods (0 otherwise).
+    pub period_ns: u64,
+    pub count: u32,
     /// The links it took away.
     pub links: Vec<String>,
     /// One iteration, without and with the event, seconds.
@@ -443,6 +451,7 @@ impl SimResult {
             fair_share_rounds: 0,
             wall_s: 0.0,
             packet: None,
+            whatif: None,
         }
     }
 }
@@ -484,7 +493,9 @@ pub fn print(results: &[SimResult]) {
 /// `--fail-at` / `--drain-at`: each case's job without and with the event.
 fn print_whatifs(results: &[SimResult]) {
     for r in results {
-        let Some(w) = r.packet.as_ref().and_then(|p| p.whatif.as_ref()) else { continue };
+        let Some(w) = r.whatif.as_ref().or_else(|| r.packet.as_ref().and_then(|p| p.whatif.as_ref())) else {
+            continue;
+        };
         println!(
             "{}: {} link(s) [{}], routes changed {} us after it; completion {:.6} s -> {:.6} s ({:+.1}%), \
              {} step(s) affected, {} packets lost, {} retransmitted, {} timeouts, {}",

@@ -11,6 +11,11 @@
 //!   their retransmission timeout).
 //! - **drain**: at TIME the routes without it are in force and nothing is lost (the operator
 //!   moves traffic away first; what is already queued there still leaves).
+//! - **flap** (`--flap TARGET[@START] --period T --count N`): from START, the link fails as
+//!   above for the first half of each period and comes back up for the second (empty, carrying
+//!   what the routes send it from then on); the controller routes around it `--detect-us` after
+//!   each failure if it is still down then, and back over it when it is up. Each failure loses
+//!   what was on the link. The flow model time-slices instead ([`simulate_flap_flow`]).
 //!
 //! TIME is in the job's modelled time (`250us`, `1.5ms`, `2s`, `800ns`). The job's steps run
 //! back to back as in [`super::packet::simulate_packet`]; a step that ends before the event
@@ -42,6 +47,25 @@ pub struct WhatIf {
     /// A link (`SWITCH:PORT`) or a switch.
     pub target: String,
     pub at_ns: u64,
+    /// A flap: down for the first half of each period, `count` periods from `at_ns`.
+    pub flap: Option<Flap>,
+}
+
+/// `--flap TARGET[@START] --period T --count N`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Flap {
+    pub period_ns: u64,
+    pub count: u32,
+}
+
+impl Flap {
+    /// Each period's down interval, `[down, up)`, from `at_ns`.
+    pub fn intervals(&self, at_ns: u64) -> impl Iterator<Item = (u64, u64)> + '_ {
+        (0..u64::from(self.count)).map(move |k| {
+            let down = at_ns.saturating_add(k.saturating_mul(self.period_ns));
+            (down, down.saturating_add(self.period_ns / 2))
+        })
+    }
 }
 
 impl WhatIf {
@@ -50,13 +74,25 @@ impl WhatIf {
         let option = match kind {
             WhatIfKind::Fail => "--fail-at",
             WhatIfKind::Drain => "--drain-at",
+            WhatIfKind::Flap => "--flap",
         };
         let (target, time) = spec
             .rsplit_once('@')
             .with_context(|| format!("{option} {spec:?}: expected TARGET@TIME, e.g. z0r0:z0c1@200us"))?;
         ensure!(!target.is_empty(), "{option} {spec:?}: no link or switch before the @");
         let at_ns = parse_time_ns(time).with_context(|| format!("{option} {spec:?}"))?;
-        Ok(WhatIf { kind, target: target.to_string(), at_ns })
+        Ok(WhatIf { kind, target: target.to_string(), at_ns, flap: None })
+    }
+
+    /// `--flap TARGET[@START]` (START default 0) with `--period` and `--count`.
+    pub fn flap(spec: &str, period: &str, count: u32) -> Result<Self> {
+        let at = if spec.contains('@') { spec.to_string() } else { format!("{spec}@0us") };
+        let mut w = Self::parse(WhatIfKind::Flap, &at)?;
+        let period_ns = parse_time_ns(period).with_context(|| format!("--period {period:?}"))?;
+        ensure!(period_ns >= 2, "--period {period:?}: a flap needs a period of at least 2 ns");
+        ensure!(count >= 1, "--count: a flap needs at least one period");
+        w.flap = Some(Flap { period_ns, count });
+        Ok(w)
     }
 }
 
@@ -101,9 +137,74 @@ pub fn resolve_links(plan: &Plan, w: &WhatIf) -> Result<Vec<LinkId>> {
 }
 
 /// A change in the job's time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum JobChange {
-    Down { node: usize, port: usize },
-    Routes,
+    Down {
+        node: usize,
+        port: usize,
+    },
+    Up {
+        node: usize,
+        port: usize,
+    },
+    /// The controller's routes without the links.
+    Around,
+    /// The routes with them again.
+    Back,
+}
+
+/// The event's changes in the job's time, in time order.
+fn job_changes(plan: &Plan, links: &[LinkId], w: &WhatIf, detect_ns: u64) -> Vec<(u64, JobChange)> {
+    let ends = |l: LinkId| (plan.links[l].a, plan.links[l].a_port);
+    let mut job: Vec<(u64, JobChange)> = Vec::new();
+    match (w.kind, w.flap) {
+        (WhatIfKind::Fail, _) => {
+            job.extend(links.iter().map(|&l| (w.at_ns, JobChange::Down { node: ends(l).0, port: ends(l).1 })));
+            job.push((w.at_ns.saturating_add(detect_ns), JobChange::Around));
+        }
+        (WhatIfKind::Drain, _) => job.push((w.at_ns, JobChange::Around)),
+        (WhatIfKind::Flap, Some(f)) => {
+            for (down, up) in f.intervals(w.at_ns) {
+                job.extend(links.iter().map(|&l| (down, JobChange::Down { node: ends(l).0, port: ends(l).1 })));
+                // The controller routes around a link down longer than its detection time, and
+                // back over it once it is up.
+                if down.saturating_add(detect_ns) < up {
+                    job.push((down.saturating_add(detect_ns), JobChange::Around));
+                    job.push((up, JobChange::Back));
+                }
+                job.extend(links.iter().map(|&l| (up, JobChange::Up { node: ends(l).0, port: ends(l).1 })));
+            }
+        }
+        (WhatIfKind::Flap, None) => {}
+    }
+    job.sort_by_key(|(at, _)| *at);
+    job
+}
+
+/// A step that starts at `t0` of the job: the changes that set the fabric's state at its start
+/// (what happened before, at offset 0) and those to come (at their offsets).
+fn step_changes(job: &[(u64, JobChange)], t0: u64) -> Vec<(u64, JobChange)> {
+    let mut down: BTreeSet<(usize, usize)> = BTreeSet::new();
+    let mut around = false;
+    for (_, c) in job.iter().filter(|(at, _)| *at <= t0) {
+        match *c {
+            JobChange::Down { node, port } => {
+                down.insert((node, port));
+            }
+            JobChange::Up { node, port } => {
+                down.remove(&(node, port));
+            }
+            JobChange::Around => around = true,
+            JobChange::Back => around = false,
+        }
+    }
+    let mut out: Vec<(u64, JobChange)> =
+        down.into_iter().map(|(node, port)| (0, JobChange::Down { node, port })).collect();
+    if around {
+        out.push((0, JobChange::Around));
+    }
+    out.extend(job.iter().filter(|(at, _)| *at > t0).map(|&(at, c)| (at - t0, c)));
+    out
 }
 
 /// Runs case `o` without and with `w`: the baseline's result with the what-if's report in its
@@ -126,23 +227,15 @@ pub fn simulate_whatif(
     fixed.set_hash(o.hash, o.hash_seed);
     let (hosts, steps) = steps_of(&base, o)?;
     let (net, fixed_net) = (network(&base, p.link_delay_ns)?, network(&fixed, p.link_delay_ns)?);
-    let routes_at = match w.kind {
-        WhatIfKind::Fail => w.at_ns.saturating_add(detect_ns),
-        WhatIfKind::Drain => w.at_ns,
-    };
-    let mut job: Vec<(u64, JobChange)> = Vec::new();
-    if w.kind == WhatIfKind::Fail {
-        job.extend(
-            links.iter().map(|&l| (w.at_ns, JobChange::Down { node: plan.links[l].a, port: plan.links[l].a_port })),
-        );
-    }
-    job.push((routes_at, JobChange::Routes));
+    let job = job_changes(plan, &links, w, detect_ns);
     let mut twin = Twin::new(&net, endpoint_config(&o.endpoint)?, p.seed);
     let mut report = WhatIfReport {
         kind: w.kind,
         target: w.target.clone(),
         at_ns: w.at_ns,
-        detect_ns: if w.kind == WhatIfKind::Fail { detect_ns } else { 0 },
+        detect_ns: if w.kind == WhatIfKind::Drain { 0 } else { detect_ns },
+        period_ns: w.flap.map_or(0, |f| f.period_ns),
+        count: w.flap.map_or(0, |f| f.count),
         links: links.iter().map(|&l| plan.link_label(l)).collect(),
         baseline_completion_s: 0.0,
         completion_s: 0.0,
@@ -161,18 +254,22 @@ pub fn simulate_whatif(
         // The step's result once every change happened before it began.
         let mut changed: Option<u64> = None;
         for _ in 0..*repeat {
-            let took = if job.iter().all(|(at, _)| *at > t0 + healthy) {
+            let changes = step_changes(&job, t0);
+            let all_past = changes.iter().all(|(at, _)| *at == 0);
+            let took = if changes.iter().all(|(at, _)| *at > healthy) {
                 healthy
-            } else if job.iter().all(|(at, _)| *at <= t0) && changed.is_some() {
+            } else if all_past && changed.is_some() {
                 changed.expect("just checked")
             } else {
-                let changes: Vec<Scheduled<'_, _>> = job
+                let changes: Vec<Scheduled<'_, _>> = changes
                     .iter()
-                    .map(|(at, c)| Scheduled {
-                        at_ns: at.saturating_sub(t0),
-                        change: match *c {
+                    .map(|&(at_ns, c)| Scheduled {
+                        at_ns,
+                        change: match c {
                             JobChange::Down { node, port } => Change::LinkDown { node, port },
-                            JobChange::Routes => Change::Routes(&fixed_net),
+                            JobChange::Up { node, port } => Change::LinkUp { node, port },
+                            JobChange::Around => Change::Routes(&fixed_net),
+                            JobChange::Back => Change::Routes(&net),
                         },
                     })
                     .collect();
@@ -181,7 +278,7 @@ pub fn simulate_whatif(
                 report.lost_packets += r.lost_to_failures;
                 report.retransmissions += r.retransmitted();
                 report.timeouts += r.qps.iter().map(|q| q.timeouts).sum::<u64>();
-                if job.iter().all(|(at, _)| *at <= t0) {
+                if all_past {
                     changed = Some(r.completion_ns);
                 }
                 r.completion_ns
@@ -200,13 +297,69 @@ pub fn simulate_whatif(
     Ok(result)
 }
 
+/// The flow model's flap, by time-slicing: the job progresses at its healthy rate while the
+/// links are up and at its rate on the fabric without them (the controller's routes around
+/// them, from [`super::simulate`]) while they are down; the detection delay, the loss and the
+/// retransmissions a failure costs are not modelled (the packet model has them).
+pub fn simulate_flap_flow(plan: &Plan, base_down: &BTreeSet<LinkId>, o: &SimOptions, w: &WhatIf) -> Result<SimResult> {
+    let flap = w.flap.context("a flap what-if without its period")?;
+    ensure!(o.hash != HashMode::Te, "--hash te: a flap would need the controller to re-place its TE entries");
+    let links = resolve_links(plan, w)?;
+    let mut result = super::simulate(&mut SimFabric::from_controller(plan, base_down), o)?;
+    let mut down = base_down.clone();
+    down.extend(links.iter().copied());
+    let failed = super::simulate(&mut SimFabric::from_controller(plan, &down), o)?;
+    let healthy_ns = result.completion_s * 1e9;
+    let took_ns = time_sliced_ns(healthy_ns, failed.completion_s * 1e9, w.at_ns, flap);
+    let report = WhatIfReport {
+        kind: WhatIfKind::Flap,
+        target: w.target.clone(),
+        at_ns: w.at_ns,
+        detect_ns: 0,
+        period_ns: flap.period_ns,
+        count: flap.count,
+        links: links.iter().map(|&l| plan.link_label(l)).collect(),
+        baseline_completion_s: result.completion_s,
+        completion_s: took_ns * 1e-9,
+        slowdown: took_ns / healthy_ns.max(f64::MIN_POSITIVE) - 1.0,
+        finished: true,
+        steps_affected: 0,
+        lost_packets: 0,
+        retransmissions: 0,
+        timeouts: 0,
+    };
+    result.case = format!("{} {}", result.case, describe(&report));
+    result.whatif = Some(report);
+    Ok(result)
+}
+
+/// A job that takes `healthy_ns` on the healthy fabric and `failed_ns` without the links: its
+/// completion when they are down for the first half of each of `flap`'s periods from `at_ns`
+/// (progress at 1/healthy_ns per ns while up, 1/failed_ns while down).
+pub fn time_sliced_ns(healthy_ns: f64, failed_ns: f64, at_ns: u64, flap: Flap) -> f64 {
+    let (mut t, mut left) = (0.0f64, 1.0f64);
+    for (down, up) in flap.intervals(at_ns) {
+        for (until, rate) in [(down as f64, 1.0 / healthy_ns), (up as f64, 1.0 / failed_ns)] {
+            let span = (until - t).max(0.0);
+            if span * rate >= left {
+                return t + left / rate;
+            }
+            left -= span * rate;
+            t = t.max(until);
+        }
+    }
+    t + left * healthy_ns
+}
+
 /// `fail z0r0:z0c1 at 200 us`.
 pub fn describe(r: &WhatIfReport) -> String {
-    let kind = match r.kind {
-        WhatIfKind::Fail => "fail",
-        WhatIfKind::Drain => "drain",
-    };
-    format!("{kind} {}@{}us", r.target, r.at_ns as f64 / 1e3)
+    match r.kind {
+        WhatIfKind::Fail => format!("fail {}@{}us", r.target, r.at_ns as f64 / 1e3),
+        WhatIfKind::Drain => format!("drain {}@{}us", r.target, r.at_ns as f64 / 1e3),
+        WhatIfKind::Flap => {
+            format!("flap {}@{}us period {}us x{}", r.target, r.at_ns as f64 / 1e3, r.period_ns as f64 / 1e3, r.count)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -234,7 +387,7 @@ mod tests {
     }
 
     fn whatif(plan: &Plan, kind: WhatIfKind, target: &str, at_ns: u64) -> WhatIfReport {
-        let w = WhatIf { kind, target: target.into(), at_ns };
+        let w = WhatIf { kind, target: target.into(), at_ns, flap: None };
         let r = simulate_whatif(plan, &BTreeSet::new(), &allreduce(), &PACKET, &w, 20_000).unwrap();
         r.packet.unwrap().whatif.unwrap()
     }
@@ -253,6 +406,78 @@ mod tests {
         // A whole spine failing costs at least as much as one of its links.
         let spine = whatif(&plan, WhatIfKind::Fail, "z0c0", 30_000);
         assert!(spine.finished && spine.links.len() == 4 && spine.lost_packets >= mid.lost_packets, "{spine:?}");
+    }
+
+    /// A spine that flaps (down half of each period, over the whole job) slows the ring against
+    /// the healthy fabric and less than the same spine failing for good, in both models, when
+    /// the spines' capacity is what the job needs. (Each flap's failure loses what was on the
+    /// links, so in the packet model many short flaps can cost more than one failure.)
+    #[test]
+    fn a_flapping_spine_slows_the_job_less_than_its_failure() {
+        let mut plan = Plan::new(&Topology::default_topology());
+        // Rack z0r0's uplinks at a quarter of their rate: its ring traffic needs all four, so
+        // without one the job loses capacity for as long as the link is down.
+        for (r, c) in (0..4).flat_map(|r| (0..4).map(move |c| (r, c))) {
+            let l = plan.find_link(&format!("z0r{r}:z0c{c}")).unwrap();
+            plan.links[l].rate_gbps = 25.0;
+        }
+        let plan = plan;
+        let mut o = allreduce();
+        // A NIC's timeout after a loss would dwarf the job (64 ms against a few hundred us):
+        // one short enough that the fabric's capacity, not the timer, decides.
+        o.endpoint.retransmit_timeout_ns = 50_000;
+        o.endpoint.qps = 8;
+        let run = |w: &WhatIf| {
+            let r = simulate_whatif(&plan, &BTreeSet::new(), &o, &PACKET, w, 20_000).unwrap();
+            r.packet.unwrap().whatif.unwrap()
+        };
+        let failed = run(&WhatIf { kind: WhatIfKind::Fail, target: "z0c0".into(), at_ns: 0, flap: None });
+        let healthy_ns = (failed.baseline_completion_s * 1e9) as u64;
+        let flap = |count: u32, period: u64| run(&WhatIf::flap("z0c0", &format!("{period}ns"), count).unwrap());
+        let flapping = flap(8, healthy_ns / 4);
+        assert!(flapping.finished && failed.finished, "{flapping:?}");
+        assert_eq!((flapping.period_ns, flapping.count), (healthy_ns / 4, 8));
+        assert!(flapping.lost_packets > 0 && flapping.steps_affected > 0, "{flapping:?}");
+        assert!(
+            0.0 < flapping.slowdown && flapping.slowdown < failed.slowdown,
+            "flap {:+.3} vs failure {:+.3}",
+            flapping.slowdown,
+            failed.slowdown
+        );
+        // The flow model, time-sliced: healthy < flapping < failed (32 QPs: enough that the
+        // hash spreads them over the spines in proportion, so one spine fewer costs capacity).
+        let mut o = allreduce();
+        o.endpoint.qps = 32;
+        let w = WhatIf::flap("z0c0", "100us", 1000).unwrap();
+        let r = simulate_flap_flow(&plan, &BTreeSet::new(), &o, &w).unwrap();
+        let f = r.whatif.unwrap();
+        let down = plan.nodes[plan.node_by_name("z0c0").unwrap()].ports.iter().map(|p| p.link).collect();
+        let failed = crate::sim::simulate(&mut SimFabric::from_controller(&plan, &down), &o).unwrap();
+        assert!(
+            f.baseline_completion_s < f.completion_s && f.completion_s < failed.completion_s,
+            "flow model: healthy {} s, flapping {} s, failed {} s",
+            f.baseline_completion_s,
+            f.completion_s,
+            failed.completion_s
+        );
+    }
+
+    #[test]
+    fn time_slicing_progresses_at_each_rate_in_turn() {
+        let flap = Flap { period_ns: 100, count: 2 };
+        // Healthy 100 ns, failed 200 ns: from 0 to 50 down (a quarter done), 50 to 100 up (half
+        // more), 100 to 150 down (the last quarter).
+        assert_eq!(time_sliced_ns(100.0, 200.0, 0, flap), 150.0);
+        // The flap begins after the job: nothing changes; as slow as failed, it is the failure.
+        assert_eq!(time_sliced_ns(100.0, 200.0, 1_000, flap), 100.0);
+        assert_eq!(time_sliced_ns(100.0, 100.0, 0, flap), 100.0);
+        // After the last period, healthy again: 2 x 25 done in the down halves, 50 in the up
+        // half between them... 25 + 50 + 25 = 100% at 150 ns; a longer job continues healthy.
+        assert_eq!(time_sliced_ns(200.0, 400.0, 0, flap), 200.0 + 50.0);
+        let w = WhatIf::flap("z0c0", "0ns", 1);
+        assert!(format!("{:#}", w.unwrap_err()).contains("--period"));
+        assert!(format!("{:#}", WhatIf::flap("z0c0", "1ms", 0).unwrap_err()).contains("--count"));
+        assert_eq!(WhatIf::flap("z0c0@5us", "1ms", 3).unwrap().at_ns, 5_000);
     }
 
     #[test]
