@@ -13,6 +13,7 @@ use std::{
 };
 
 use fabric_common::config::HashMode;
+use fabric_user::run::jobs::{JobsFile, runner};
 use fabric_user::{
     endpoint::{EndpointOptions, SportPolicy},
     model::{placement::Placement, workload::Collective},
@@ -21,6 +22,9 @@ use fabric_user::{
     testbed,
     ui::{layout::Layout, load},
 };
+
+/// One testbed at a time in this file (their host threads share the two cores).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The uplink that carries all of rack z0r1's traffic once its other three are down.
 const HOT: &str = "z0r1:z0c3";
@@ -101,6 +105,7 @@ fn text_of(dom: &str, id: &str) -> String {
 
 #[test]
 fn the_live_view_shows_the_fabric_its_load_and_its_failures_in_a_browser() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = common::unique_prefix('u', 0);
     let (guard, state) = common::up(None, &prefix);
     // Rack z0r1 keeps one uplink of four: all its traffic crowds onto z0r1 -> z0c3.
@@ -220,4 +225,72 @@ fn the_live_view_shows_the_fabric_its_load_and_its_failures_in_a_browser() {
     wait_for(addr, 150, "the rebuilt testbed up", |v| v["status"] == "up");
     assert_eq!(link(&view(addr), HOT)["up"], true, "the rebuilt testbed has all its links");
     drop(guard);
+}
+
+/// `fabric ui` on a testbed where `fabric run --jobs` ran two independent jobs: the view's API,
+/// the page as served and the page as its script renders it list both jobs, done, with their
+/// steps and iterations.
+#[test]
+fn every_job_of_a_jobs_run_is_on_the_page() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prefix = common::unique_prefix('w', 0);
+    let (_guard, state) = common::up(None, &prefix);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let _ui = Ui(Command::new(env!("CARGO_BIN_EXE_fabric"))
+        .args(["ui", "--prefix", &prefix, "--listen", &addr.to_string(), "--interval-ms", "200"])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("fabric ui starts"));
+    let v = wait_for(addr, 100, "the testbed up", |v| v["status"] == "up");
+    assert_eq!(v["jobs"], serde_json::json!([]), "no jobs run yet");
+    let file: JobsFile = toml::from_str(
+        r#"
+[run]
+qps = 2
+[[job]]
+name = "alpha"
+workload = "allreduce"
+ranks = 4
+message = "256Ki"
+placement = "hosts:z0r0h0,z0r1h0,z0r2h0,z0r3h0"
+iterations = 2
+[[job]]
+name = "beta"
+workload = "allreduce"
+ranks = 2
+message = "128Ki"
+placement = "hosts:z0r0h1,z0r1h1"
+start_ms = 10
+"#,
+    )
+    .unwrap();
+    let plan = file.resolve(&state.plan, HashMode::Eecmp).unwrap_or_else(|e| panic!("{e:#}"));
+    let out = runner::run_jobs(&state, &plan, true).unwrap_or_else(|e| panic!("{e:#}"));
+    let v = wait_for(addr, 100, "both jobs done", |v| {
+        v["jobs"].as_array().is_some_and(|j| j.len() == 2 && j.iter().all(|j| j["state"] == "done"))
+    });
+    let jobs = v["jobs"].as_array().unwrap();
+    let got: Vec<(&str, u64, u64, u64)> = jobs
+        .iter()
+        .map(|j| {
+            let n = |k: &str| j[k].as_u64().unwrap();
+            (j["name"].as_str().unwrap(), n("steps_done"), n("steps"), n("iterations_done"))
+        })
+        .collect();
+    // alpha: a 4-rank ring's 6 steps, twice; beta: a 2-rank ring's 2 steps, once.
+    assert_eq!(got, [("alpha", 12, 12, 2), ("beta", 2, 2, 1)]);
+    let page = get(addr, "/").unwrap();
+    assert!(page.contains("<tr id=\"job-alpha\" class=\"done\"><td>alpha</td><td>done</td><td>12/12"), "{page}");
+    assert!(page.contains("<tr id=\"job-beta\" class=\"done\">"));
+    // The script renders the same rows from the view it polls.
+    let dom = chromium(&["--virtual-time-budget=2000", "--dump-dom", &format!("http://{addr}/")]);
+    assert!(dom.contains("id=\"jobs\" data-rendered=\"script\""), "the script did not render the jobs");
+    for name in ["alpha", "beta"] {
+        let row = &dom[dom.find(&format!("id=\"job-{name}\"")).unwrap_or_else(|| panic!("no row {name}"))..];
+        assert!(row[..row.find("</tr>").unwrap()].contains("<td>done</td>"), "{name}: {row}");
+    }
+    for j in &out.summary.jobs {
+        let _ = std::fs::remove_file(fabric_user::run::job::JobRecord::path(&j.job_id));
+    }
 }

@@ -1,5 +1,5 @@
 //! The jobs running on a testbed, as `fabric run --jobs` leaves them in the testbed's state
-//! directory after every round (`jobs.json`): what the Prometheus exporter labels by job.
+//! directory as its jobs progress (`jobs.json`): what the Prometheus exporter labels by job.
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,6 @@
 //! Seeing the fabric: `fabric ui`, a live web view of a running testbed (its topology by tier,
-//! each link coloured by its load in each direction, marks, balance, health, the running job),
+//! each link coloured by its load in each direction, marks, balance, health, the running job,
+//! every job of the last `fabric run --jobs` with its progress or completion),
 //! and `fabric graph`, the topology as SVG or DOT.
 //!
 //! The pure parts are apart from the serving: [`layout`] places nodes, [`load`] turns bytes into

@@ -151,7 +151,30 @@ fn page(l: &Latest) -> String {
         .replace("{{MESSAGE}}", &graph::esc(&l.view.message))
         .replace("{{LEGEND}}", &legend())
         .replace("{{SVG}}", &l.svg)
+        .replace("{{JOBS}}", &jobs_table(&l.view.jobs))
         .replace("{{VIEW}}", &view)
+}
+
+/// The jobs table as the page first shows it (its script renders the same from each view).
+fn jobs_table(jobs: &[view::JobsRow]) -> String {
+    if jobs.is_empty() {
+        return "<tr><td>no jobs run</td></tr>".into();
+    }
+    let mut out = String::from("<tr><th>job</th><th>state</th><th>steps</th><th>iterations</th><th>last ms</th></tr>");
+    for j in jobs {
+        let last = j.last_completion_ms.map_or(String::new(), |ms| format!("{ms:.1}"));
+        out.push_str(&format!(
+            "<tr id=\"job-{name}\" class=\"{state}\"><td>{name}</td><td>{state}</td><td>{}/{} \
+             <span class=\"progress inline\"><span style=\"width:{:.1}%\"></span></span></td><td>{}</td><td>{last}</td></tr>",
+            j.steps_done,
+            j.steps,
+            100.0 * j.fraction,
+            j.iterations_done,
+            name = graph::esc(&j.name),
+            state = j.state,
+        ));
+    }
+    out
 }
 
 fn status_class(v: &View) -> &'static str {
@@ -224,6 +247,23 @@ mod tests {
         assert!(!html.contains("{{"), "a placeholder is left");
         assert!(html.contains("id=\"node-z0r1\"") && html.contains("id=\"link-z0r1:z0c3\""));
         assert!(html.contains("testbed fab is up"));
+        assert!(html.contains("no jobs run"));
+        let mut r = fixtures::reading(&plan, 0);
+        r.report.jobs = ["a", "b<"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| crate::telemetry::jobs::JobGauge {
+                job: n.to_string(),
+                steps: 6,
+                steps_done: 6 * i as u64,
+                done: i == 1,
+                ..Default::default()
+            })
+            .collect();
+        let (v, _) = view::build(&plan, &layout, &r, None, 0.0);
+        let html = page(&Latest { svg: String::new(), view: v, report: None });
+        assert!(html.contains("<tr id=\"job-a\" class=\"waiting\"><td>a</td><td>waiting</td><td>0/6"), "{html}");
+        assert!(html.contains("<tr id=\"job-b&lt;\" class=\"done\"><td>b&lt;</td><td>done</td><td>6/6"), "{html}");
         // Nothing is fetched from elsewhere: the page works offline.
         for text in [html.as_str(), SCRIPT, STYLE] {
             for external in ["src=\"http", "href=\"http", "https://", "url(http", "@import"] {

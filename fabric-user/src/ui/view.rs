@@ -190,6 +190,43 @@ pub struct JobView {
     pub fraction: f64,
 }
 
+/// One job of the testbed's last `fabric run --jobs` (running or finished): its progress.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct JobsRow {
+    pub name: String,
+    pub job_id: String,
+    /// `waiting` (no step done yet), `running` or `done`.
+    pub state: &'static str,
+    pub steps_done: u64,
+    pub steps: u64,
+    pub fraction: f64,
+    /// Iterations finished, and the last one's completion (wall ms).
+    pub iterations_done: usize,
+    pub last_completion_ms: Option<f64>,
+    pub bytes_delivered: u64,
+}
+
+impl JobsRow {
+    pub fn of(g: &crate::telemetry::jobs::JobGauge) -> Self {
+        let state = match (g.done, g.steps_done) {
+            (true, _) => "done",
+            (false, 0) => "waiting",
+            (false, _) => "running",
+        };
+        JobsRow {
+            name: g.job.clone(),
+            job_id: g.job_id.clone(),
+            state,
+            steps_done: g.steps_done,
+            steps: g.steps,
+            fraction: if g.steps == 0 { 0.0 } else { g.steps_done as f64 / g.steps as f64 },
+            iterations_done: g.completion_ns.len(),
+            last_completion_ms: g.completion_ns.last().map(|&ns| ns as f64 / 1e6),
+            bytes_delivered: g.bytes_delivered,
+        }
+    }
+}
+
 /// What the page shows.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct View {
@@ -204,6 +241,8 @@ pub struct View {
     pub switches: Vec<SwitchHealth>,
     pub balance: Vec<Balance>,
     pub job: Option<JobView>,
+    /// Every job of the last `fabric run --jobs`, in the file's order.
+    pub jobs: Vec<JobsRow>,
     pub totals: CongestionTotals,
 }
 
@@ -221,6 +260,7 @@ impl View {
             switches: Vec::new(),
             balance: Vec::new(),
             job: None,
+            jobs: Vec::new(),
             totals: CongestionTotals::default(),
         }
     }
@@ -270,6 +310,7 @@ pub fn build(plan: &Plan, layout: &Layout, reading: &Reading, prev: Option<&Snap
             steps: j.steps,
             fraction: j.fraction(),
         }),
+        jobs: reading.report.jobs.iter().map(JobsRow::of).collect(),
         totals: reading.report.congestion.clone(),
     };
     (view, now)
@@ -577,7 +618,8 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_running_job_shows_its_progress_and_a_down_testbed_says_so() {
+    fn a_running_job_shows_its_progress_every_job_of_a_run_too_and_a_down_testbed_says_so() {
+        use crate::telemetry::jobs::JobGauge;
         let plan = default_plan();
         let layout = Layout::of(&plan);
         let mut r = reading(&plan, 0);
@@ -593,6 +635,28 @@ pub(crate) mod tests {
         });
         let (v, _) = build(&plan, &layout, &r, None, 0.0);
         assert!((v.job.unwrap().fraction - 0.75).abs() < 1e-9);
+        assert!(v.jobs.is_empty(), "no jobs run");
+        // A jobs run: one job done after its two iterations, one mid-run, one not started.
+        let gauge = |job: &str, steps_done: u64, done: bool, completion_ns: Vec<u64>| JobGauge {
+            job: job.into(),
+            job_id: format!("run-{job}"),
+            steps_done,
+            steps: 12,
+            done,
+            completion_ns,
+            bytes_delivered: 1000 * steps_done,
+            uplink_bytes: Default::default(),
+        };
+        r.report.jobs = vec![
+            gauge("a", 12, true, vec![4_000_000, 5_500_000]),
+            gauge("b", 3, false, vec![]),
+            gauge("c", 0, false, vec![]),
+        ];
+        let (v, _) = build(&plan, &layout, &r, None, 0.0);
+        let states: Vec<(&str, &str, f64)> = v.jobs.iter().map(|j| (j.name.as_str(), j.state, j.fraction)).collect();
+        assert_eq!(states, [("a", "done", 1.0), ("b", "running", 0.25), ("c", "waiting", 0.0)]);
+        assert_eq!((v.jobs[0].iterations_done, v.jobs[0].last_completion_ms), (2, Some(5.5)));
+        assert_eq!((v.jobs[1].iterations_done, v.jobs[1].last_completion_ms), (0, None));
         let d = View::down("fab", "no state file", &v.layout_key);
         assert_eq!(d.status, Status::Down);
         assert!(d.message.contains("down") && d.message.contains("recovers"));

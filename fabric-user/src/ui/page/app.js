@@ -85,6 +85,28 @@ function renderJob(job) {
   box.appendChild(bar);
 }
 
+function renderJobs(jobs) {
+  const table = byId("jobs");
+  table.replaceChildren();
+  table.dataset.rendered = "script";
+  if (!jobs || jobs.length === 0) {
+    table.appendChild(row(["no jobs run"]));
+    return;
+  }
+  table.appendChild(row(["job", "state", "steps", "iterations", "last ms"], true));
+  for (const j of jobs) {
+    const bar = el("span", { class: "progress inline" });
+    bar.appendChild(el("span", { style: `width:${fmt(j.fraction * 100, 1)}%` }));
+    const steps = el("span", {}, `${j.steps_done}/${j.steps} `);
+    steps.appendChild(bar);
+    const last = j.last_completion_ms === null ? "" : fmt(j.last_completion_ms, 1);
+    const tr = row([j.name, j.state, steps, j.iterations_done, last]);
+    tr.id = "job-" + j.name;
+    tr.className = j.state;
+    table.appendChild(tr);
+  }
+}
+
 function renderTotals(t) {
   const table = byId("totals");
   table.replaceChildren();
@@ -136,6 +158,7 @@ function render(view) {
   if (view.status !== "down") layoutKey = view.layout_key;
   renderLinks(view);
   renderJob(view.job);
+  renderJobs(view.jobs);
   renderTotals(view.totals);
   renderBalance(view.balance);
   if (selected) showSwitch(selected);
