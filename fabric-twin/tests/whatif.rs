@@ -105,3 +105,38 @@ fn a_change_for_another_network_is_refused() {
         twin.run_step_with(&qps(), 1_000_000, &[Scheduled { at_ns: 5, change: Change::LinkDown { node: 0, port: 3 } }]);
     assert!(err.unwrap_err().to_string().contains("changes[0]: node 0 has no port 3"));
 }
+
+#[test]
+fn a_link_that_comes_back_up_carries_traffic_again_and_loses_nothing_more() {
+    let (net, fixed) = (fabric(), fabric());
+    let fixed = without_s0(&fixed);
+    let healthy = run(&[], &net);
+    let t = healthy.completion_ns / 4;
+    let down = Scheduled { at_ns: t, change: Change::LinkDown { node: L0, port: UPLINK_S0 } };
+    let around = Scheduled { at_ns: t + 50_000, change: Change::Routes(&fixed) };
+    let failed = run(&[down, around], &net);
+    let up = Scheduled { at_ns: 2 * t, change: Change::LinkUp { node: L0, port: UPLINK_S0 } };
+    let back = Scheduled { at_ns: 2 * t, change: Change::Routes(&net) };
+    let flapped = run(&[down, around, up, back], &net);
+    assert!(flapped.finished && flapped.qps.iter().all(|q| q.completed_ns.is_some()));
+    let via_s0 = |r: &StepReport| r.ports[net.port_index(L0, UPLINK_S0) as usize].packets;
+    assert!(via_s0(&flapped) > via_s0(&failed), "S0 carries traffic again once it is up");
+    // Both lose the same packets to the failure; the link that is up again loses none.
+    assert_eq!(flapped.lost_to_failures, failed.lost_to_failures);
+    assert!(
+        healthy.completion_ns < flapped.completion_ns && flapped.completion_ns < failed.completion_ns,
+        "healthy {} ns, flapped {} ns, failed {} ns",
+        healthy.completion_ns,
+        flapped.completion_ns,
+        failed.completion_ns
+    );
+    // Routes back over it while it is still down: a black hole until the step's end.
+    let holed = run(&[down, around, back], &net);
+    assert!(holed.lost_to_failures > flapped.lost_to_failures);
+    let err = Twin::new(&net, endpoints(CcChoice::None), 1).run_step_with(
+        &qps(),
+        1_000_000,
+        &[Scheduled { at_ns: 5, change: Change::LinkUp { node: 0, port: 3 } }],
+    );
+    assert!(err.unwrap_err().to_string().contains("changes[0]: node 0 has no port 3"));
+}
