@@ -503,6 +503,26 @@ mod tests {
         assert_eq!(healthy.results[0].packet.as_ref().unwrap().link_loss, 0);
     }
 
+    /// `--flap` from the command line: both models report the flap with the job's slowdown;
+    /// it needs `--period`, and it is one what-if of three, never two at once.
+    #[test]
+    fn a_flap_on_the_command_line_reaches_both_models() {
+        let flap = ["--flap", "z0c0", "--period", "200us", "--count", "3", "--hash", "eecmp", "--message", "256Ki"];
+        for model in ["flow", "packet"] {
+            let cli = Cli::try_parse_from([&["sim", "--model", model][..], &flap].concat()).unwrap();
+            let r = run(&cli.sim).unwrap_or_else(|e| panic!("{model}: {e:#}"));
+            let w = r.results[0].whatif.as_ref().or(r.results[0].packet.as_ref().and_then(|p| p.whatif.as_ref()));
+            let w = w.unwrap_or_else(|| panic!("{model}: no what-if in the result"));
+            assert_eq!((w.kind, w.period_ns, w.count, w.links.len()), (WhatIfKind::Flap, 200_000, 3, 4), "{model}");
+            assert!(w.slowdown >= 0.0 && w.finished, "{model}: {w:?}");
+            assert!(r.results[0].case.contains("flap z0c0@0us period 200us x3"), "{}", r.results[0].case);
+        }
+        assert!(Cli::try_parse_from(["sim", "--flap", "z0c0"]).is_err(), "--flap needs --period");
+        assert!(Cli::try_parse_from(["sim", "--flap", "z0c0", "--period", "1ms", "--fail-at", "z0c0@1us"]).is_err());
+        let cli = Cli::try_parse_from(["sim", "--flap", "z0r0h0", "--period", "1ms"]).unwrap();
+        assert!(format!("{:#}", run(&cli.sim).unwrap_err()).contains("is a host"));
+    }
+
     /// `--transport` reaches the twin's hosts: both transports carry a small allreduce to the
     /// end in the packet model, and the report says which ran. The flow model, which has no
     /// packets, refuses it, and an unknown name lists the choices.
