@@ -210,7 +210,7 @@ pub fn transfer_rate_bps(plan: &Plan, opts: &EndpointOptions) -> u64 {
     if opts.rate_bps == 0 { host_link_rate_bps(plan, opts.time_scale) } else { opts.rate_bps }
 }
 
-/// [`plan_qps`] with the step's per-transfer QP counts (`shape`).
+/// [`plan_qps`] with the step's per-transfer QP counts and slow NICs (`shape`).
 pub fn plan_qps_shaped(
     plan: &Plan,
     transfers: &[HostTransfer],
@@ -283,7 +283,7 @@ pub fn run_step_in(
     run_step_shaped(plan, transfers, &StepShape::default(), opts, run)
 }
 
-/// [`run_step_in`] with the step's per-transfer QP counts (`shape`).
+/// [`run_step_in`] with the step's per-transfer QP counts and slow NICs (`shape`).
 pub fn run_step_shaped(
     plan: &Plan,
     transfers: &[HostTransfer],
@@ -315,7 +315,8 @@ pub fn run_step_shaped(
     let outcomes: std::sync::Mutex<HashMap<usize, QpOutcome>> = Default::default();
     let host_results: std::sync::Mutex<Vec<HostResult>> = Default::default();
     let rate_bps = transfer_rate_bps(plan, opts);
-    // The congestion control's line rate: one QP's share at the run's QP count.
+    // The congestion control's line rate: one QP's share of the run's rate at the run's QP
+    // count (a DCQCN QP of a slow NIC starts above its pacer's rate and is paced anyway).
     let per_qp_rate = (rate_bps / u64::from(opts.qps.max(1))).max(1);
     // The slow receiver's end, in this step's clock (0 if it is over or never was).
     let slow = slow.map(|(host, d)| {

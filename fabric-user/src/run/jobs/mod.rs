@@ -7,7 +7,8 @@
 //! the fields of a workload file (its `qps` is the default of a job that names none).
 //!
 //! [`JobsFile::resolve`] checks everything against the testbed's plan before a packet is sent;
-//! [`runner::run_jobs`] runs the jobs; [`interference`] attributes each job's uplink bytes and
+//! [`runner::run_jobs`] runs the jobs, in the file's [`JobsMode`] ([`independent`] or [`rounds`], on
+//! what [`shared`] keeps); [`interference`] attributes each job's uplink bytes and
 //! names the neighbour on the busiest uplink of its slow steps.
 pub mod independent;
 pub mod interference;
@@ -60,7 +61,7 @@ pub enum JobsMode {
     /// one engine, so the jobs must not share a host.
     Independent,
     /// Steps aligned: every running job's next step together, round after round, on one
-    /// engine ([`runner`]); jobs may share hosts, and their interference repeats run to run.
+    /// engine ([`rounds`]); jobs may share hosts, and their interference repeats run to run.
     Rounds,
 }
 
