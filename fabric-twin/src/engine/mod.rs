@@ -24,10 +24,10 @@ use fabric_roce::{
 use crate::{
     event::{EventQueue, Kind, Nanos},
     host::{Host, QpState},
-    link::{Port, Queued, wire_bytes},
+    link::{Port, PortCounters, Queued, wire_bytes},
     net::{Network, NodeKind, Routing},
     packet::{Packet, PacketPool, Payload},
-    report::{DepthHistogram, QpOutcome, StepReport, TierReport},
+    report::{DepthHistogram, QpOutcome, StepReport, TierReport, paused_time},
     switch::{Admission, EgressView, Switch},
     workload::{EndpointConfig, QpSpec},
 };
@@ -752,11 +752,19 @@ impl<'n, R: Routing> Twin<'n, R> {
             (t.max_depth_bytes, t.depth_p50_bytes, t.depth_p99_bytes) = (d.max(), d.quantile(0.5), d.quantile(0.99));
             t.depth = d;
         }
+        let ports: Vec<PortCounters> = self.ports.iter().map(|p| p.counters_at(now)).collect();
+        let tier_of_port = |p: usize| match self.net.nodes[self.ports[p].node as usize].kind {
+            NodeKind::Switch(s) => s.tier,
+            NodeKind::Host => host_tier,
+        };
+        let tier_names: Vec<String> = tiers.iter().map(|t| t.tier.clone()).collect();
+        let paused = paused_time(&tier_names, &ports, tier_of_port, |p| self.ports[p].peer as usize, now);
         StepReport {
             finished,
             completion_ns,
             qps,
-            ports: self.ports.iter().map(|p| p.counters).collect(),
+            ports,
+            paused,
             member_packets: std::mem::take(&mut self.member_packets),
             member_bytes: std::mem::take(&mut self.member_bytes),
             tiers,

@@ -411,7 +411,12 @@ mod tests {
             let pfc: u64 = p.tiers.iter().map(|t| t.pauses_sent).sum();
             match cc {
                 // Seven senders at line rate into one port: the RTSW pauses them.
-                CcMode::None => assert!(pfc > 0 && p.ecn_marks > 0),
+                CcMode::None => {
+                    assert!(pfc > 0 && p.ecn_marks > 0);
+                    let hosts = fabric_twin::report::sum_pairs(&p.paused, "rtsw", "host");
+                    assert!(hosts.paused_ns > 0 && hosts.longest_pause_ns > 0, "{:?}", p.paused);
+                    assert!(hosts.paused_share > 0.0 && hosts.paused_share < 1.0, "{:?}", p.paused);
+                }
                 CcMode::Dcqcn => assert!(p.cnps > 0, "marks come back as CNPs"),
                 // Receiver-driven: at most 4 chunks of 256 KiB in flight toward the receiver.
                 CcMode::Cts => assert!(p.tiers[0].max_depth_bytes <= 4 * 256 * 1024 + 64 * 1024),
