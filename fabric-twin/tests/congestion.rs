@@ -144,3 +144,35 @@ fn a_two_tier_incast_reports_which_tier_paused_which() {
     assert!(spine_by_leaf.longest_pause_ns <= r.completion_ns);
     assert!(r.paused_between("leaf", "host").paused_ns > 0);
 }
+
+/// Host 2 stops reading for 500 µs (a NIC with a full buffer): it pauses its switch port every
+/// 32 µs with pauses of 64 µs, then resumes. The switch's port toward it is paused once, for
+/// the stall (from the first frame's arrival to the resume's), and the switch in turn pauses
+/// the sender.
+#[test]
+fn a_stuck_receiver_pauses_its_switch_port_for_the_stall_and_the_pause_spreads_upstream() {
+    use fabric_twin::engine::{Change, Scheduled};
+    let net = star(3, shallow_qos(64 << 20, true, false));
+    let stall = 500_000;
+    // 1,000 quanta at 8 Gbit/s: 64 µs.
+    let frame = |at_ns, quanta| Scheduled { at_ns, change: Change::Pfc { node: 2, port: 0, class: 3, quanta } };
+    let mut changes: Vec<_> = (0..stall).step_by(32_000).map(|t| frame(t, 1000)).collect();
+    changes.push(frame(stall, 0));
+    let qps = [qp(0, 2, 1_000_000, 0)];
+    let mut twin = Twin::new(&net, endpoints(CcChoice::None), 1);
+    let r = twin.run_step_with(&qps, 10_000_000_000, &changes).unwrap();
+    assert!(r.finished);
+    let sw_by_host = r.paused_between("host", "sw");
+    assert_eq!((sw_by_host.ports, sw_by_host.ports_paused), (3, 1), "only the port toward host 2");
+    // Both the first frame and the resume take the same time to arrive: the pause lasts the stall.
+    assert_eq!(sw_by_host.longest_pause_ns, stall, "{sw_by_host:?}");
+    assert_eq!(sw_by_host.paused_ns, stall);
+    assert!(r.completion_ns > stall);
+    let host_by_sw = r.paused_between("sw", "host");
+    assert!(host_by_sw.paused_ns > 0 && host_by_sw.longest_pause_ns < stall, "{host_by_sw:?}");
+    assert_eq!(r.tiers[1].pauses_sent, changes.len() as u64, "the host sent every frame it was told to");
+
+    let bad = [Scheduled { at_ns: 0, change: Change::Pfc { node: 2, port: 0, class: 8, quanta: 1 } }];
+    let err = twin.run_step_with(&qps, 1_000_000, &bad).unwrap_err().to_string();
+    assert!(err.contains("changes[0]: class 8 does not exist"), "{err}");
+}

@@ -66,6 +66,10 @@ pub enum Change<'n, R> {
     /// or drain; the same nodes and ports). Member counters stop: their numbering is the
     /// first routing's.
     Routes(&'n Network<R>),
+    /// The port at `node`'s `port` sends its peer a PFC frame for `class` with `quanta` (0:
+    /// resume): a source of pauses outside the switches' thresholds, such as a NIC whose
+    /// receive buffer is full (a stuck receiver) pausing its rack switch.
+    Pfc { node: usize, port: usize, class: usize, quanta: u16 },
 }
 
 // Not derived: a derive would ask `R` to be `Copy`, and only a reference to it is held.
@@ -231,6 +235,13 @@ impl<'n, R: Routing> Twin<'n, R> {
                 Change::Routes(net) => (net.nodes.len() != self.net.nodes.len()
                     || net.nodes.iter().zip(&self.net.nodes).any(|(a, b)| a.ports != b.ports))
                 .then(|| "the new routes are for another network (nodes or ports differ)".to_string()),
+                Change::Pfc { node, port, class, .. } => {
+                    if self.net.nodes.get(node).is_none_or(|n| port >= n.ports.len()) {
+                        Some(format!("node {node} has no port {port}"))
+                    } else {
+                        (class >= CLASSES).then(|| format!("class {class} does not exist (0..{CLASSES})"))
+                    }
+                }
             };
             if let Some(reason) = reason {
                 return Err(TwinError::Change { index, reason });
@@ -286,6 +297,12 @@ impl<'n, R: Routing> Twin<'n, R> {
             Change::Routes(net) => {
                 self.net = net;
                 self.count_members = false;
+            }
+            Change::Pfc { node, port, class, quanta } => {
+                let p = self.net.port_index(node, port);
+                if !self.down[p as usize] {
+                    self.send_pfc(p, class, quanta);
+                }
             }
         }
     }
