@@ -2,6 +2,7 @@
 use anyhow::Result;
 
 use super::case::find as case;
+use super::twin::TwinModel;
 use super::{
     harness::{
         Better, Case, Ctx, DepthSnapshot, Metric, Outcome, Scenario, base_options, completion_ms, log2_bucket_top,
@@ -10,6 +11,7 @@ use super::{
     verdict::{Comparison, Verdict, per_seed},
 };
 use crate::run::RunResult;
+use crate::sim::{SimOptions, SimResult};
 use crate::{endpoint::CcMode, model::placement::Placement, model::workload::Collective, run::RunOptions};
 
 pub const SCENARIO: Scenario = Scenario {
@@ -73,6 +75,9 @@ fn options(mode: &Mode, message: u64, time_scale: u64) -> RunOptions {
 }
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
+    if let Some(model) = ctx.twin {
+        return run_twin(ctx, model);
+    }
     let message: u64 = ctx.pick(2 << 20, 8 << 20);
     let mut cases: Vec<Case> = MODES.iter().map(|m| Case::new(m.0, m.1)).collect();
     let mut topo = super::harness::shipped_topology(None)?;
@@ -162,6 +167,96 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         notes: vec![],
         tables: vec![],
     })
+}
+
+/// The incast's senders on the twin: the testbed's 4 (its fabric), 16 at `--scale`.
+fn twin_ranks(model: TwinModel) -> usize {
+    if model.scale.is_some() { 17 } else { HOSTS.len() }
+}
+
+/// The same cases on the twin. Placement `fragmented` puts rank 0 (the receiver) on the first
+/// rack and each sender on a rack of its own (on the testbed's fabric: exactly [`HOSTS`]).
+fn run_twin(ctx: &Ctx, model: TwinModel) -> Result<Outcome> {
+    let fabric = model.fabric(crate::model::topology::Topology::default_topology(), |_| {});
+    let message: u64 = ctx.pick(2 << 20, 8 << 20);
+    let ranks = twin_ranks(model);
+    let runs: Vec<(usize, SimOptions)> = MODES
+        .iter()
+        .enumerate()
+        .map(|(i, mode)| (i, twin_options(Collective::Incast, ranks, message, options(mode, message, 1).endpoint)))
+        .collect();
+    let mut cases: Vec<Case> = MODES.iter().map(|m| Case::new(m.0, m.1)).collect();
+    super::twin::run_twin_cases_with(ctx, &fabric, &runs, &mut cases, push_twin_metrics)?;
+    let verdicts = verdicts(&cases);
+    Ok(Outcome {
+        setup: vec![
+            format!(
+                "Incast: {} senders, each on a rack of its own, send {} MiB each to one receiver at once (placement                  `fragmented`), 1 QP each, DSCP 26 (lossless class 3), ECN-capable; links as the topology states                  them (400 Gbit/s), 1 µs each.",
+                ranks - 1,
+                message >> 20
+            ),
+            "DCQCN and CTS settings as in the testbed variant (DCQCN paper's parameters and a CNP every 4 µs; CTS              4 x 64 KiB and 4 x 512 KiB)."
+                .into(),
+            "On the twin: completion is modelled time; PFC frames count every frame the switches sent (XOFF,              refresh and resume); the deepest queue is exact (the deepest any switch port held), and under CTS              every byte queued toward the receiver is within its grants, so the bound holds for every queue."
+                .into(),
+            "Nothing in the incast is random: seeds repeat the measurement.".into(),
+        ],
+        metrics: vec![
+            Metric::new("completion_ms", "incast completion", "ms modelled", Better::Lower, true),
+            Metric::new("pfc_frames", "PFC frames sent by switches", "", Better::Lower, true),
+            Metric::new("paused_ms", "paused time of switch ports", "ms, summed", Better::Lower, false),
+            Metric::new("host_paused_ms", "paused time of hosts", "ms, summed", Better::Lower, false),
+            Metric::new("ecn_marked", "ECN marks", "packets", Better::Lower, true),
+            Metric::new("lossless_lost", "switch drops + headroom overruns", "packets", Better::Lower, false),
+            Metric::new("downlink_queue_kib", "deepest queue of any switch port", "KiB", Better::Lower, true),
+            Metric::new("cnps", "CNPs received by senders", "", Better::None, false),
+            Metric::new("retransmitted", "retransmitted packets", "", Better::Lower, false),
+            Metric::new("timeouts", "retransmission timeouts", "", Better::Lower, false),
+        ],
+        cases,
+        verdicts,
+        notes: vec![],
+        tables: vec![],
+    })
+}
+
+/// A case on the twin: `collective` over `ranks` fragmented hosts with the endpoints `endpoint`.
+pub fn twin_options(
+    collective: Collective,
+    ranks: usize,
+    message_bytes: u64,
+    endpoint: crate::endpoint::EndpointOptions,
+) -> SimOptions {
+    SimOptions {
+        collective,
+        ranks: Some(ranks),
+        message_bytes,
+        placement: Placement::Fragmented,
+        seed: 1,
+        hash: fabric_common::config::HashMode::Eecmp,
+        hash_seed: None,
+        endpoint,
+    }
+}
+
+/// The testbed's metrics from a twin result. The twin has no host sockets: a NAK there means a
+/// packet lost in the network or overtaken, and none is explained by a socket drop.
+fn push_twin_metrics(c: &mut Case, r: &SimResult, o: &SimOptions) {
+    let Some(p) = r.packet.as_ref() else { return };
+    let switches = || p.tiers.iter().filter(|t| t.tier != "host");
+    c.push("ecn_marked", p.ecn_marks as f64);
+    c.push("lossless_lost", switches().map(|t| t.drops + t.over_headroom).sum::<u64>() as f64);
+    let deepest = switches().map(|t| t.max_depth_bytes).max().unwrap_or(0);
+    c.push("downlink_queue_kib", deepest as f64 / 1024.0);
+    c.push("cnps", p.cnps as f64);
+    c.push("retransmitted", p.retransmissions as f64);
+    c.push("timeouts", p.timeouts as f64);
+    c.push("socket_drops", 0.0);
+    c.push("unexplained_naks", p.naks as f64);
+    let explained = u64::from(o.endpoint.window) * (p.naks + p.timeouts);
+    c.push("unexplained_resends", p.retransmissions.saturating_sub(explained) as f64);
+    c.push("delivered", f64::from(u8::from(p.finished)));
+    c.push("cts_bound_kib", (o.endpoint.cts_channels as u64 * o.endpoint.cts_buffer_bytes) as f64 / 1024.0);
 }
 
 fn push_metrics(c: &mut Case, r: &RunResult, o: &RunOptions, max_queue: u64, drops: u64) {

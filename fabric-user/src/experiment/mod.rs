@@ -103,7 +103,7 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
 }
 
 /// The scenarios with a packet-model (twin) variant.
-pub const TWIN_SCENARIOS: [&str; 2] = ["ecmp-entropy", "path-pinning"];
+pub const TWIN_SCENARIOS: [&str; 4] = ["ecmp-entropy", "path-pinning", "incast", "pfc-storm"];
 
 /// The verdict table in plain text (for the terminal).
 pub fn print_summary(r: &ExperimentReport, dir: &Path) {

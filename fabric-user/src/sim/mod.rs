@@ -150,6 +150,8 @@ pub struct PacketStats {
     pub reorder_depth_max: u64,
     pub duplicate_psns: u64,
     pub timeouts: u64,
+    /// NAKs the requesters received (a receiver saw a gap: a packet lost or overtaken).
+    pub naks: u64,
     pub cnps: u64,
     /// Per switch tier (and `host`): PFC frames sent and received, queue depths.
     pub tiers: Vec<TierReport>,
@@ -182,6 +184,7 @@ impl PacketStats {
         self.duplicate_psns += repeat * r.qps.iter().map(|q| q.duplicate_psns).sum::<u64>();
         self.timeouts += repeat * r.qps.iter().map(|q| q.timeouts).sum::<u64>();
         self.cnps += repeat * r.qps.iter().map(|q| q.cnps_received).sum::<u64>();
+        self.naks += repeat * r.qps.iter().map(|q| q.naks).sum::<u64>();
         if self.tiers.is_empty() {
             self.tiers = r.tiers.iter().map(|t| TierReport { tier: t.tier.clone(), ..Default::default() }).collect();
         }
