@@ -183,6 +183,20 @@ mod tests {
         assert_eq!(decision(&fooled, "cts-bounds-in-flight"), Decision::DoesNotMatch, "{fooled:?}");
     }
 
+    /// cc-at-400g on the twin (the testbed's fabric): PFC only leaves no persistent CTSW→RTSW
+    /// pause. A negative control that turns DCQCN off makes the DCQCN cases PFC-only runs, and
+    /// "DCQCN with 200G thresholds is slower" can no longer come out.
+    #[test]
+    fn cc_at_400g_on_the_twin_decides_its_verdicts() {
+        let real = run("cc-at-400g", None);
+        assert_eq!(decision(&real, "pfc-only-no-persistent-spine-pauses"), Decision::Matches, "{real:?}");
+        let control = Control::Cc { from: CcMode::Dcqcn, to: CcMode::None };
+        let fooled = run("cc-at-400g", Some(control));
+        for key in ["incast-dcqcn-200g-slower", "a2a-dcqcn-200g-slower", "ar-dcqcn-200g-slower"] {
+            assert_eq!(decision(&fooled, key), Decision::DoesNotMatch, "{key}: {fooled:?}");
+        }
+    }
+
     /// A stuck receiver on the twin: its RTSW port is paused past the watchdog's time (a
     /// healthy receiver's never is), and the stall costs time, not data.
     #[test]
