@@ -99,7 +99,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         }
         Ok(())
     })?;
-    let verdicts = verdicts(&cases);
+    let verdicts = verdicts(&cases, TESTBED_QUEUE);
     Ok(Outcome {
         setup: vec![
             format!(
@@ -187,7 +187,7 @@ fn run_twin(ctx: &Ctx, model: TwinModel) -> Result<Outcome> {
         .collect();
     let mut cases: Vec<Case> = MODES.iter().map(|m| Case::new(m.0, m.1)).collect();
     super::twin::run_twin_cases_with(ctx, &fabric, &runs, &mut cases, push_twin_metrics)?;
-    let verdicts = verdicts(&cases);
+    let verdicts = verdicts(&cases, "deepest queue of any switch port (exact)");
     Ok(Outcome {
         setup: vec![
             format!(
@@ -293,7 +293,11 @@ fn fewer(key: &'static str, claim: &str, metric: &str, (a, b): (&str, &str), mar
     Comparison { key, claim, metric, unit: "", cases: (a, b), better: Better::Lower, margin_pct: margin }.judge(cases)
 }
 
-fn verdicts(cases: &[Case]) -> Vec<Verdict> {
+/// Where the testbed reads the queue the CTS bound is checked in.
+const TESTBED_QUEUE: &str = "deepest sampled queue z0r0->z0r0h0 (log2 bucket tops)";
+
+/// The verdicts, `queue` saying where `downlink_queue_kib` was read.
+fn verdicts(cases: &[Case], queue: &str) -> Vec<Verdict> {
     vec![
         fewer(
             "cts-pauses-less",
@@ -313,7 +317,7 @@ fn verdicts(cases: &[Case]) -> Vec<Verdict> {
             50.0,
             cases,
         ),
-        cts_bound(cases),
+        cts_bound(cases, queue),
         fewer(
             "dcqcn-paper-no-better",
             "At 400G, DCQCN with settings carried over (the paper's 50 µs CNP interval, untuned ECN thresholds) \
@@ -348,7 +352,7 @@ fn verdicts(cases: &[Case]) -> Vec<Verdict> {
 /// CTS bounds the bytes in flight toward the receiver: measured in the network, as the deepest
 /// sampled queue of the receiver's RTSW port toward it, at the log2 resolution of the agents'
 /// depth histograms; PFC alone must exceed the same bound, or the measure could not tell.
-fn cts_bound(cases: &[Case]) -> Verdict {
+fn cts_bound(cases: &[Case], queue: &str) -> Verdict {
     let cts = case(cases, "cts");
     let bound_kib = cts.values_of("cts_bound_kib").first().copied().unwrap_or(0.0);
     // The bound is payload; the queue holds frames (headers and wire overhead, about 2% at 4 KiB).
@@ -361,8 +365,7 @@ fn cts_bound(cases: &[Case]) -> Verdict {
         "CTS bounds what is in flight toward the receiver by channels x buffer (measured in the switch queue \
          toward the receiver, not in the receiver's grant bookkeeping)",
         format!(
-            "deepest sampled queue {RECEIVER_RTSW}->{RECEIVER} per seed (log2 bucket tops): CTS {} KiB, PFC only {} \
-             KiB; bound {bound_kib:.0} KiB, i.e. at most the {limit_kib:.0} KiB bucket",
+            "{queue} per seed: CTS {} KiB, PFC only {} KiB; bound {bound_kib:.0} KiB, i.e. at most the {limit_kib:.0} KiB bucket",
             per_seed(&under, ""),
             per_seed(&pfc, "")
         ),
@@ -425,13 +428,17 @@ mod tests {
         ]
     }
 
+    fn testbed_verdicts(cases: &[Case]) -> Vec<Verdict> {
+        verdicts(cases, TESTBED_QUEUE)
+    }
+
     fn decision(v: &[Verdict], key: &str) -> Decision {
         v.iter().find(|v| v.key == key).unwrap().direction
     }
 
     #[test]
     fn the_cts_bound_is_read_in_the_queue_and_must_separate_cts_from_pfc_alone() {
-        let ok = verdicts(&cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3]));
+        let ok = testbed_verdicts(&cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3]));
         assert_eq!(decision(&ok, "cts-bounds-in-flight"), Decision::Matches);
         assert_eq!(decision(&ok, "cts-pauses-less"), Decision::Matches);
         assert_eq!(decision(&ok, "cts-over-xoff-pauses"), Decision::Matches);
@@ -439,11 +446,11 @@ mod tests {
         assert_eq!(decision(&ok, "lossless"), Decision::Matches);
         // A queue past the bound's bucket, or a measure that cannot tell CTS from PFC alone.
         assert_eq!(
-            decision(&verdicts(&cases([1024.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
+            decision(&testbed_verdicts(&cases([1024.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
             Decision::DoesNotMatch
         );
         assert_eq!(
-            decision(&verdicts(&cases([256.0; 3], [256.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
+            decision(&testbed_verdicts(&cases([256.0; 3], [256.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
             Decision::DoesNotMatch
         );
     }
@@ -452,17 +459,17 @@ mod tests {
     fn a_nak_no_socket_drop_explains_breaks_losslessness() {
         let mut c = cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3]);
         c[2].values.insert("unexplained_naks".into(), vec![0.0, 1.0, 0.0]);
-        assert_eq!(decision(&verdicts(&c), "lossless"), Decision::DoesNotMatch);
+        assert_eq!(decision(&testbed_verdicts(&c), "lossless"), Decision::DoesNotMatch);
     }
 
     #[test]
     fn one_lost_lossless_packet_or_one_unexplained_resend_breaks_losslessness() {
         assert_eq!(
-            decision(&verdicts(&cases([256.0; 3], [2048.0; 3], [0.0, 1.0, 0.0], [0.0; 3])), "lossless"),
+            decision(&testbed_verdicts(&cases([256.0; 3], [2048.0; 3], [0.0, 1.0, 0.0], [0.0; 3])), "lossless"),
             Decision::DoesNotMatch
         );
         assert_eq!(
-            decision(&verdicts(&cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0, 0.0, 1.0])), "lossless"),
+            decision(&testbed_verdicts(&cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0, 0.0, 1.0])), "lossless"),
             Decision::DoesNotMatch
         );
     }
