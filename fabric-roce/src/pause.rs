@@ -15,6 +15,8 @@ struct ClassPause {
     since_ns: Option<u64>,
     /// Paused time of pauses already over.
     paused_ns: u64,
+    /// The longest of the pauses already over.
+    longest_ns: u64,
 }
 
 /// The pause state of one host's link: one timer per priority class.
@@ -45,6 +47,7 @@ impl PauseState {
                 // Running: the new time replaces the rest of the old one.
                 Some(since) if duration == 0 => {
                     c.paused_ns += now_ns.saturating_sub(since);
+                    c.longest_ns = c.longest_ns.max(now_ns.saturating_sub(since));
                     c.since_ns = None;
                     c.until_ns = now_ns;
                 }
@@ -65,6 +68,7 @@ impl PauseState {
             && c.until_ns <= now_ns
         {
             c.paused_ns += c.until_ns.saturating_sub(since);
+            c.longest_ns = c.longest_ns.max(c.until_ns.saturating_sub(since));
             c.since_ns = None;
         }
     }
@@ -92,6 +96,16 @@ impl PauseState {
         let running = c.since_ns.map_or(0, |since| c.until_ns.min(now_ns).saturating_sub(since));
         c.paused_ns + running
     }
+
+    /// The longest continuous pause of `class` up to `now_ns` (one kept running by refreshes
+    /// counts once, from its first frame to its resume or expiry).
+    pub fn longest_pause_ns(&self, class: usize, now_ns: u64) -> u64 {
+        let Some(c) = self.classes.get(class) else {
+            return 0;
+        };
+        let running = c.since_ns.map_or(0, |since| c.until_ns.min(now_ns).saturating_sub(since));
+        c.longest_ns.max(running)
+    }
 }
 
 #[cfg(test)]
@@ -113,6 +127,7 @@ mod tests {
         assert!(p.may_send(6, 2_000), "other classes run on");
         assert_eq!(p.resume_at(3), 513_000);
         assert_eq!(p.paused_ns(3, 100_000), 99_000);
+        assert_eq!(p.longest_pause_ns(3, 100_000), 99_000, "a pause still running counts up to now");
         assert_eq!(p.paused_ns(3, 10_000_000), 512_000, "ran out by itself");
 
         // XOFF, refreshed before it runs out, then XON.
@@ -122,6 +137,7 @@ mod tests {
         p.on_frame(&frame(1 << 3, 0), 40_000_000);
         assert!(p.may_send(3, 40_000_000));
         assert_eq!(p.paused_ns(3, 50_000_000), 512_000 + 20_000_000);
+        assert_eq!(p.longest_pause_ns(3, 50_000_000), 20_000_000, "the refreshed pause counts once");
         assert_eq!(p.frames(), 4);
     }
 

@@ -90,3 +90,89 @@ fn a_pause_is_refreshed_while_the_ingress_stays_over_xon() {
     let frames = sw.pauses_sent;
     assert!(frames > 2_000, "{frames} pause frames: the pauses were refreshed");
 }
+
+/// Two hosts write 2 MB each to a third through one switch at one byte per ns: the port to
+/// host 2 is the bottleneck, so the step lasts at least the 4 MB (plus wire overhead) it
+/// drains, and each sender, busy only for its own 2 MB, spends the rest paused by the switch.
+#[test]
+fn an_incast_pauses_the_senders_for_the_time_the_bottleneck_takes_beyond_their_own() {
+    let net = star(3, shallow_qos(64 << 20, true, false));
+    let qps = [qp(0, 2, 2_000_000, 0), qp(1, 2, 2_000_000, 1)];
+    let r = Twin::new(&net, endpoints(CcChoice::None), 1).run_step(&qps, 10_000_000_000).unwrap();
+    assert!(r.finished);
+    assert_eq!(r.paused.len(), 1, "only the switch paused, only the hosts, only class 3: {:?}", r.paused);
+    let p = r.paused_between("sw", "host");
+    assert_eq!((p.class, p.ports, p.ports_paused), (3, 3, 2), "h0's and h1's ports of the three were paused");
+    let t = r.completion_ns;
+    assert!(t >= 4_000_000, "the bottleneck drains 4 MB at 1 B/ns: {t} ns");
+    // Each sender's link is busy at least 2 ms with its own bytes and otherwise paused or
+    // idle (idle only before the first Xoff and at the tail): the senders' paused time
+    // together is close to the time their own bytes leave. A pause taking hold mid-frame
+    // lets that frame finish, so a pause can overlap up to one frame's time (4,200 ns) of
+    // sending: per PFC frame received at most that much beyond the time not sending.
+    let own = 2_000_000;
+    let frames = r.tiers[1].pauses_received;
+    assert!(p.paused_ns >= (2 * t - 2 * own) * 8 / 10, "paused {} ns in a step of {t} ns", p.paused_ns);
+    assert!(p.paused_ns <= 2 * (t - own) + frames * 4_200, "paused {} ns in a step of {t} ns", p.paused_ns);
+    assert!(p.longest_pause_ns > 0 && p.longest_pause_ns <= t - own);
+    assert!((p.paused_share - p.paused_ns as f64 / (3 * t) as f64).abs() < 1e-9);
+    assert_eq!(
+        r.paused_between("host", "sw"),
+        fabric_twin::report::PausedTime { pausing: "host".into(), paused: "sw".into(), ..Default::default() }
+    );
+}
+
+#[test]
+fn a_fabric_without_congestion_is_never_paused() {
+    // A permutation through one switch: every port carries one flow at line rate.
+    let net = star(4, shallow_qos(64 << 20, true, false));
+    let qps = [qp(0, 1, 2_000_000, 0), qp(1, 2, 2_000_000, 1), qp(2, 3, 2_000_000, 2), qp(3, 0, 2_000_000, 3)];
+    let r = Twin::new(&net, endpoints(CcChoice::None), 1).run_step(&qps, 10_000_000_000).unwrap();
+    assert!(r.finished);
+    assert!(r.paused.is_empty(), "{:?}", r.paused);
+    assert!(r.ports.iter().all(|c| c.paused_ns == [0; 8] && c.longest_pause_ns == [0; 8]));
+}
+
+#[test]
+fn a_two_tier_incast_reports_which_tier_paused_which() {
+    let r = two_tier_incast(true);
+    let spine_by_leaf = r.paused_between("leaf", "spine");
+    let leaf_by_spine = r.paused_between("spine", "leaf");
+    assert!(spine_by_leaf.paused_ns > 0, "L1 paused the spine: {:?}", r.paused);
+    assert!(leaf_by_spine.paused_ns > 0, "the spine paused L0: {:?}", r.paused);
+    assert_eq!((spine_by_leaf.ports, leaf_by_spine.ports), (2, 2), "one spine, two leaves");
+    assert!(spine_by_leaf.longest_pause_ns <= r.completion_ns);
+    assert!(r.paused_between("leaf", "host").paused_ns > 0);
+}
+
+/// Host 2 stops reading for 500 µs (a NIC with a full buffer): it pauses its switch port every
+/// 32 µs with pauses of 64 µs, then resumes. The switch's port toward it is paused once, for
+/// the stall (from the first frame's arrival to the resume's), and the switch in turn pauses
+/// the sender.
+#[test]
+fn a_stuck_receiver_pauses_its_switch_port_for_the_stall_and_the_pause_spreads_upstream() {
+    use fabric_twin::engine::{Change, Scheduled};
+    let net = star(3, shallow_qos(64 << 20, true, false));
+    let stall = 500_000;
+    // 1,000 quanta at 8 Gbit/s: 64 µs.
+    let frame = |at_ns, quanta| Scheduled { at_ns, change: Change::Pfc { node: 2, port: 0, class: 3, quanta } };
+    let mut changes: Vec<_> = (0..stall).step_by(32_000).map(|t| frame(t, 1000)).collect();
+    changes.push(frame(stall, 0));
+    let qps = [qp(0, 2, 1_000_000, 0)];
+    let mut twin = Twin::new(&net, endpoints(CcChoice::None), 1);
+    let r = twin.run_step_with(&qps, 10_000_000_000, &changes).unwrap();
+    assert!(r.finished);
+    let sw_by_host = r.paused_between("host", "sw");
+    assert_eq!((sw_by_host.ports, sw_by_host.ports_paused), (3, 1), "only the port toward host 2");
+    // Both the first frame and the resume take the same time to arrive: the pause lasts the stall.
+    assert_eq!(sw_by_host.longest_pause_ns, stall, "{sw_by_host:?}");
+    assert_eq!(sw_by_host.paused_ns, stall);
+    assert!(r.completion_ns > stall);
+    let host_by_sw = r.paused_between("sw", "host");
+    assert!(host_by_sw.paused_ns > 0 && host_by_sw.longest_pause_ns < stall, "{host_by_sw:?}");
+    assert_eq!(r.tiers[1].pauses_sent, changes.len() as u64, "the host sent every frame it was told to");
+
+    let bad = [Scheduled { at_ns: 0, change: Change::Pfc { node: 2, port: 0, class: 8, quanta: 1 } }];
+    let err = twin.run_step_with(&qps, 1_000_000, &bad).unwrap_err().to_string();
+    assert!(err.contains("changes[0]: class 8 does not exist"), "{err}");
+}

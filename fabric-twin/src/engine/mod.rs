@@ -24,10 +24,10 @@ use fabric_roce::{
 use crate::{
     event::{EventQueue, Kind, Nanos},
     host::{Host, QpState},
-    link::{Port, Queued, wire_bytes},
+    link::{Port, PortCounters, Queued, wire_bytes},
     net::{Network, NodeKind, Routing},
     packet::{Packet, PacketPool, Payload},
-    report::{DepthHistogram, QpOutcome, StepReport, TierReport},
+    report::{DepthHistogram, QpOutcome, StepReport, TierReport, paused_time},
     switch::{Admission, EgressView, Switch},
     workload::{EndpointConfig, QpSpec},
 };
@@ -69,6 +69,10 @@ pub enum Change<'n, R> {
     /// or drain; the same nodes and ports). Member counters stop: their numbering is the
     /// first routing's.
     Routes(&'n Network<R>),
+    /// The port at `node`'s `port` sends its peer a PFC frame for `class` with `quanta` (0:
+    /// resume): a source of pauses outside the switches' thresholds, such as a NIC whose
+    /// receive buffer is full (a stuck receiver) pausing its rack switch.
+    Pfc { node: usize, port: usize, class: usize, quanta: u16 },
 }
 
 // Not derived: a derive would ask `R` to be `Copy`, and only a reference to it is held.
@@ -236,6 +240,13 @@ impl<'n, R: Routing> Twin<'n, R> {
                 Change::Routes(net) => (net.nodes.len() != self.net.nodes.len()
                     || net.nodes.iter().zip(&self.net.nodes).any(|(a, b)| a.ports != b.ports))
                 .then(|| "the new routes are for another network (nodes or ports differ)".to_string()),
+                Change::Pfc { node, port, class, .. } => {
+                    if self.net.nodes.get(node).is_none_or(|n| port >= n.ports.len()) {
+                        Some(format!("node {node} has no port {port}"))
+                    } else {
+                        (class >= CLASSES).then(|| format!("class {class} does not exist (0..{CLASSES})"))
+                    }
+                }
             };
             if let Some(reason) = reason {
                 return Err(TwinError::Change { index, reason });
@@ -299,6 +310,12 @@ impl<'n, R: Routing> Twin<'n, R> {
             Change::Routes(net) => {
                 self.net = net;
                 self.count_members = false;
+            }
+            Change::Pfc { node, port, class, quanta } => {
+                let p = self.net.port_index(node, port);
+                if !self.down[p as usize] {
+                    self.send_pfc(p, class, quanta);
+                }
             }
         }
     }
@@ -765,11 +782,19 @@ impl<'n, R: Routing> Twin<'n, R> {
             (t.max_depth_bytes, t.depth_p50_bytes, t.depth_p99_bytes) = (d.max(), d.quantile(0.5), d.quantile(0.99));
             t.depth = d;
         }
+        let ports: Vec<PortCounters> = self.ports.iter().map(|p| p.counters_at(now)).collect();
+        let tier_of_port = |p: usize| match self.net.nodes[self.ports[p].node as usize].kind {
+            NodeKind::Switch(s) => s.tier,
+            NodeKind::Host => host_tier,
+        };
+        let tier_names: Vec<String> = tiers.iter().map(|t| t.tier.clone()).collect();
+        let paused = paused_time(&tier_names, &ports, tier_of_port, |p| self.ports[p].peer as usize, now);
         StepReport {
             finished,
             completion_ns,
             qps,
-            ports: self.ports.iter().map(|p| p.counters).collect(),
+            ports,
+            paused,
             member_packets: std::mem::take(&mut self.member_packets),
             member_bytes: std::mem::take(&mut self.member_bytes),
             tiers,

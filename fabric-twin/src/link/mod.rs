@@ -40,6 +40,10 @@ pub struct PortCounters {
     pub resumes_sent: u64,
     /// Deepest any class's queue has been, wire bytes.
     pub max_depth_bytes: u64,
+    /// Per class: how long the peer's PFC frames held this port paused in total, and its
+    /// longest continuous pause (filled in when the step reports).
+    pub paused_ns: [Nanos; CLASSES],
+    pub longest_pause_ns: [Nanos; CLASSES],
 }
 
 /// A queued packet: its index, and what dequeuing and sending it need without touching the
@@ -117,6 +121,18 @@ impl Port {
         self.ever_paused = true;
         self.pause.on_frame(frame, now);
         self.counters.pauses_received += 1;
+    }
+
+    /// The counters with each class's paused time up to `now` filled in.
+    pub fn counters_at(&self, now: Nanos) -> PortCounters {
+        let mut c = self.counters;
+        if self.ever_paused {
+            for class in 0..CLASSES {
+                c.paused_ns[class] = self.pause.paused_ns(class, now);
+                c.longest_pause_ns[class] = self.pause.longest_pause_ns(class, now);
+            }
+        }
+        c
     }
 
     /// Whether `class` may send at `now`.

@@ -1,6 +1,9 @@
 //! What a run reports: per QP its completion and transport counters, per port what it sent,
-//! per tier ECN marks, drops, PFC frames and the distribution of queue depths.
+//! per tier ECN marks, drops, PFC frames and the distribution of queue depths, and per pair of
+//! tiers how long one tier's PFC frames held the other's ports paused ([`PausedTime`]).
 use serde::Serialize;
+
+use fabric_common::pfc::CLASSES;
 
 use crate::{event::Nanos, link::PortCounters};
 
@@ -106,6 +109,89 @@ pub struct TierReport {
     pub depth: DepthHistogram,
 }
 
+/// How long the ports of one tier (`paused`) toward another (`pausing`) were held paused by
+/// the PFC frames the other tier sent, in one priority class: the paper's "CTSWs pausing
+/// RTSWs" is `pausing: ctsw, paused: rtsw`. A pause runs from the frame's arrival to its
+/// resume (quanta 0) or expiry; refreshes before it expires extend it, so a pause kept in
+/// force by refreshes counts as one continuous pause.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PausedTime {
+    pub pausing: String,
+    pub paused: String,
+    pub class: usize,
+    /// Ports of `paused` whose link leads to `pausing`.
+    pub ports: u64,
+    /// ... of which paused at least once.
+    pub ports_paused: u64,
+    /// Paused time summed over the ports.
+    pub paused_ns: Nanos,
+    /// The longest continuous pause of any one port.
+    pub longest_pause_ns: Nanos,
+    /// `ports` times the time observed (the step's duration, summed over the steps counted):
+    /// what `paused_ns` is a share of.
+    pub port_ns: Nanos,
+    /// `paused_ns / port_ns`: the share of the ports' time spent paused.
+    pub paused_share: f64,
+}
+
+impl PausedTime {
+    /// Adds `other` (the same pair and class) counted `repeat` times.
+    pub fn add(&mut self, other: &PausedTime, repeat: u64) {
+        self.ports = self.ports.max(other.ports);
+        self.ports_paused = self.ports_paused.max(other.ports_paused);
+        self.paused_ns += repeat * other.paused_ns;
+        self.longest_pause_ns = self.longest_pause_ns.max(other.longest_pause_ns);
+        self.port_ns += repeat * other.port_ns;
+        self.paused_share = share(self.paused_ns, self.port_ns);
+    }
+}
+
+fn share(part: Nanos, whole: Nanos) -> f64 {
+    if whole == 0 { 0.0 } else { part as f64 / whole as f64 }
+}
+
+/// Per (pausing tier, paused tier, class) with any pause, the paused time of `ports` (the global
+/// ports' counters) over `duration_ns`. `tier_of_port(p)` is the tier of the node of port `p`,
+/// `peer(p)` the port at its other end.
+pub fn paused_time(
+    tiers: &[String],
+    ports: &[PortCounters],
+    tier_of_port: impl Fn(usize) -> usize,
+    peer: impl Fn(usize) -> usize,
+    duration_ns: Nanos,
+) -> Vec<PausedTime> {
+    let n = tiers.len();
+    // Index (pausing, paused, class); ports per (pausing, paused).
+    let mut acc = vec![PausedTime::default(); n * n * CLASSES];
+    let mut links = vec![0u64; n * n];
+    for (p, c) in ports.iter().enumerate() {
+        let (paused, pausing) = (tier_of_port(p), tier_of_port(peer(p)));
+        links[pausing * n + paused] += 1;
+        for class in 0..CLASSES {
+            let a = &mut acc[(pausing * n + paused) * CLASSES + class];
+            a.ports_paused += u64::from(c.paused_ns[class] > 0);
+            a.paused_ns += c.paused_ns[class];
+            a.longest_pause_ns = a.longest_pause_ns.max(c.longest_pause_ns[class]);
+        }
+    }
+    let mut out = Vec::new();
+    for (i, mut a) in acc.into_iter().enumerate() {
+        if a.paused_ns == 0 {
+            continue;
+        }
+        let (pair, class) = (i / CLASSES, i % CLASSES);
+        let (pausing, paused) = (pair / n, pair % n);
+        a.pausing = tiers[pausing].clone();
+        a.paused = tiers[paused].clone();
+        a.class = class;
+        a.ports = links[pair];
+        a.port_ns = a.ports * duration_ns;
+        a.paused_share = share(a.paused_ns, a.port_ns);
+        out.push(a);
+    }
+    out
+}
+
 /// One step's outcome.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct StepReport {
@@ -124,6 +210,8 @@ pub struct StepReport {
     #[serde(skip)]
     pub member_bytes: Vec<u64>,
     pub tiers: Vec<TierReport>,
+    /// Per pair of tiers and class with any pause: how long one held the other paused.
+    pub paused: Vec<PausedTime>,
     /// Events handled.
     pub events: u64,
     /// ... by kind, as (name, count).
@@ -153,8 +241,30 @@ impl StepReport {
         self.qps.iter().map(|q| q.reordered_packets).sum()
     }
 
+    /// The paused time `pausing` held `paused`'s ports in, summed over the classes (zero if it
+    /// never paused them).
+    pub fn paused_between(&self, pausing: &str, paused: &str) -> PausedTime {
+        sum_pairs(&self.paused, pausing, paused)
+    }
+
     /// The deepest reordering any responder saw, PSNs.
     pub fn reorder_depth_max(&self) -> u64 {
         self.qps.iter().map(|q| q.reorder_depth_max).max().unwrap_or(0)
     }
+}
+
+/// The entries of `pairs` from `pausing` to `paused`, summed over their classes (ports and
+/// `port_ns` are per class, so the largest is kept rather than summed).
+pub fn sum_pairs(pairs: &[PausedTime], pausing: &str, paused: &str) -> PausedTime {
+    let mut out = PausedTime { pausing: pausing.to_string(), paused: paused.to_string(), ..Default::default() };
+    for p in pairs.iter().filter(|p| p.pausing == pausing && p.paused == paused) {
+        out.class = p.class;
+        out.ports = out.ports.max(p.ports);
+        out.ports_paused = out.ports_paused.max(p.ports_paused);
+        out.paused_ns += p.paused_ns;
+        out.longest_pause_ns = out.longest_pause_ns.max(p.longest_pause_ns);
+        out.port_ns = out.port_ns.max(p.port_ns);
+    }
+    out.paused_share = share(out.paused_ns, out.port_ns);
+    out
 }

@@ -9,7 +9,7 @@ use super::{ALL, Options};
 #[derive(Clone, Debug, clap::Args)]
 pub struct ExperimentArgs {
     /// `list`, `all`, or a scenario: ecmp-entropy, path-pinning, link-failure, incast, pfc-storm,
-    /// cross-zone.
+    /// cc-at-400g (twin only), cross-zone, ...
     pub name: String,
     /// The full variant (bigger messages, 5 seeds) instead of the CI one (small, 2 seeds).
     #[arg(long)]

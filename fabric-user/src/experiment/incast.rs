@@ -2,6 +2,7 @@
 use anyhow::Result;
 
 use super::case::find as case;
+use super::twin::TwinModel;
 use super::{
     harness::{
         Better, Case, Ctx, DepthSnapshot, Metric, Outcome, Scenario, base_options, completion_ms, log2_bucket_top,
@@ -10,6 +11,7 @@ use super::{
     verdict::{Comparison, Verdict, per_seed},
 };
 use crate::run::RunResult;
+use crate::sim::{SimOptions, SimResult};
 use crate::{endpoint::CcMode, model::placement::Placement, model::workload::Collective, run::RunOptions};
 
 pub const SCENARIO: Scenario = Scenario {
@@ -73,6 +75,9 @@ fn options(mode: &Mode, message: u64, time_scale: u64) -> RunOptions {
 }
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
+    if let Some(model) = ctx.twin {
+        return run_twin(ctx, model);
+    }
     let message: u64 = ctx.pick(2 << 20, 8 << 20);
     let mut cases: Vec<Case> = MODES.iter().map(|m| Case::new(m.0, m.1)).collect();
     let mut topo = super::harness::shipped_topology(None)?;
@@ -94,7 +99,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         }
         Ok(())
     })?;
-    let verdicts = verdicts(&cases);
+    let verdicts = verdicts(&cases, TESTBED_QUEUE);
     Ok(Outcome {
         setup: vec![
             format!(
@@ -164,6 +169,96 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     })
 }
 
+/// The incast's senders on the twin: the testbed's 4 (its fabric), 16 at `--scale`.
+fn twin_ranks(model: TwinModel) -> usize {
+    if model.scale.is_some() { 17 } else { HOSTS.len() }
+}
+
+/// The same cases on the twin. Placement `fragmented` puts rank 0 (the receiver) on the first
+/// rack and each sender on a rack of its own (on the testbed's fabric: exactly [`HOSTS`]).
+fn run_twin(ctx: &Ctx, model: TwinModel) -> Result<Outcome> {
+    let fabric = model.fabric(crate::model::topology::Topology::default_topology(), |_| {});
+    let message: u64 = ctx.pick(2 << 20, 8 << 20);
+    let ranks = twin_ranks(model);
+    let runs: Vec<(usize, SimOptions)> = MODES
+        .iter()
+        .enumerate()
+        .map(|(i, mode)| (i, twin_options(Collective::Incast, ranks, message, options(mode, message, 1).endpoint)))
+        .collect();
+    let mut cases: Vec<Case> = MODES.iter().map(|m| Case::new(m.0, m.1)).collect();
+    super::twin::run_twin_cases_with(ctx, &fabric, &runs, &mut cases, push_twin_metrics)?;
+    let verdicts = verdicts(&cases, "deepest queue of any switch port (exact)");
+    Ok(Outcome {
+        setup: vec![
+            format!(
+                "Incast: {} senders, each on a rack of its own, send {} MiB each to one receiver at once (placement                  `fragmented`), 1 QP each, DSCP 26 (lossless class 3), ECN-capable; links as the topology states                  them (400 Gbit/s), 1 µs each.",
+                ranks - 1,
+                message >> 20
+            ),
+            "DCQCN and CTS settings as in the testbed variant (DCQCN paper's parameters and a CNP every 4 µs; CTS              4 x 64 KiB and 4 x 512 KiB)."
+                .into(),
+            "On the twin: completion is modelled time; PFC frames count every frame the switches sent (XOFF,              refresh and resume); the deepest queue is exact (the deepest any switch port held), and under CTS              every byte queued toward the receiver is within its grants, so the bound holds for every queue."
+                .into(),
+            "Nothing in the incast is random: seeds repeat the measurement.".into(),
+        ],
+        metrics: vec![
+            Metric::new("completion_ms", "incast completion", "ms modelled", Better::Lower, true),
+            Metric::new("pfc_frames", "PFC frames sent by switches", "", Better::Lower, true),
+            Metric::new("paused_ms", "paused time of switch ports", "ms, summed", Better::Lower, false),
+            Metric::new("host_paused_ms", "paused time of hosts", "ms, summed", Better::Lower, false),
+            Metric::new("ecn_marked", "ECN marks", "packets", Better::Lower, true),
+            Metric::new("lossless_lost", "switch drops + headroom overruns", "packets", Better::Lower, false),
+            Metric::new("downlink_queue_kib", "deepest queue of any switch port", "KiB", Better::Lower, true),
+            Metric::new("cnps", "CNPs received by senders", "", Better::None, false),
+            Metric::new("retransmitted", "retransmitted packets", "", Better::Lower, false),
+            Metric::new("timeouts", "retransmission timeouts", "", Better::Lower, false),
+        ],
+        cases,
+        verdicts,
+        notes: vec![],
+        tables: vec![],
+    })
+}
+
+/// A case on the twin: `collective` over `ranks` fragmented hosts with the endpoints `endpoint`.
+pub fn twin_options(
+    collective: Collective,
+    ranks: usize,
+    message_bytes: u64,
+    endpoint: crate::endpoint::EndpointOptions,
+) -> SimOptions {
+    SimOptions {
+        collective,
+        ranks: Some(ranks),
+        message_bytes,
+        placement: Placement::Fragmented,
+        seed: 1,
+        hash: fabric_common::config::HashMode::Eecmp,
+        hash_seed: None,
+        endpoint,
+    }
+}
+
+/// The testbed's metrics from a twin result. The twin has no host sockets: a NAK there means a
+/// packet lost in the network or overtaken, and none is explained by a socket drop.
+fn push_twin_metrics(c: &mut Case, r: &SimResult, o: &SimOptions) {
+    let Some(p) = r.packet.as_ref() else { return };
+    let switches = || p.tiers.iter().filter(|t| t.tier != "host");
+    c.push("ecn_marked", p.ecn_marks as f64);
+    c.push("lossless_lost", switches().map(|t| t.drops + t.over_headroom).sum::<u64>() as f64);
+    let deepest = switches().map(|t| t.max_depth_bytes).max().unwrap_or(0);
+    c.push("downlink_queue_kib", deepest as f64 / 1024.0);
+    c.push("cnps", p.cnps as f64);
+    c.push("retransmitted", p.retransmissions as f64);
+    c.push("timeouts", p.timeouts as f64);
+    c.push("socket_drops", 0.0);
+    c.push("unexplained_naks", p.naks as f64);
+    let explained = u64::from(o.endpoint.window) * (p.naks + p.timeouts);
+    c.push("unexplained_resends", p.retransmissions.saturating_sub(explained) as f64);
+    c.push("delivered", f64::from(u8::from(p.finished)));
+    c.push("cts_bound_kib", (o.endpoint.cts_channels as u64 * o.endpoint.cts_buffer_bytes) as f64 / 1024.0);
+}
+
 fn push_metrics(c: &mut Case, r: &RunResult, o: &RunOptions, max_queue: u64, drops: u64) {
     let g = &r.congestion;
     c.push("completion_ms", completion_ms(r));
@@ -198,7 +293,11 @@ fn fewer(key: &'static str, claim: &str, metric: &str, (a, b): (&str, &str), mar
     Comparison { key, claim, metric, unit: "", cases: (a, b), better: Better::Lower, margin_pct: margin }.judge(cases)
 }
 
-fn verdicts(cases: &[Case]) -> Vec<Verdict> {
+/// Where the testbed reads the queue the CTS bound is checked in.
+const TESTBED_QUEUE: &str = "deepest sampled queue z0r0->z0r0h0 (log2 bucket tops)";
+
+/// The verdicts, `queue` saying where `downlink_queue_kib` was read.
+fn verdicts(cases: &[Case], queue: &str) -> Vec<Verdict> {
     vec![
         fewer(
             "cts-pauses-less",
@@ -218,7 +317,7 @@ fn verdicts(cases: &[Case]) -> Vec<Verdict> {
             50.0,
             cases,
         ),
-        cts_bound(cases),
+        cts_bound(cases, queue),
         fewer(
             "dcqcn-paper-no-better",
             "At 400G, DCQCN with settings carried over (the paper's 50 µs CNP interval, untuned ECN thresholds) \
@@ -253,7 +352,7 @@ fn verdicts(cases: &[Case]) -> Vec<Verdict> {
 /// CTS bounds the bytes in flight toward the receiver: measured in the network, as the deepest
 /// sampled queue of the receiver's RTSW port toward it, at the log2 resolution of the agents'
 /// depth histograms; PFC alone must exceed the same bound, or the measure could not tell.
-fn cts_bound(cases: &[Case]) -> Verdict {
+fn cts_bound(cases: &[Case], queue: &str) -> Verdict {
     let cts = case(cases, "cts");
     let bound_kib = cts.values_of("cts_bound_kib").first().copied().unwrap_or(0.0);
     // The bound is payload; the queue holds frames (headers and wire overhead, about 2% at 4 KiB).
@@ -266,8 +365,7 @@ fn cts_bound(cases: &[Case]) -> Verdict {
         "CTS bounds what is in flight toward the receiver by channels x buffer (measured in the switch queue \
          toward the receiver, not in the receiver's grant bookkeeping)",
         format!(
-            "deepest sampled queue {RECEIVER_RTSW}->{RECEIVER} per seed (log2 bucket tops): CTS {} KiB, PFC only {} \
-             KiB; bound {bound_kib:.0} KiB, i.e. at most the {limit_kib:.0} KiB bucket",
+            "{queue} per seed: CTS {} KiB, PFC only {} KiB; bound {bound_kib:.0} KiB, i.e. at most the {limit_kib:.0} KiB bucket",
             per_seed(&under, ""),
             per_seed(&pfc, "")
         ),
@@ -330,13 +428,17 @@ mod tests {
         ]
     }
 
+    fn testbed_verdicts(cases: &[Case]) -> Vec<Verdict> {
+        verdicts(cases, TESTBED_QUEUE)
+    }
+
     fn decision(v: &[Verdict], key: &str) -> Decision {
         v.iter().find(|v| v.key == key).unwrap().direction
     }
 
     #[test]
     fn the_cts_bound_is_read_in_the_queue_and_must_separate_cts_from_pfc_alone() {
-        let ok = verdicts(&cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3]));
+        let ok = testbed_verdicts(&cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3]));
         assert_eq!(decision(&ok, "cts-bounds-in-flight"), Decision::Matches);
         assert_eq!(decision(&ok, "cts-pauses-less"), Decision::Matches);
         assert_eq!(decision(&ok, "cts-over-xoff-pauses"), Decision::Matches);
@@ -344,11 +446,11 @@ mod tests {
         assert_eq!(decision(&ok, "lossless"), Decision::Matches);
         // A queue past the bound's bucket, or a measure that cannot tell CTS from PFC alone.
         assert_eq!(
-            decision(&verdicts(&cases([1024.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
+            decision(&testbed_verdicts(&cases([1024.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
             Decision::DoesNotMatch
         );
         assert_eq!(
-            decision(&verdicts(&cases([256.0; 3], [256.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
+            decision(&testbed_verdicts(&cases([256.0; 3], [256.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
             Decision::DoesNotMatch
         );
     }
@@ -357,17 +459,17 @@ mod tests {
     fn a_nak_no_socket_drop_explains_breaks_losslessness() {
         let mut c = cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3]);
         c[2].values.insert("unexplained_naks".into(), vec![0.0, 1.0, 0.0]);
-        assert_eq!(decision(&verdicts(&c), "lossless"), Decision::DoesNotMatch);
+        assert_eq!(decision(&testbed_verdicts(&c), "lossless"), Decision::DoesNotMatch);
     }
 
     #[test]
     fn one_lost_lossless_packet_or_one_unexplained_resend_breaks_losslessness() {
         assert_eq!(
-            decision(&verdicts(&cases([256.0; 3], [2048.0; 3], [0.0, 1.0, 0.0], [0.0; 3])), "lossless"),
+            decision(&testbed_verdicts(&cases([256.0; 3], [2048.0; 3], [0.0, 1.0, 0.0], [0.0; 3])), "lossless"),
             Decision::DoesNotMatch
         );
         assert_eq!(
-            decision(&verdicts(&cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0, 0.0, 1.0])), "lossless"),
+            decision(&testbed_verdicts(&cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0, 0.0, 1.0])), "lossless"),
             Decision::DoesNotMatch
         );
     }

@@ -7,6 +7,7 @@
 //! The default is the CI variant (small messages, 2 seeds); `--full` uses bigger messages and
 //! more seeds.
 pub mod case;
+pub mod cc_at_400g;
 pub mod chart;
 pub mod cli;
 pub mod cross_zone;
@@ -46,6 +47,7 @@ pub const ALL: &[Scenario] = &[
     link_failure::SCENARIO,
     incast::SCENARIO,
     pfc_storm::SCENARIO,
+    cc_at_400g::SCENARIO,
     cross_zone::SCENARIO,
     gray_failure::SCENARIO,
     load_balancing::SCENARIO,
@@ -65,7 +67,8 @@ pub fn find(name: &str) -> Result<&'static Scenario> {
 /// Runs one scenario and writes its results under `opts.out/NAME/`.
 pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
     let scenario = find(name)?;
-    if opts.twin.is_none() {
+    // cc-at-400g runs on the twin either way.
+    if opts.twin.is_none() && name != cc_at_400g::SCENARIO.name {
         crate::sys::netns::require_capabilities()?;
     } else if !TWIN_SCENARIOS.contains(&name) {
         bail!("{name}: no packet-model variant yet (--model packet runs {})", TWIN_SCENARIOS.join(", "));
@@ -103,7 +106,7 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
 }
 
 /// The scenarios with a packet-model (twin) variant.
-pub const TWIN_SCENARIOS: [&str; 2] = ["ecmp-entropy", "path-pinning"];
+pub const TWIN_SCENARIOS: [&str; 5] = ["ecmp-entropy", "path-pinning", "incast", "pfc-storm", "cc-at-400g"];
 
 /// The verdict table in plain text (for the terminal).
 pub fn print_summary(r: &ExperimentReport, dir: &Path) {

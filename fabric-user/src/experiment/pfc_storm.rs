@@ -57,6 +57,9 @@ fn tier_pauses(state: &State) -> Result<(BTreeMap<&'static str, u64>, Storms)> {
 }
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
+    if let Some(model) = ctx.twin {
+        return run_twin(ctx, model);
+    }
     let message: u64 = ctx.pick(2 << 20, 4 << 20);
     let mut topo = super::harness::shipped_topology(None)?;
     let shipped_scale = topo.time_scale;
@@ -106,7 +109,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         }
         Ok(())
     })?;
-    let verdicts = verdicts(&cases, watchdog_wall_ms);
+    let verdicts = verdicts(&cases, &format!("50 µs modelled = {watchdog_wall_ms:.0} ms wall"));
     Ok(Outcome {
         setup: vec![
             format!(
@@ -151,7 +154,78 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     })
 }
 
-fn verdicts(cases: &[Case], watchdog_wall_ms: f64) -> Vec<Verdict> {
+/// The PFC watchdog on the twin, modelled µs: as the testbed variant sets it.
+const TWIN_WATCHDOG_US: f64 = 50.0;
+
+/// The same two cases on the twin: the incast of `incast`'s twin variant, the receiver (rank 0)
+/// healthy or stalled. The twin has no watchdog process: a port counts as a storm when one of
+/// its pauses lasted longer than the watchdog's time, read from the paused time per tier pair.
+fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
+    use super::twin::{TwinRun, run_twin_cases_then};
+    use crate::sim::packet::Stall;
+    let fabric = model.fabric(crate::model::topology::Topology::default_topology(), |_| {});
+    let message: u64 = ctx.pick(2 << 20, 4 << 20);
+    let ranks = if model.scale.is_some() { 17 } else { super::incast::HOSTS.len() };
+    let stall_us: u64 = ctx.pick(500, 1000);
+    let endpoint = super::incast::incast(CcMode::None, message).endpoint;
+    let o = super::incast::twin_options(crate::model::workload::Collective::Incast, ranks, message, endpoint);
+    let stall = Stall { rank: 0, duration_ns: stall_us * 1000 };
+    let runs = [
+        TwinRun { case: 0, fabric: &fabric, options: o.clone(), stall: None },
+        TwinRun { case: 1, fabric: &fabric, options: o, stall: Some(stall) },
+    ];
+    let mut cases = vec![Case::new("healthy", "healthy receiver"), Case::new("slow", "slow receiver")];
+    run_twin_cases_then(ctx, &runs, &mut cases, |c, r, _| push_twin_metrics(c, r))?;
+    let verdicts = verdicts(&cases, &format!("{TWIN_WATCHDOG_US} µs modelled, the twin's longest pauses"));
+    Ok(Outcome {
+        setup: vec![
+            format!(
+                "Incast of {} MiB from {} senders, each on a rack of its own, into one receiver with PFC only; in                  the slow case the receiver's NIC sends XOFF to its RTSW every half pause time for {stall_us} µs                  from the start, then a resume.",
+                message >> 20,
+                ranks - 1
+            ),
+            format!(
+                "Per tier: PFC frames the switches of that tier sent (XOFF, refresh and resume). Watchdog: a port                  whose longest continuous pause exceeded {TWIN_WATCHDOG_US} µs counts as a storm (the twin keeps                  each port's longest pause; `receiver_storms` reads the RTSW ports paused by hosts, `storms`                  counts the tier pairs with such a pause)."
+            ),
+        ],
+        metrics: vec![
+            Metric::new("host_pfc", "PFC frames sent by hosts (the slow receiver)", "", Better::None, false),
+            Metric::new("rtsw_pfc", "PFC frames sent by RTSWs", "", Better::Lower, true),
+            Metric::new("ctsw_pfc", "PFC frames sent by CTSWs", "", Better::Lower, true),
+            Metric::new("storms", "tier pairs paused longer than the watchdog", "", Better::None, true),
+            Metric::new(
+                "receiver_storms",
+                "RTSW port toward a host paused longer than the watchdog",
+                "",
+                Better::None,
+                false,
+            ),
+            Metric::new("completion_ms", "incast completion", "ms modelled", Better::Lower, false),
+            Metric::new("host_paused_ms", "paused time of hosts", "ms, summed", Better::Lower, false),
+            Metric::new("ctsw_rtsw_longest_us", "longest pause of an RTSW port by a CTSW", "µs", Better::Lower, false),
+        ],
+        cases,
+        verdicts,
+        notes: vec![],
+        tables: vec![],
+    })
+}
+
+fn push_twin_metrics(c: &mut Case, r: &crate::sim::SimResult) {
+    let Some(p) = r.packet.as_ref() else { return };
+    let sent = |tier: &str| p.tiers.iter().filter(|t| t.tier == tier).map(|t| t.pauses_sent).sum::<u64>() as f64;
+    c.push("host_pfc", sent("host"));
+    c.push("rtsw_pfc", sent("rtsw"));
+    c.push("ctsw_pfc", sent("ctsw"));
+    let watchdog_ns = (TWIN_WATCHDOG_US * 1e3) as u64;
+    let over = |t: &&fabric_twin::report::PausedTime| t.longest_pause_ns > watchdog_ns;
+    c.push("storms", p.paused.iter().filter(over).count() as f64);
+    let receiver = p.paused.iter().filter(|t| t.pausing == "host" && t.paused == "rtsw").filter(over).count();
+    c.push("receiver_storms", receiver as f64);
+    c.push("lost", f64::from(u8::from(!p.finished)) + p.drops as f64);
+}
+
+fn verdicts(cases: &[Case], watchdog: &str) -> Vec<Verdict> {
     let (healthy, slow) = (&cases[0], &cases[1]);
     let storms = (slow.values_of("receiver_storms"), healthy.values_of("receiver_storms"));
     vec![
@@ -174,7 +248,7 @@ fn verdicts(cases: &[Case], watchdog_wall_ms: f64) -> Vec<Verdict> {
              fire there for a healthy receiver",
             format!(
                 "watchdog storms on z0r0's port toward the receiver per run: slow receiver {}, healthy {} (watchdog \
-                 50 µs modelled = {watchdog_wall_ms:.0} ms wall; storms anywhere: slow {}, healthy {})",
+                 {watchdog}; storms anywhere: slow {}, healthy {})",
                 per_seed(&storms.0, ""),
                 per_seed(&storms.1, ""),
                 per_seed(&slow.values_of("storms"), ""),
@@ -227,11 +301,11 @@ mod tests {
 
     #[test]
     fn the_watchdog_must_fire_for_the_stuck_receiver_only() {
-        let v = verdicts(&cases([1.0; 3], [0.0; 3], [0.0; 3]), 200.0);
+        let v = verdicts(&cases([1.0; 3], [0.0; 3], [0.0; 3]), "test");
         assert!(v.iter().all(|v| v.direction == Decision::Matches), "{v:#?}");
-        let v = verdicts(&cases([1.0; 3], [0.0, 1.0, 0.0], [0.0; 3]), 200.0);
+        let v = verdicts(&cases([1.0; 3], [0.0, 1.0, 0.0], [0.0; 3]), "test");
         assert_eq!(v[1].direction, Decision::DoesNotMatch, "a storm in a healthy run");
-        let v = verdicts(&cases([1.0, 0.0, 1.0], [0.0; 3], [0.0, 4096.0, 0.0]), 200.0);
+        let v = verdicts(&cases([1.0, 0.0, 1.0], [0.0; 3], [0.0, 4096.0, 0.0]), "test");
         assert_eq!(v[1].direction, Decision::DoesNotMatch, "a stall the watchdog missed");
         assert_eq!(v[2].direction, Decision::DoesNotMatch, "a lost byte");
     }

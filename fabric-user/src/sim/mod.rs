@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result, ensure};
 use fabric_common::config::HashMode;
-use fabric_twin::report::{StepReport, TierReport};
+use fabric_twin::report::{PausedTime, StepReport, TierReport};
 use serde::Serialize;
 
 use self::fairshare::{Paths, completion_time};
@@ -153,9 +153,15 @@ pub struct PacketStats {
     pub reorder_depth_max: u64,
     pub duplicate_psns: u64,
     pub timeouts: u64,
+    /// NAKs the requesters received (a receiver saw a gap: a packet lost or overtaken).
+    pub naks: u64,
     pub cnps: u64,
     /// Per switch tier (and `host`): PFC frames sent and received, queue depths.
     pub tiers: Vec<TierReport>,
+    /// Per pair of tiers and class with any pause, over one iteration: how long the pausing
+    /// tier's PFC frames held the paused tier's ports (`pausing: ctsw, paused: rtsw` is the
+    /// paper's "CTSWs pausing RTSWs"), the longest continuous pause, the share of time paused.
+    pub paused: Vec<PausedTime>,
     /// Simulation effort over the distinct steps.
     pub events: u64,
     pub events_by_kind: Vec<(&'static str, u64)>,
@@ -181,6 +187,7 @@ impl PacketStats {
         self.duplicate_psns += repeat * r.qps.iter().map(|q| q.duplicate_psns).sum::<u64>();
         self.timeouts += repeat * r.qps.iter().map(|q| q.timeouts).sum::<u64>();
         self.cnps += repeat * r.qps.iter().map(|q| q.cnps_received).sum::<u64>();
+        self.naks += repeat * r.qps.iter().map(|q| q.naks).sum::<u64>();
         if self.tiers.is_empty() {
             self.tiers = r.tiers.iter().map(|t| TierReport { tier: t.tier.clone(), ..Default::default() }).collect();
         }
@@ -195,6 +202,17 @@ impl PacketStats {
             acc.max_depth_bytes = acc.max_depth_bytes.max(t.max_depth_bytes);
             acc.depth_p50_bytes = acc.depth_p50_bytes.max(t.depth_p50_bytes);
             acc.depth_p99_bytes = acc.depth_p99_bytes.max(t.depth_p99_bytes);
+        }
+        for p in &r.paused {
+            let same = |a: &&mut PausedTime| a.pausing == p.pausing && a.paused == p.paused && a.class == p.class;
+            match self.paused.iter_mut().find(same) {
+                Some(acc) => acc.add(p, repeat),
+                None => {
+                    let mut acc = PausedTime { paused_ns: 0, port_ns: 0, ..p.clone() };
+                    acc.add(p, repeat);
+                    self.paused.push(acc);
+                }
+            }
         }
         self.events += r.events;
         if self.events_by_kind.is_empty() {
@@ -570,6 +588,20 @@ fn print_packet(results: &[SimResult]) {
             p.packet_hops,
             r.wall_s
         );
+        for t in &p.paused {
+            println!(
+                "{:<36} {} paused by {} (class {}): {} of {} ports, {:.3} ms in total, longest {:.1} µs, {:.2}% of the time",
+                r.case,
+                t.paused,
+                t.pausing,
+                t.class,
+                t.ports_paused,
+                t.ports,
+                t.paused_ns as f64 / 1e6,
+                t.longest_pause_ns as f64 / 1e3,
+                100.0 * t.paused_share
+            );
+        }
         if p.link_loss > 0 {
             println!("{:<36} link loss: {} frames lost to --loss", r.case, p.link_loss);
         }

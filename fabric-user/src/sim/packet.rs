@@ -22,7 +22,7 @@ use std::sync::{
 use anyhow::{Context as _, Result, ensure};
 use fabric_roce::{cts::CtsConfig, segment::PathMtu};
 use fabric_twin::{
-    Twin,
+    Change, Scheduled, Twin,
     net::{Network, NodeKind, NodeSpec, PortSpec, Routing, SwitchSpec},
     report::StepReport,
     workload::{CcChoice, EndpointConfig, QpSpec},
@@ -181,17 +181,34 @@ pub fn add_member_load(r: &StepReport, repeat: u64, load: &mut MemberLoad) {
 /// its own copy of the fabric; the results come back in the order of `cases`. The memory
 /// limit holds per case.
 pub fn simulate_packet_cases(fabric: &SimFabric, cases: &[SimOptions], p: &PacketOptions) -> Result<Vec<SimResult>> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(cases.len()).max(1);
+    let jobs: Vec<PacketJob<'_>> =
+        cases.iter().map(|o| PacketJob { fabric, options: o.clone(), stall: None }).collect();
+    simulate_packet_jobs(&jobs, p)
+}
+
+/// One case of [`simulate_packet_jobs`]: its own fabric (say, its own ECN thresholds), its
+/// options, and a stalled receiver if any.
+#[derive(Clone)]
+pub struct PacketJob<'f> {
+    pub fabric: &'f SimFabric,
+    pub options: SimOptions,
+    pub stall: Option<Stall>,
+}
+
+/// [`simulate_packet_cases`] for cases on fabrics of their own: one per core, each case on a
+/// copy of its fabric; the results in the order of `jobs`.
+pub fn simulate_packet_jobs(jobs: &[PacketJob<'_>], p: &PacketOptions) -> Result<Vec<SimResult>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len()).max(1);
     let next = AtomicUsize::new(0);
-    let done: Mutex<Vec<Option<Result<SimResult>>>> = Mutex::new((0..cases.len()).map(|_| None).collect());
+    let done: Mutex<Vec<Option<Result<SimResult>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
-                let mut fabric = fabric.clone();
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(o) = cases.get(i) else { break };
-                    let r = simulate_packet(&mut fabric, o, p);
+                    let Some(job) = jobs.get(i) else { break };
+                    let mut fabric = job.fabric.clone();
+                    let r = simulate_packet_run_with(&mut fabric, &job.options, p, false, job.stall).map(|r| r.result);
                     done.lock().expect("no thread panics holding it")[i] = Some(r);
                 }
             });
@@ -249,12 +266,51 @@ pub struct RunStep {
     pub repeat: usize,
 }
 
+/// A receiver that stops reading: from the start of each step its NIC pauses its rack switch's
+/// port toward it in the data class (refreshing the pause at half its time, as a switch agent
+/// does), and resumes it `duration_ns` later.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// The rank whose host stalls.
+    pub rank: usize,
+    pub duration_ns: u64,
+}
+
+impl Stall {
+    /// The PFC frames the stalled host sends: XOFF of the topology's quanta every half pause
+    /// time, then a resume at the end.
+    fn frames<'n, R>(&self, fabric: &SimFabric, host: usize, o: &SimOptions) -> Result<Vec<Scheduled<'n, R>>> {
+        let plan = &fabric.plan;
+        let node = &plan.nodes[host];
+        ensure!(node.ports.len() == 1, "stall: {} is not a host with one port", node.name);
+        let rate = (plan.links[node.ports[0].link].rate_gbps * 1e9) as u64;
+        let quanta = plan.topology.congestion.pause_quanta;
+        let every = (fabric_common::pfc::quanta_to_ns(quanta, rate) / 2).max(1);
+        let class = usize::from(o.endpoint.dscp >> 3);
+        let frame = |at_ns, quanta| Scheduled { at_ns, change: Change::Pfc { node: host, port: 0, class, quanta } };
+        let mut out: Vec<_> = (0..self.duration_ns).step_by(every as usize).map(|t| frame(t, quanta)).collect();
+        out.push(frame(self.duration_ns, 0));
+        Ok(out)
+    }
+}
+
 /// [`simulate_packet`], keeping every distinct step's report if `keep_steps`.
 pub fn simulate_packet_run(
     fabric: &mut SimFabric,
     o: &SimOptions,
     p: &PacketOptions,
     keep_steps: bool,
+) -> Result<PacketRun> {
+    simulate_packet_run_with(fabric, o, p, keep_steps, None)
+}
+
+/// [`simulate_packet_run`], with a receiver stalled in every step.
+pub fn simulate_packet_run_with(
+    fabric: &mut SimFabric,
+    o: &SimOptions,
+    p: &PacketOptions,
+    keep_steps: bool,
+    stall: Option<Stall>,
 ) -> Result<PacketRun> {
     let start = std::time::Instant::now();
     fabric.set_hash(o.hash, o.hash_seed);
@@ -281,6 +337,13 @@ pub fn simulate_packet_run(
         step_qps.push(qps);
         step_transfers.push(transfers);
     }
+    let changes = match stall {
+        Some(st) => {
+            let host = *hosts.get(st.rank).with_context(|| format!("stall: no rank {} of {}", st.rank, hosts.len()))?;
+            st.frames(fabric, host, o)?
+        }
+        None => Vec::new(),
+    };
     let mut twin = Twin::new(&net, cfg, p.seed);
     apply_loss(&mut twin, fabric, p.seed);
     let mut load = MemberLoad::new(fabric);
@@ -295,7 +358,7 @@ pub fn simulate_packet_run(
     let mut kept = Vec::new();
     for (i, (((_, repeat), qps), transfers)) in steps.iter().zip(&step_qps).zip(step_transfers).enumerate() {
         qps_per_step = qps_per_step.max(qps.len());
-        let r = twin.run_step(qps, p.deadline_ns).with_context(|| format!("step {i}"))?;
+        let r = twin.run_step_with(qps, p.deadline_ns, &changes).with_context(|| format!("step {i}"))?;
         add_member_load(&r, *repeat as u64, &mut load);
         stats.add_step(&r, *repeat as u64);
         let s = r.completion_ns as f64 * 1e-9;
@@ -411,7 +474,12 @@ mod tests {
             let pfc: u64 = p.tiers.iter().map(|t| t.pauses_sent).sum();
             match cc {
                 // Seven senders at line rate into one port: the RTSW pauses them.
-                CcMode::None => assert!(pfc > 0 && p.ecn_marks > 0),
+                CcMode::None => {
+                    assert!(pfc > 0 && p.ecn_marks > 0);
+                    let hosts = fabric_twin::report::sum_pairs(&p.paused, "rtsw", "host");
+                    assert!(hosts.paused_ns > 0 && hosts.longest_pause_ns > 0, "{:?}", p.paused);
+                    assert!(hosts.paused_share > 0.0 && hosts.paused_share < 1.0, "{:?}", p.paused);
+                }
                 CcMode::Dcqcn => assert!(p.cnps > 0, "marks come back as CNPs"),
                 // Receiver-driven: at most 4 chunks of 256 KiB in flight toward the receiver.
                 CcMode::Cts => assert!(p.tiers[0].max_depth_bytes <= 4 * 256 * 1024 + 64 * 1024),

@@ -97,7 +97,7 @@ pub fn records(fabric: &SimFabric, o: &SimOptions, run: &PacketRun, job_id: &str
             ecn_marked: c.ecn_marked,
             drops: c.drops,
             pauses_received: c.pauses_received,
-            paused_ns: 0,
+            paused_ns: c.paused_ns.iter().sum(),
             sent_while_paused: 0,
             xoff_events: c.pauses_sent - c.refreshes_sent - c.resumes_sent,
         })
@@ -142,7 +142,7 @@ pub fn records(fabric: &SimFabric, o: &SimOptions, run: &PacketRun, job_id: &str
         over_headroom: total(|c| c.over_headroom),
         sent_while_paused: 0,
         pfc_frames_received: total(|c| c.pauses_received),
-        paused_ns: 0,
+        paused_ns: total(|c| c.paused_ns.iter().sum()),
         pfc_xoff_sent: total(|c| c.pauses_sent - c.refreshes_sent - c.resumes_sent),
         pfc_refresh_sent: total(|c| c.refreshes_sent),
         pfc_xon_sent: total(|c| c.resumes_sent),
@@ -229,6 +229,10 @@ fn add_ports(fabric: &SimFabric, r: &StepReport, repeat: u64, out: &mut BTreeMap
             a.refreshes_sent += repeat * c.refreshes_sent;
             a.resumes_sent += repeat * c.resumes_sent;
             a.max_depth_bytes = a.max_depth_bytes.max(c.max_depth_bytes);
+            for class in 0..a.paused_ns.len() {
+                a.paused_ns[class] += repeat * c.paused_ns[class];
+                a.longest_pause_ns[class] = a.longest_pause_ns[class].max(c.longest_pause_ns[class]);
+            }
         }
     }
 }
@@ -340,6 +344,7 @@ fn host_results(fabric: &SimFabric, ports: &BTreeMap<(usize, usize), PortCounter
             host: fabric.plan.nodes[n].name.clone(),
             pause_frames_received: c.pauses_received,
             pause_frames_sent: c.pauses_sent,
+            paused_ns: c.paused_ns.iter().sum(),
             ..Default::default()
         })
         .collect();

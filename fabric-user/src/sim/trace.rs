@@ -7,12 +7,19 @@
 //!   rounds ([`Job::rounds`]: an op joins the round after its dependencies' last step, and the
 //!   steps of a round run at once); each round is one twin step on an idle fabric, identical
 //!   rounds simulated once;
-//! - **compute**: the trace's compute nodes' durations as traced, divided by `--gpu-speedup`
-//!   (the modelled GPU's speed over the traced one's), per rank; the step's compute is the
-//!   busiest rank's. Compute and communication do not overlap: the step time is compute plus
-//!   communication, an upper bound for a job that overlaps them. (Placing each compute node
-//!   between the ops it depends on needs the parser to keep compute nodes in the graph; it
-//!   keeps only their count and total today.)
+//! - **compute** (the GPU speed model): each compute node of a Chakra trace takes its traced
+//!   duration divided by `--gpu-speedup` (the modelled GPU's speed over the traced one's);
+//!   `compute_s` is the busiest rank's total.
+//! - **overlap**: a compute node starts once every op and compute node it depends on (data and
+//!   control deps) finished, and a round starts once the previous round ended and every op that
+//!   starts in it has the compute it waits for done, on every rank taking part. The trace's
+//!   dependencies are the only order: compute nodes of a rank with no dependency between them
+//!   run at once (as on separate streams), and compute overlaps whatever communication it does
+//!   not depend on. `step_s` is when the last round or compute node ends. `serial_step_s`,
+//!   the busiest rank's compute plus the communication (the model before overlap), is no
+//!   bound either way: a data-parallel step overlaps and comes in under it, while a pipeline's
+//!   critical path runs through the compute of several ranks in turn and comes out over it.
+//!   PARAM traces carry no compute durations: their step is their communication.
 use std::collections::HashMap;
 
 use anyhow::{Context as _, Result, ensure};
@@ -63,8 +70,12 @@ pub struct TraceSimResult {
     pub compute_s: f64,
     /// The rounds' modelled time, seconds.
     pub communication_s: f64,
-    /// compute + communication.
+    /// When the last round or compute node ends, compute placed between the ops by the trace's
+    /// dependencies (overlapping the communication it does not wait for).
     pub step_s: f64,
+    /// compute + communication: the busiest rank's compute with nothing overlapped (a
+    /// pipeline's critical path, through several ranks' compute, can be longer).
+    pub serial_step_s: f64,
     /// Every QP of every round completed.
     pub finished: bool,
     pub retransmissions: u64,
@@ -77,7 +88,17 @@ pub fn simulate_trace(fabric: &mut SimFabric, t: &TraceSimOptions, p: &PacketOpt
     ensure!(t.gpu_speedup.is_finite() && t.gpu_speedup > 0.0, "--gpu-speedup: {} is not a speed ratio", t.gpu_speedup);
     ensure!(t.hash != HashMode::Te, "--hash te: the twin's trace replay does not place TE entries");
     let input = load(&t.file, t.spmd_ranks)?;
-    let job = Job::build(&input).with_context(|| format!("trace {}", t.file.display()))?;
+    simulate_input(fabric, &input, t, p)
+}
+
+/// [`simulate_trace`] on a trace already read.
+pub fn simulate_input(
+    fabric: &mut SimFabric,
+    input: &crate::run::trace::TraceInput,
+    t: &TraceSimOptions,
+    p: &PacketOptions,
+) -> Result<TraceSimResult> {
+    let job = Job::build(input).with_context(|| format!("trace {}", t.file.display()))?;
     fabric.set_hash(t.hash, t.hash_seed);
     let hosts = t
         .placement
@@ -106,17 +127,20 @@ pub fn simulate_trace(fabric: &mut SimFabric, t: &TraceSimOptions, p: &PacketOpt
         compute_s: 0.0,
         communication_s: 0.0,
         step_s: 0.0,
+        serial_step_s: 0.0,
         finished: true,
         retransmissions: 0,
         ecn_marks: 0,
         pfc_frames: 0,
     };
     let mut comm_ns = 0u64;
+    let mut round_ns = Vec::with_capacity(rounds.len());
     for (i, round) in rounds.iter().enumerate() {
         let transfers: Vec<_> = round.iter().flat_map(|&(op, step)| on_hosts(&steps[op][step], &hosts)).collect();
         let key = format!("{transfers:?}");
         if let Some(&ns) = seen.get(&key) {
             comm_ns += ns;
+            round_ns.push(ns);
             continue;
         }
         let qps = qp_specs(fabric, &transfers, &t.endpoint);
@@ -128,22 +152,161 @@ pub fn simulate_trace(fabric: &mut SimFabric, t: &TraceSimOptions, p: &PacketOpt
         r.pfc_frames += s.tiers.iter().filter(|t| t.tier != "host").map(|t| t.pauses_sent).sum::<u64>();
         seen.insert(key, s.completion_ns);
         comm_ns += s.completion_ns;
+        round_ns.push(s.completion_ns);
     }
     let traced_us = input.ranks.iter().map(|rank| rank.skipped_micros).max().unwrap_or(0);
     r.traced_compute_s = traced_us as f64 * 1e-6;
     r.compute_s = r.traced_compute_s / t.gpu_speedup;
     r.communication_s = comm_ns as f64 * 1e-9;
-    r.step_s = r.compute_s + r.communication_s;
+    r.serial_step_s = r.compute_s + r.communication_s;
+    let overlapped = Overlap::new(&job, input, &rounds, &round_ns, t.gpu_speedup).step_ns();
+    r.step_s = overlapped as f64 * 1e-9;
     Ok(r)
+}
+
+/// The step's timeline with compute placed between the ops (see the module's model): the end
+/// of every round, op and compute node, each worked out once from what it waits for.
+struct Overlap<'a> {
+    job: &'a Job,
+    input: &'a crate::run::trace::TraceInput,
+    round_ns: &'a [u64],
+    speedup: f64,
+    /// Per job op: its first and last round (`None`: no steps, done once ready).
+    span: Vec<Option<(usize, usize)>>,
+    /// Per rank, per rank op: the job op it is part of.
+    job_op: Vec<Vec<usize>>,
+    /// Per job op: the (rank, compute node) it waits for.
+    op_compute: Vec<Vec<(usize, usize)>>,
+    /// Per round: the job ops that start in it.
+    starting: Vec<Vec<usize>>,
+    round_end: Vec<Option<u64>>,
+    op_end: Vec<Option<u64>>,
+    compute_end: Vec<Vec<Option<u64>>>,
+}
+
+impl<'a> Overlap<'a> {
+    fn new(
+        job: &'a Job,
+        input: &'a crate::run::trace::TraceInput,
+        rounds: &[Vec<(usize, usize)>],
+        round_ns: &'a [u64],
+        speedup: f64,
+    ) -> Self {
+        let mut span: Vec<Option<(usize, usize)>> = vec![None; job.ops.len()];
+        let mut starting = vec![Vec::new(); rounds.len()];
+        for (k, round) in rounds.iter().enumerate() {
+            for &(o, step) in round {
+                if step == 0 {
+                    starting[k].push(o);
+                }
+                span[o] = Some(span[o].map_or((k, k), |(first, _)| (first, k)));
+            }
+        }
+        let mut job_op: Vec<Vec<usize>> = input.ranks.iter().map(|r| vec![usize::MAX; r.ops.len()]).collect();
+        let mut op_compute = vec![Vec::new(); job.ops.len()];
+        for (o, op) in job.ops.iter().enumerate() {
+            for &(rank, node) in &op.nodes {
+                let rt = &input.ranks[rank];
+                if let Some(k) = rt.ops.iter().position(|x| x.node == node) {
+                    job_op[rank][k] = o;
+                    let deps = rt.op_compute_deps.get(k).map_or(&[][..], |d| &d[..]);
+                    op_compute[o].extend(deps.iter().map(|&c| (rank, c)));
+                }
+            }
+        }
+        Overlap {
+            job,
+            input,
+            round_ns,
+            speedup,
+            span,
+            job_op,
+            op_compute,
+            starting,
+            round_end: vec![None; rounds.len()],
+            op_end: vec![None; job.ops.len()],
+            compute_end: input.ranks.iter().map(|r| vec![None; r.compute.len()]).collect(),
+        }
+    }
+
+    /// When the last round or compute node ends.
+    fn step_ns(&mut self) -> u64 {
+        let rounds = self.round_end.len();
+        let mut end = if rounds == 0 { 0 } else { self.round(rounds - 1) };
+        for rank in 0..self.compute_end.len() {
+            for c in 0..self.compute_end[rank].len() {
+                end = end.max(self.compute(rank, c));
+            }
+        }
+        end
+    }
+
+    fn round(&mut self, k: usize) -> u64 {
+        if let Some(t) = self.round_end[k] {
+            return t;
+        }
+        let mut start = if k == 0 { 0 } else { self.round(k - 1) };
+        for o in self.starting[k].clone() {
+            start = start.max(self.ready(o));
+        }
+        let t = start + self.round_ns[k];
+        self.round_end[k] = Some(t);
+        t
+    }
+
+    /// When op `o` may start: its job deps done and the compute it waits for on every rank.
+    fn ready(&mut self, o: usize) -> u64 {
+        let mut t = 0;
+        for d in self.job.ops[o].deps.clone() {
+            t = t.max(self.op(d));
+        }
+        for (rank, c) in self.op_compute[o].clone() {
+            t = t.max(self.compute(rank, c));
+        }
+        t
+    }
+
+    fn op(&mut self, o: usize) -> u64 {
+        if let Some(t) = self.op_end[o] {
+            return t;
+        }
+        let t = match self.span[o] {
+            Some((_, last)) => self.round(last),
+            None => self.ready(o),
+        };
+        self.op_end[o] = Some(t);
+        t
+    }
+
+    fn compute(&mut self, rank: usize, c: usize) -> u64 {
+        if let Some(t) = self.compute_end[rank][c] {
+            return t;
+        }
+        let node = &self.input.ranks[rank].compute[c];
+        let (ops, computes, micros) = (node.op_deps.clone(), node.compute_deps.clone(), node.micros);
+        let mut start = 0;
+        for k in ops {
+            let o = self.job_op[rank][k];
+            if o != usize::MAX {
+                start = start.max(self.op(o));
+            }
+        }
+        for d in computes {
+            start = start.max(self.compute(rank, d));
+        }
+        let t = start + (micros as f64 * 1e3 / self.speedup).round() as u64;
+        self.compute_end[rank][c] = Some(t);
+        t
+    }
 }
 
 /// One line per replayed trace.
 pub fn print(results: &[TraceSimResult]) {
     for r in results {
         println!(
-            "trace {} ({}, {} ranks, {} ops in {} rounds, {} simulated), hash {} qps={} cc={}: step {:.6} s = \
-             compute {:.6} s (traced {:.6} s / {}) + communication {:.6} s; {} retransmitted, {} ECN marks, \
-             {} PFC frames{}",
+            "trace {} ({}, {} ranks, {} ops in {} rounds, {} simulated), hash {} qps={} cc={}: step {:.6} s \
+             overlapped ({:.6} s serial = compute {:.6} s (traced {:.6} s / {}) + communication {:.6} s); {} \
+             retransmitted, {} ECN marks, {} PFC frames{}",
             r.file,
             r.format,
             r.ranks,
@@ -154,6 +317,7 @@ pub fn print(results: &[TraceSimResult]) {
             r.qps,
             r.cc,
             r.step_s,
+            r.serial_step_s,
             r.compute_s,
             r.traced_compute_s,
             r.gpu_speedup,
@@ -194,15 +358,64 @@ mod tests {
             let base = trace(dir, 1.0, 1);
             assert!(base.finished && base.ranks == 8 && base.bytes > 0, "{base:?}");
             assert!(base.communication_s > 0.0 && base.distinct_rounds >= 1, "{base:?}");
-            assert_eq!(base.step_s, base.compute_s + base.communication_s);
+            assert_eq!(base.serial_step_s, base.compute_s + base.communication_s);
+            // Never shorter than its communication, which runs round after round.
+            assert!(base.step_s >= base.communication_s - 1e-9, "{dir}: {base:?}");
             // A GPU twice as fast halves the compute and leaves the network's part alone.
             let fast = trace(dir, 2.0, 1);
             assert_eq!(fast.communication_s, base.communication_s, "{dir}");
             assert!((fast.compute_s * 2.0 - base.compute_s).abs() < 1e-12, "{dir}");
-            assert!(fast.step_s < base.step_s || base.compute_s == 0.0, "{dir}");
+            assert!(fast.serial_step_s < base.serial_step_s || base.compute_s == 0.0, "{dir}");
+            assert!(fast.step_s <= base.step_s, "{dir}");
         }
-        // The dp-step trace's compute is traced: some of the step is compute.
-        assert!(trace("dp-step", 1.0, 1).traced_compute_s > 0.0);
+        // The dp-step trace's compute is traced: some of the step is compute. Data-parallel:
+        // no rank waits for another's compute, so overlap brings the step under the serial sum;
+        // the pipeline's critical path runs through both stages' compute and comes out over it.
+        let dp = trace("dp-step", 1.0, 1);
+        assert!(dp.traced_compute_s > 0.0 && dp.step_s < dp.serial_step_s, "{dp:?}");
+        let pp = trace("tp-pp-step", 1.0, 1);
+        assert!(pp.step_s > pp.serial_step_s, "{pp:?}");
+    }
+
+    /// Every rank of the default fabric computes A (1 ms), all-reduces 1 MiB and computes B
+    /// (0.5 ms) after it. If the all-reduce does not wait for A, A runs under it; if it does,
+    /// nothing overlaps and the step is the serial bound.
+    fn compute_around_an_allreduce(allreduce_waits_for_a: bool) -> TraceSimResult {
+        use crate::run::trace::{
+            TraceInput,
+            chakra::{CollectiveCommType, build, from_nodes},
+        };
+        let deps: &[u64] = if allreduce_waits_for_a { &[1] } else { &[] };
+        let nodes = [
+            build::comp(1, "A", 1_000, &[]),
+            build::coll(2, "X", CollectiveCommType::AllReduce, 1 << 20, None, deps),
+            build::comp(3, "B", 500, &[2]),
+        ];
+        let ranks = (0..8).map(|r| from_nodes(&nodes, &format!("r{r}")).unwrap()).collect();
+        let input = TraceInput { format: "chakra", ranks, groups: Default::default() };
+        let t = TraceSimOptions {
+            file: "crafted".into(),
+            spmd_ranks: None,
+            placement: Placement::Contiguous,
+            hash: HashMode::Eecmp,
+            hash_seed: None,
+            endpoint: EndpointOptions::default(),
+            gpu_speedup: 1.0,
+        };
+        simulate_input(&mut build_fabric(None, None).unwrap(), &input, &t, &PACKET).unwrap()
+    }
+
+    #[test]
+    fn compute_overlaps_the_communication_it_does_not_wait_for_and_no_more() {
+        let free = compute_around_an_allreduce(false);
+        let comm = free.communication_s;
+        assert!(comm > 0.0 && (free.compute_s - 1.5e-3).abs() < 1e-12, "{free:?}");
+        // A under the all-reduce, B after it.
+        assert!((free.step_s - (comm + 0.5e-3).max(1e-3)).abs() < 1e-8, "{free:?}");
+        assert!(free.step_s < free.serial_step_s, "{free:?}");
+        let chained = compute_around_an_allreduce(true);
+        assert!((chained.step_s - chained.serial_step_s).abs() < 1e-8, "nothing to overlap: {chained:?}");
+        assert_eq!(chained.communication_s, comm);
     }
 
     #[test]

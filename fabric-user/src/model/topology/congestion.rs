@@ -160,6 +160,20 @@ impl Congestion {
         errs
     }
 
+    /// These settings with every tier's ECN thresholds set to `kmin_kb`..`kmax_kb` (KiB): a
+    /// case's own thresholds. Thresholds a topology file could not hold are refused with the
+    /// field at fault, and `self` is left as it was.
+    pub fn with_ecn_thresholds(&self, kmin_kb: u32, kmax_kb: u32) -> Result<Self, String> {
+        let mut c = self.clone();
+        for sw in [&mut c.rtsw, &mut c.ctsw, &mut c.atsw] {
+            (sw.ecn_kmin_kb, sw.ecn_kmax_kb) = (kmin_kb, kmax_kb);
+        }
+        match c.check().into_iter().next() {
+            Some((field, msg)) => Err(format!("{field}: {msg}")),
+            None => Ok(c),
+        }
+    }
+
     /// What a switch with settings `sw` reads (rates and times are applied elsewhere; bytes
     /// are not scaled).
     pub fn qos_config(&self, sw: &SwitchQos) -> QosConfig {
@@ -179,5 +193,26 @@ impl Congestion {
             alpha_x256: (sw.alpha * 256.0).round() as u32,
             pool_bytes: u64::from(sw.buffer_kb) * 1024,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cases_ecn_thresholds_reach_every_tier_and_bad_ones_name_the_field() {
+        let base = Congestion::default();
+        let c = base.with_ecn_thresholds(50, 200).unwrap();
+        for sw in [&c.rtsw, &c.ctsw, &c.atsw] {
+            assert_eq!((sw.ecn_kmin_kb, sw.ecn_kmax_kb), (50, 200));
+            assert_eq!(c.qos_config(sw).red, RedParams::new(50 * 1024, 200 * 1024, sw.ecn_pmax));
+        }
+        assert_eq!((c.rtsw.xoff_kb, c.ctsw.buffer_kb), (base.rtsw.xoff_kb, base.ctsw.buffer_kb), "nothing else");
+        let err = base.with_ecn_thresholds(400, 100).unwrap_err();
+        assert!(err.starts_with("congestion.rtsw.ecn_kmin_kb: 400 must be below ecn_kmax_kb (100)"), "{err}");
+        let err = base.with_ecn_thresholds(1, 8 << 20).unwrap_err();
+        assert!(err.starts_with("congestion.rtsw.ecn_kmax_kb"), "{err}");
+        assert_eq!(base, Congestion::default(), "the settings asked from are unchanged");
     }
 }

@@ -92,6 +92,21 @@ pub struct RankTrace {
     /// Nodes not replayed (compute, memory, metadata) and their traced duration.
     pub skipped_nodes: usize,
     pub skipped_micros: u64,
+    /// Those nodes with their place in the graph (Chakra traces; PARAM traces keep none).
+    pub compute: Vec<ComputeNode>,
+    /// Per op (index as in `ops`): the compute nodes (indices into `compute`) it directly waits for.
+    pub op_compute_deps: Vec<Vec<usize>>,
+}
+
+/// A node not replayed (compute, memory, metadata): its traced duration and what it directly
+/// waits for, so that a model can place it between the ops.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ComputeNode {
+    pub node: u64,
+    pub micros: u64,
+    /// Ops (indices into the rank's `ops`) and compute nodes it directly waits for.
+    pub op_deps: Vec<usize>,
+    pub compute_deps: Vec<usize>,
 }
 
 /// A trace as read: one [`RankTrace`] per rank (index = rank), and the members of named process
