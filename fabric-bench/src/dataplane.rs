@@ -13,6 +13,10 @@ use fabric_user::dataplane::{PROGRAM_BENCH_PARSE_REDIRECT, PROGRAM_PASS, PROGRAM
 /// Runs per test_run call. The switch rewrites TTL in place and non-live test_run reuses one
 /// buffer, so a call must stay well under the starting TTL (255) to measure the forwarding path.
 const CHUNK: u32 = 200;
+/// The most the switch may cost over parse + fixed redirect, without and with the congestion
+/// model (every routing mode, both IP families).
+const PLAIN_TARGET: f64 = 2.0;
+const CONGESTION_TARGET: f64 = 1.5;
 
 #[derive(Debug, Serialize)]
 pub struct Row {
@@ -31,7 +35,7 @@ pub struct DataplaneReport {
     pub rows: Vec<Row>,
     /// Largest full-pipeline / parse-redirect ratio; the target is <= 2.
     pub worst_vs_parse_redirect: f64,
-    /// The same with the congestion model on.
+    /// The same with the congestion model on; the target is <= 1.5.
     pub worst_with_congestion_vs_parse_redirect: f64,
     /// Largest (d) / (c) ratio for one mode and family: what the model adds.
     pub worst_congestion_over_plain: f64,
@@ -100,7 +104,7 @@ pub fn dataplane(packets: u64, rounds: u32) -> Result<DataplaneReport> {
             });
         }
         for qos in [false, true] {
-            for mode in HashMode::ALL.into_iter().chain(HashMode::BALANCING) {
+            for mode in HashMode::ROUTING {
                 for (family, f) in &frames {
                     cases.push(Case {
                         label: if qos {
@@ -188,13 +192,14 @@ pub fn print_dataplane(r: &DataplaneReport) {
             row.program, row.family, row.ns_per_packet, row.vs_pass, row.vs_parse_redirect
         );
     }
-    let verdict = |x: f64| if x <= 2.0 { "meets" } else { "MISSES" };
+    let verdict = |x: f64, target: f64| if x <= target { "meets" } else { "MISSES" };
     println!(
-        "full pipeline vs parse + fixed redirect: worst {:.2}x ({} the 2x target); with the congestion model {:.2}x ({})",
+        "full pipeline vs parse + fixed redirect: worst {:.2}x ({} the {PLAIN_TARGET}x target); with the congestion \
+         model {:.2}x ({} the {CONGESTION_TARGET}x target)",
         r.worst_vs_parse_redirect,
-        verdict(r.worst_vs_parse_redirect),
+        verdict(r.worst_vs_parse_redirect, PLAIN_TARGET),
         r.worst_with_congestion_vs_parse_redirect,
-        verdict(r.worst_with_congestion_vs_parse_redirect)
+        verdict(r.worst_with_congestion_vs_parse_redirect, CONGESTION_TARGET)
     );
     println!(
         "the congestion model costs at most {:.2}x the plain switch (same mode and family)",

@@ -67,14 +67,30 @@ enum BenchCommand {
         #[arg(long)]
         htsim_src: Option<PathBuf>,
     },
-    /// Packets/s per core through RTSW-CTSW-RTSW: the XDP switch vs Linux kernel forwarding.
+    /// Packets/s per core through RTSW-CTSW-RTSW: the XDP switch (plain, and with the congestion
+    /// model in every routing mode) vs Linux kernel forwarding, measured in the same run.
     Forwarding {
         #[arg(long, default_value = "results/bench/forwarding.json")]
         json: PathBuf,
-        /// The switches' routing mode (every mode pays its own code on the path's one-member
-        /// groups: flowlet its table update, adaptive and wcmp their reads).
-        #[arg(long, default_value = "eecmp", value_parser = fabric_user::model::topology::parse_hash_mode)]
-        hash: fabric_common::config::HashMode,
+        /// The routing modes to measure with the congestion model on (every mode pays its own
+        /// code on the path's one-member groups: flowlet its table update, adaptive and wcmp
+        /// their reads).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "five-tuple,eecmp,pin,te,flowlet,adaptive,spray,wcmp",
+            value_parser = fabric_user::model::topology::parse_hash_mode
+        )]
+        modes: Vec<fabric_common::config::HashMode>,
+        /// Rounds (the median is reported); each round measures every case once.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Seconds per case and round.
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+        /// Frame sizes in bytes (64..=1500).
+        #[arg(long, value_delimiter = ',', default_value = "64")]
+        sizes: Vec<usize>,
     },
 }
 
@@ -112,8 +128,8 @@ fn run() -> Result<()> {
             twin::print_twin(&report);
             write_json(&json, &report)?;
         }
-        BenchCommand::Forwarding { json, hash } => {
-            let report = forwarding::forwarding(hash)?;
+        BenchCommand::Forwarding { json, modes, rounds, seconds, sizes } => {
+            let report = forwarding::forwarding(&forwarding::Options { modes, rounds, seconds, sizes })?;
             forwarding::print_forwarding(&report);
             write_json(&json, &report)?;
         }

@@ -49,6 +49,31 @@ pub const fn flowlet_index(flow: u32) -> u32 {
 /// flowlet gap must exceed the path delay difference for a move not to reorder).
 pub const DEFAULT_FLOWLET_GAP_NS: u64 = 50_000;
 
+/// A move a balancing mode made, counted per switch (the XDP switch: the per-CPU
+/// `BALANCE_COUNTERS` array, indexed by the discriminant; see [`crate::maps::BALANCE_COUNTERS`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum BalanceEvent {
+    /// `flowlet`: a flow started a new flowlet (after a gap) on another member of the same group
+    /// than its previous flowlet's.
+    FlowletMove = 0,
+    /// `adaptive`: the second candidate was less loaded and took the packet.
+    AdaptiveSecond = 1,
+}
+
+impl BalanceEvent {
+    /// Entries of the counter array.
+    pub const COUNT: u32 = 2;
+    pub const ALL: [BalanceEvent; Self::COUNT as usize] = [Self::FlowletMove, Self::AdaptiveSecond];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::FlowletMove => "flowlet_moves",
+            Self::AdaptiveSecond => "adaptive_second_choices",
+        }
+    }
+}
+
 /// The golden-ratio constant used to spread small integers over 32 bits.
 const SPREAD: u32 = 0x9E37_79B9;
 
@@ -96,6 +121,8 @@ pub trait MemberState {
         }
         slot
     }
+    /// Counts a move ([`BalanceEvent`]); tables without counters ignore it.
+    fn note(&self, _event: BalanceEvent) {}
 }
 
 /// One flow's flowlet state at one switch.
@@ -244,8 +271,14 @@ pub const fn candidates(h: u32, n: u32) -> (u32, u32) {
 /// The less loaded of the two candidates drawn from `h`, the first on a tie.
 #[inline(always)]
 pub fn best_of_two(h: u32, n: u32, load: impl Fn(u32) -> u64) -> u32 {
+    best_of_two_choice(h, n, load).0
+}
+
+/// [`best_of_two`], and whether the second candidate won.
+#[inline(always)]
+pub fn best_of_two_choice(h: u32, n: u32, load: impl Fn(u32) -> u64) -> (u32, bool) {
     let (first, second) = candidates(h, n);
-    if first != second && load(second) < load(first) { second } else { first }
+    if first != second && load(second) < load(first) { (second, true) } else { (first, false) }
 }
 
 /// The member (in `0..n`) of group `group` that a balancing mode picks; `None` for the other
@@ -262,7 +295,11 @@ pub fn balance<S: MemberState + ?Sized>(
     match HashMode::from_u32(cfg.hash_mode) {
         HashMode::Adaptive => {
             let class = class();
-            Some(best_of_two(flow_hash(cfg, pkt), n, |m| state.member_load(group, m, class)))
+            let (member, second) = best_of_two_choice(flow_hash(cfg, pkt), n, |m| state.member_load(group, m, class));
+            if second {
+                state.note(BalanceEvent::AdaptiveSecond);
+            }
+            Some(member)
         }
         HashMode::Flowlet => Some(flowlet(cfg, pkt, group, n, state)),
         HashMode::Spray => Some(scale_to_members(state.random(), n)),
@@ -285,12 +322,15 @@ fn flowlet<S: MemberState + ?Sized>(cfg: &SwitchConfig, pkt: &ParsedPacket, grou
     {
         return s.member as u32;
     }
-    let generation = match slot {
-        Some(s) if s.flow == flow => s.generation.wrapping_add(1),
-        _ => 0,
+    let (generation, previous) = match slot {
+        Some(s) if s.flow == flow => (s.generation.wrapping_add(1), (s.group as u32 == group).then_some(s.member)),
+        _ => (0, None),
     };
     let class = crate::qos::class_of(crate::qos::tos_of(pkt));
     let member = best_of_two(flowlet_hash(flow, generation), n, |m| state.member_load(group, m, class));
+    if previous.is_some_and(|p| p as u32 != member) {
+        state.note(BalanceEvent::FlowletMove);
+    }
     let slot = FlowletSlot { last_ns: now, flow, group: group as u16, member: member as u8, generation };
     state.store_flowlet(flow, slot);
     member

@@ -25,6 +25,9 @@ pub const TE_FLOWS: &str = "TE_FLOWS";
 pub const FLOWLETS: &str = "FLOWLETS";
 /// `wcmp` mode: group slot -> [`crate::balance::WcmpWeights`], kept by the controller.
 pub const WCMP: &str = "WCMP";
+/// Moves of the balancing modes: a per-CPU array of u64 indexed by
+/// [`crate::balance::BalanceEvent`].
+pub const BALANCE_COUNTERS: &str = "BALANCE_COUNTERS";
 /// Injected loss per port (a [`crate::fault::PortLoss`] each).
 pub const PORT_LOSS: &str = "PORT_LOSS";
 /// The slow-path log records of the switch program: a ring buffer that `aya-log-ebpf` defines
@@ -36,7 +39,7 @@ pub const AYA_LOGS: &str = "AYA_LOGS";
 pub const GENERATOR: &str = "GENERATOR";
 
 /// Every map a switch has, in the order the controller pins them.
-pub const SWITCH: [&str; 21] = [
+pub const SWITCH: [&str; 22] = [
     CONFIG,
     PORTS,
     EGRESS,
@@ -57,5 +60,6 @@ pub const SWITCH: [&str; 21] = [
     FLOWLETS,
     WCMP,
     PORT_LOSS,
+    BALANCE_COUNTERS,
     AYA_LOGS,
 ];

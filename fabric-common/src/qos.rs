@@ -148,14 +148,22 @@ impl QosConfig {
     /// Decides a packet's fate from the depth its queue would have with it, `random` a uniform
     /// u32 for RED.
     #[inline(always)]
-    pub const fn verdict(&self, tos: u8, depth_with_packet: u64, limit: u64, random: u32) -> Verdict {
+    pub fn verdict(&self, tos: u8, depth_with_packet: u64, limit: u64, random: u32) -> Verdict {
+        self.verdict_with(tos, depth_with_packet, limit, || random)
+    }
+
+    /// [`Self::verdict`] with the random number drawn by `draw` only when RED needs one: an
+    /// ECN-capable packet at a depth whose marking probability is strictly between 0 and 1 (the
+    /// same verdicts, and the XDP switch skips the helper call on an idle or a full queue).
+    #[inline(always)]
+    pub fn verdict_with(&self, tos: u8, depth_with_packet: u64, limit: u64, draw: impl FnOnce() -> u32) -> Verdict {
         let class = class_of(tos);
         let over = depth_with_packet > limit;
         if over && !self.is_lossless(class) {
             return Verdict::Overflow;
         }
         let over_headroom = over && depth_with_packet > limit + self.headroom_bytes as u64;
-        let mark = is_ect(tos) && self.red.should_mark(depth_with_packet, random);
+        let mark = is_ect(tos) && self.red.should_mark_with(depth_with_packet, draw);
         Verdict::Forward { mark, over_headroom }
     }
 }

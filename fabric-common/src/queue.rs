@@ -206,6 +206,17 @@ impl RedParams {
     pub const fn should_mark(&self, depth_bytes: u64, random: u32) -> bool {
         (random as u64) < self.probability(depth_bytes)
     }
+
+    /// [`Self::should_mark`], calling `draw` for the random number only when the probability is
+    /// strictly between 0 and 1 (the answer is the same for every number otherwise).
+    #[inline(always)]
+    pub fn should_mark_with(&self, depth_bytes: u64, draw: impl FnOnce() -> u32) -> bool {
+        match self.probability(depth_bytes) {
+            0 => false,
+            p if p > u32::MAX as u64 => true,
+            p => (draw() as u64) < p,
+        }
+    }
 }
 
 /// The two ECN bits of a TOS / traffic class byte.
@@ -326,6 +337,25 @@ mod tests {
         assert!(!red.should_mark(1_000, 0));
         assert!(red.should_mark(300_000, u32::MAX));
         assert_eq!(RedParams::new(1, 2, 1.0).pmax, u32::MAX);
+    }
+
+    /// The lazy draw: the same answers as `should_mark` for every random number, and a draw
+    /// only where the answer depends on it (between Kmin and Kmax).
+    #[test]
+    fn red_draws_only_between_the_thresholds() {
+        let red = RedParams { kmin_bytes: 5_000, kmax_bytes: 200_000, pmax: (u32::MAX / 100), _reserved: 0 };
+        for depth in [0, 5_000, 5_001, 102_500, 200_000, 200_001, 1 << 40] {
+            let needs = depth > 5_000 && depth <= 200_000;
+            for random in [0, 1, 429_497 * 7, u32::MAX / 200, u32::MAX / 100, u32::MAX] {
+                let drawn = core::cell::Cell::new(false);
+                let lazy = red.should_mark_with(depth, || {
+                    drawn.set(true);
+                    random
+                });
+                assert_eq!(lazy, red.should_mark(depth, random), "depth {depth}, random {random}");
+                assert_eq!(drawn.get(), needs, "depth {depth}: drew {}", drawn.get());
+            }
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::{
 
 use common::*;
 use fabric_common::balance::{
-    FlowletSlot, MemberState, PAUSED, WcmpError, WcmpWeights, candidates, flow_hash, flowlet_hash,
+    BalanceEvent, FlowletSlot, MemberState, PAUSED, WcmpError, WcmpWeights, candidates, flow_hash, flowlet_hash,
 };
 use fabric_common::config::{HashMode, SwitchConfig};
 use fabric_common::forward::choose_member;
@@ -47,6 +47,7 @@ struct State {
     rng: RefCell<Option<Rng>>,
     weights: Option<WcmpWeights>,
     flowlets: RefCell<HashMap<u32, FlowletSlot>>,
+    notes: RefCell<Vec<BalanceEvent>>,
 }
 
 impl MemberState for State {
@@ -69,6 +70,9 @@ impl MemberState for State {
     }
     fn store_flowlet(&self, flow: u32, slot: FlowletSlot) {
         self.flowlets.borrow_mut().insert(flow, slot);
+    }
+    fn note(&self, event: BalanceEvent) {
+        self.notes.borrow_mut().push(event);
     }
 }
 
@@ -274,4 +278,34 @@ fn the_hash_modes_ignore_the_state() {
         }
     }
     assert!(s.flowlets.borrow().is_empty());
+}
+
+/// The moves the modes report: adaptive's second candidate exactly when it wins; flowlet's move
+/// exactly when a flow's new flowlet is on another member than its last one.
+#[test]
+fn the_modes_note_their_moves_and_nothing_else() {
+    let n = 8;
+    for p in flows(7, 200) {
+        let (a, b) = candidates(flow_hash(&cfg(HashMode::Adaptive), &p), n);
+        let mut loads = vec![0; 8];
+        let idle = State { loads: loads.clone(), ..Default::default() };
+        assert_eq!(choose(HashMode::Adaptive, &p, n, &idle), a);
+        assert!(idle.notes.borrow().is_empty());
+        loads[a as usize] = 10;
+        let busy = State { loads, ..Default::default() };
+        assert_eq!(choose(HashMode::Adaptive, &p, n, &busy), b);
+        assert_eq!(*busy.notes.borrow(), [BalanceEvent::AdaptiveSecond]);
+
+        let s = State { loads: vec![0; 8], ..Default::default() };
+        let first = choose(HashMode::Flowlet, &p, n, &s);
+        s.now.set(u64::from(GAP_NS));
+        choose(HashMode::Flowlet, &p, n, &s);
+        assert!(s.notes.borrow().is_empty(), "a new flow and a packet within the gap are no move");
+        // After the gap, generation 1's candidates: a move exactly if the member changes.
+        s.now.set(10 * u64::from(GAP_NS) + 1);
+        let next = choose(HashMode::Flowlet, &p, n, &s);
+        let moved = usize::from(next != first);
+        assert_eq!(s.notes.borrow().len(), moved);
+        assert!(s.notes.borrow().iter().all(|e| *e == BalanceEvent::FlowletMove));
+    }
 }

@@ -16,7 +16,7 @@ use fabric_common::{
     counters::DropReason,
     parse::{IpHeader, ParsedPacket},
     pfc::{CLASSES, PauseFrame, quanta_to_ns},
-    qos::{ClassCounters, PfcEvent, Verdict, class_of, class_slot, tos_of},
+    qos::{BufferMode, ClassCounters, PfcEvent, QosConfig, Verdict, class_of, class_slot, tos_of},
     queue::{depth_bytes, enqueue_tail, frame_transmit_ns, mark_ce_ipv4, mark_ce_ipv6, pause_shift, paused_time_delta},
     wire::ipv4,
 };
@@ -87,24 +87,22 @@ fn class_counters(slot: u32) -> Option<&'static mut ClassCounters> {
 pub fn offer(
     pkt: &mut XdpPacket,
     parsed: &ParsedPacket,
+    qos: &QosConfig,
+    now: u64,
     ingress: u32,
     egress: u32,
     len: u64,
 ) -> Result<(), DropReason> {
-    let Some(qos) = QOS.get(0) else { return Ok(()) };
-    if qos.enabled == 0 {
-        return Ok(());
-    }
     let tos = tos_of(parsed);
     let class = class_of(tos);
     let slot = class_slot(egress, class);
     let Some(q) = QUEUES.get_ptr_mut(slot) else { return Ok(()) };
     let rate = PORT_RATE.get(egress).copied().unwrap_or(0);
-    // SAFETY: bpf_ktime_get_ns and bpf_get_prandom_u32 take no arguments and have no
-    // preconditions; both are allowed in XDP programs.
-    let (now, random) = unsafe { (bpf_ktime_get_ns(), bpf_get_prandom_u32()) };
     let tx = frame_transmit_ns(len, rate);
-    let limit = qos.queue_limit(POOL_USED.get(0).copied().unwrap_or(0));
+    // The pool's use matters in shared-buffer mode only: a static buffer skips the lookup.
+    let pool_used =
+        if qos.buffer_mode == BufferMode::Shared as u32 { POOL_USED.get(0).copied().unwrap_or(0) } else { 0 };
+    let limit = qos.queue_limit(pool_used);
 
     // SAFETY: `q` came from `QUEUES.get_ptr_mut` for an in-bounds slot: an array map value,
     // valid (and 8-byte aligned) while the program runs. Its fields are only ever accessed through
@@ -115,7 +113,10 @@ pub fn offer(
     // (READ_ONCE); the field's one writer is the egress port's receive path (`receive_pause`),
     // perhaps on another CPU, with untorn volatile stores.
     let paused_until = unsafe { read_volatile(addr_of!((*q).paused_until_ns)) };
-    let judge = |new_tail: u64| qos.verdict(tos, depth_bytes(new_tail, paused_until, now, rate), limit, random);
+    // RED's random number only where it decides (see `QosConfig::verdict_with`).
+    // SAFETY: bpf_get_prandom_u32 takes no arguments and has no preconditions.
+    let draw = || unsafe { bpf_get_prandom_u32() };
+    let judge = |new_tail: u64| qos.verdict_with(tos, depth_bytes(new_tail, paused_until, now, rate), limit, draw);
     let (verdict, new_tail) = judge_and_enqueue(tail_ptr, paused_until, now, tx, judge);
     let counters = class_counters(slot);
     let Verdict::Forward { mark, over_headroom } = verdict else {

@@ -31,15 +31,16 @@ use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use aya_log_ebpf::{error, warn};
 use fabric_common::{
     checksum,
-    config::PortInfo,
+    config::{PortInfo, SwitchConfig},
     counters::{DropReason, PassReason, PortCounters},
     forward::{Decision, decide},
     parse::{IpHeader, ParseError, parse_packet},
+    qos::QosConfig,
     route::MAX_GROUP_MEMBERS,
     wire::PacketBytes,
     wire::{ethernet, ipv4, ipv6},
 };
-use maps::{CONFIG, EGRESS, MEMBER_COUNTERS, PORT_COUNTERS, PORTS, Tables};
+use maps::{CONFIG, EGRESS, MEMBER_COUNTERS, PORT_COUNTERS, PORTS, QOS, Tables};
 use packet::XdpPacket;
 
 #[xdp]
@@ -51,6 +52,11 @@ pub fn fabric_switch(ctx: XdpContext) -> u32 {
         warn!(&ctx, "frame on ifindex {}, which is no registered port: passed to the kernel", ifindex);
         return xdp_action::XDP_PASS;
     };
+    let Some(cfg) = CONFIG.get(0) else {
+        error!(&ctx, "the CONFIG entry is missing: passed to the kernel");
+        return xdp_action::XDP_PASS;
+    };
+    let qos = QOS.get(0).filter(|q| q.enabled != 0);
     let len = pkt.len() as u64;
     let Some(rx) = port_counters(port.index) else {
         error!(&ctx, "port {} (ifindex {}) is beyond the counter arrays: passed to the kernel", port.index, ifindex);
@@ -66,11 +72,26 @@ pub fn fabric_switch(ctx: XdpContext) -> u32 {
         rx.rx_pfc_frames += 1;
         return xdp_action::XDP_DROP;
     }
-    switch_packet(&ctx, &mut pkt, port, rx, len)
+    let sw = Switch { cfg, qos };
+    switch_packet(&ctx, &mut pkt, &sw, port, rx, len)
+}
+
+/// The switch's settings, read once per run.
+struct Switch<'a> {
+    cfg: &'a SwitchConfig,
+    /// The congestion model's settings, when it is on.
+    qos: Option<&'a QosConfig>,
 }
 
 #[inline(always)]
-fn switch_packet(ctx: &XdpContext, pkt: &mut XdpPacket, port: &PortInfo, rx: &mut PortCounters, len: u64) -> u32 {
+fn switch_packet(
+    ctx: &XdpContext,
+    pkt: &mut XdpPacket,
+    sw: &Switch,
+    port: &PortInfo,
+    rx: &mut PortCounters,
+    len: u64,
+) -> u32 {
     let parsed = match parse_packet(&*pkt) {
         Ok(p) => p,
         Err(ParseError::NotIp { .. }) => return pass(rx, PassReason::NotIp),
@@ -79,11 +100,10 @@ fn switch_packet(ctx: &XdpContext, pkt: &mut XdpPacket, port: &PortInfo, rx: &mu
     if parsed.is_roce() {
         rx.rx_roce_packets += 1;
     }
-    let Some(cfg) = CONFIG.get(0) else {
-        error!(ctx, "the CONFIG entry is missing: passed to the kernel");
-        return xdp_action::XDP_PASS;
-    };
-    let (group, member_index, member) = match decide(&Tables, cfg, port, &parsed) {
+    // The clock is read at most once per packet, where it is first needed (the clocked modes'
+    // choice, else the congestion model), and that one reading serves both.
+    let tables = Tables::default();
+    let (group, member_index, member) = match decide(&tables, sw.cfg, port, &parsed) {
         Decision::Forward { group, member_index, member } => (group, member_index, member),
         Decision::Pass(reason) => return pass(rx, reason),
         Decision::Drop(reason) => return drop(rx, reason),
@@ -101,7 +121,9 @@ fn switch_packet(ctx: &XdpContext, pkt: &mut XdpPacket, port: &PortInfo, rx: &mu
     };
     // The modelled egress queue: may drop (a full lossy class) or mark CE; before the TTL
     // rewrite, which reads the checksum that marking updates.
-    if let Err(reason) = congestion::offer(pkt, &parsed, port.index, member.port, len) {
+    if let Some(qos) = sw.qos
+        && let Err(reason) = congestion::offer(pkt, &parsed, qos, tables.clock(), port.index, member.port, len)
+    {
         return drop(rx, reason);
     }
     // Injected loss: the frame was queued and sent, and the link lost it.

@@ -1,6 +1,7 @@
 //! Every map of the switch program, and the [`ForwardingTables`] view the decision code uses.
 //! Names are the contract with the controller (`fabric_user::dataplane`). One more map of the
 //! object, `AYA_LOGS` (the slow-path log), is defined by `aya-log-ebpf`.
+use core::cell::Cell;
 use core::ptr::{addr_of_mut, read_volatile, write_volatile};
 
 use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns};
@@ -12,7 +13,7 @@ use aya_ebpf::{
     },
 };
 use fabric_common::{
-    balance::{FlowletSlot, MAX_FLOWLETS, MemberState, PAUSED, WcmpWeights, flowlet_index},
+    balance::{BalanceEvent, FlowletSlot, MAX_FLOWLETS, MemberState, PAUSED, WcmpWeights, flowlet_index},
     config::{MAX_IFINDEX, MAX_PORTS, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
     fault::PortLoss,
@@ -69,8 +70,32 @@ pub static FLOWLETS: Array<FlowletSlot> = Array::with_max_entries(MAX_FLOWLETS, 
 #[map]
 pub static WCMP: Array<WcmpWeights> = Array::with_max_entries(MAX_GROUPS, 0);
 
-/// The maps as the shared decision code sees them.
-pub struct Tables;
+/// Moves of the balancing modes, per CPU: a count per `BalanceEvent`.
+#[map]
+pub static BALANCE_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(BalanceEvent::COUNT, 0);
+
+/// The maps as the shared decision code sees them, and the run's clock.
+#[derive(Default)]
+pub struct Tables {
+    /// `bpf_ktime_get_ns` once read (0: not yet): every use of the clock for one packet is this
+    /// one reading, which costs 15-20 ns a hop on the live path (the TSC read is ordered: it
+    /// waits for the loads before it).
+    now: Cell<u64>,
+}
+
+impl Tables {
+    /// The run's clock, read on first use.
+    #[inline(always)]
+    pub fn clock(&self) -> u64 {
+        let mut now = self.now.get();
+        if now == 0 {
+            // SAFETY: bpf_ktime_get_ns takes no arguments and has no preconditions.
+            now = unsafe { bpf_ktime_get_ns() };
+            self.now.set(now);
+        }
+        now
+    }
+}
 
 impl ForwardingTables for Tables {
     #[inline(always)]
@@ -103,8 +128,17 @@ impl MemberState for Tables {
 
     #[inline(always)]
     fn now_ns(&self) -> u64 {
-        // SAFETY: bpf_ktime_get_ns takes no arguments and has no preconditions.
-        unsafe { bpf_ktime_get_ns() }
+        self.clock()
+    }
+
+    #[inline(always)]
+    fn note(&self, event: BalanceEvent) {
+        if let Some(n) = BALANCE_COUNTERS.get_ptr_mut(event as u32) {
+            // SAFETY: `get_ptr_mut` returned a pointer only for an in-bounds slot: this CPU's copy
+            // of a per-CPU array value, valid while the program runs; XDP runs in NAPI (softirq)
+            // context, so no other run on this CPU interleaves with this increment.
+            unsafe { *n += 1 };
+        }
     }
 
     #[inline(always)]

@@ -524,6 +524,63 @@ fn a_flowlet_keeps_its_member_within_the_gap_and_moves_after_it() {
     });
 }
 
+/// The moves counters: `adaptive` counts a packet sent to its second candidate, and only that;
+/// `flowlet` counts a new flowlet of a flow on another member than its last, and neither a new
+/// flow, nor a packet within the gap, nor a new flowlet that lands on the same member.
+#[test]
+fn balance_counters_count_moves_and_only_moves() {
+    with_switch(HashMode::Adaptive, 0x77, |sw| {
+        for port in 1..=UPLINKS {
+            sw.dp.set_port_rate(port, 1_000_000)?;
+        }
+        let cfg = FixtureSwitch::config(HashMode::Adaptive, 0x77);
+        for i in 0..16 {
+            forwarded_port(sw, &flow_frame(i));
+        }
+        let idle = sw.dp.balance_counters()?;
+        assert_eq!((idle.adaptive_second_choices, idle.flowlet_moves), (0, 0), "idle queues: no move");
+        for i in 0..16 {
+            let f = flow_frame(i);
+            let (first, _) = candidates(flow_hash(&cfg, &parse_packet(&f[..]).unwrap()), UPLINKS);
+            for port in 1..=UPLINKS {
+                let q = if port == first + 1 { crafted_queue(false) } else { EgressQueue::default() };
+                sw.dp.set_queue(port, class_of(0), q)?;
+            }
+            forwarded_port(sw, &f);
+        }
+        let deep = sw.dp.balance_counters()?;
+        assert_eq!((deep.adaptive_second_choices, deep.flowlet_moves), (16, 0), "one move per deep first candidate");
+        Ok(())
+    });
+    with_switch(HashMode::Flowlet, 0x99, |sw| {
+        let cfg = FixtureSwitch::config(HashMode::Flowlet, 0x99).with_flowlet_gap(1_000);
+        sw.dp.set_config(cfg)?;
+        let moves = |sw: &mut FixtureSwitch| sw.dp.balance_counters().map(|m| m.flowlet_moves);
+        let slot =
+            |flow, last_ns, member| FlowletSlot { last_ns, flow, group: GROUP_UPLINKS as u16, member, generation: 3 };
+        for i in 0..16 {
+            let f = flow_frame(i);
+            let flow = flow_hash(&cfg, &parse_packet(&f[..]).unwrap());
+            // Idle queues: a new flowlet (generation 4) takes its first candidate.
+            let (c1, _) = candidates(flowlet_hash(flow, 4), UPLINKS);
+            let other = ((c1 + 1) % UPLINKS) as u8;
+            forwarded_port(sw, &f);
+            assert_eq!(moves(sw)?, i as u64, "flow {i}: a new flow is no move");
+            sw.dp.set_flowlet(flow, slot(flow, u64::MAX / 2, other))?;
+            assert_eq!(forwarded_port(sw, &f), other as u32 + 1);
+            assert_eq!(moves(sw)?, i as u64, "flow {i}: within the gap, no move");
+            sw.dp.set_flowlet(flow, slot(flow, 0, c1 as u8))?;
+            assert_eq!(forwarded_port(sw, &f), c1 + 1);
+            assert_eq!(moves(sw)?, i as u64, "flow {i}: a new flowlet on the same member is no move");
+            sw.dp.set_flowlet(flow, slot(flow, 0, other))?;
+            assert_eq!(forwarded_port(sw, &f), c1 + 1);
+            assert_eq!(moves(sw)?, i as u64 + 1, "flow {i}: a new flowlet on another member is a move");
+        }
+        assert_eq!(sw.dp.balance_counters()?.adaptive_second_choices, 0);
+        Ok(())
+    });
+}
+
 #[test]
 fn spray_spreads_the_packets_of_one_flow_over_every_uplink() {
     with_switch(HashMode::Spray, 1, |sw| {

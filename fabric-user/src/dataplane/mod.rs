@@ -12,7 +12,7 @@ use aya::{
     programs::{Xdp, XdpMode, xdp::XdpLinkId},
 };
 use fabric_common::{
-    balance::{FlowletSlot, WcmpError, WcmpWeights, flowlet_index},
+    balance::{BalanceEvent, FlowletSlot, WcmpError, WcmpWeights, flowlet_index},
     config::{MAX_IFINDEX, PortInfo, SwitchConfig},
     counters::{MemberCounters, PortCounters},
     fault::PortLoss,
@@ -270,6 +270,19 @@ impl SwitchDataplane {
         Ok(total)
     }
 
+    /// The moves of the balancing modes, summed over CPUs, indexed by [`BalanceEvent`].
+    pub fn balance_counters(&mut self) -> Result<BalanceMoves> {
+        let m: PerCpuArray<&mut MapData, u64> = self.map(maps::BALANCE_COUNTERS)?;
+        let mut n = [0u64; BalanceEvent::COUNT as usize];
+        for (i, total) in n.iter_mut().enumerate() {
+            *total = m.get(&(i as u32), 0)?.iter().sum();
+        }
+        Ok(BalanceMoves {
+            flowlet_moves: n[BalanceEvent::FlowletMove as usize],
+            adaptive_second_choices: n[BalanceEvent::AdaptiveSecond as usize],
+        })
+    }
+
     /// The congestion model's settings (`enabled == 0` turns it off).
     pub fn set_qos(&mut self, cfg: QosConfig) -> Result<()> {
         let mut m: Array<&mut MapData, QosConfig> = self.map(maps::QOS)?;
@@ -410,4 +423,14 @@ impl SwitchDataplane {
         aya_log::EbpfLogger::init_from_id_with_logger(program_id, logger)
             .with_context(|| format!("opening the log of program {program_id}"))
     }
+}
+
+/// What a switch's balancing modes did since it came up (see
+/// [`fabric_common::balance::BalanceEvent`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BalanceMoves {
+    /// `flowlet`: new flowlets of a flow that took another member than its previous flowlet.
+    pub flowlet_moves: u64,
+    /// `adaptive`: packets sent to the second candidate (its queue was shorter).
+    pub adaptive_second_choices: u64,
 }

@@ -86,6 +86,10 @@ pub struct JobRecord {
     /// A host of the job that computes slower than the others.
     #[serde(default)]
     pub straggler: Option<Straggler>,
+    /// What the balancing modes moved while the job ran, over every switch (zero in the hash
+    /// modes and in simulated runs).
+    #[serde(default)]
+    pub moves: crate::dataplane::BalanceMoves,
     pub diagnosis: Vec<String>,
 }
 
@@ -221,11 +225,23 @@ impl JobClock {
             uplink_bytes: Default::default(),
             shared_steps: Vec::new(),
             straggler: None,
+            moves: moves_between(before, after),
             diagnosis: Vec::new(),
         };
         rec.diagnosis = diagnose(&rec);
         rec
     }
+}
+
+/// The switches' balancing moves between two reports (a switch missing before counts from 0).
+fn moves_between(before: &StatsReport, after: &StatsReport) -> crate::dataplane::BalanceMoves {
+    let mut total = crate::dataplane::BalanceMoves::default();
+    for a in &after.switches {
+        let b = before.switches.iter().find(|b| b.switch == a.switch).map(|b| b.moves).unwrap_or_default();
+        total.flowlet_moves += a.moves.flowlet_moves.saturating_sub(b.flowlet_moves);
+        total.adaptive_second_choices += a.moves.adaptive_second_choices.saturating_sub(b.adaptive_second_choices);
+    }
+    total
 }
 
 fn port_deltas(before: &StatsReport, after: &StatsReport) -> Vec<PortDelta> {
@@ -445,5 +461,26 @@ fn fault_verb(kind: FaultKind) -> &'static str {
         FaultKind::LinkUp | FaultKind::SwitchUp => "up",
         FaultKind::LinkDegraded => "degraded",
         FaultKind::LinkRestored => "restored",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dataplane::BalanceMoves;
+    use crate::telemetry::prometheus::tests::full_report;
+
+    #[test]
+    fn the_record_counts_the_moves_made_during_the_run_only() {
+        let before = full_report();
+        let mut after = full_report();
+        let moves = |f, a| BalanceMoves { flowlet_moves: f, adaptive_second_choices: a };
+        assert_eq!(super::moves_between(&before, &after), moves(0, 0), "nothing moved during the run");
+        after.switches[0].moves = moves(10, 4);
+        let mut second = after.switches[0].clone();
+        second.switch = "z0r1".into();
+        second.moves = moves(1, 2);
+        after.switches.push(second);
+        // z0r0 had 3 flowlet moves before; z0r1 was not in the first report.
+        assert_eq!(super::moves_between(&before, &after), moves(7 + 1, 4 + 2));
     }
 }

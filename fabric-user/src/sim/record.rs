@@ -130,6 +130,7 @@ pub fn records(fabric: &SimFabric, o: &SimOptions, run: &PacketRun, job_id: &str
         uplink_bytes: Default::default(),
         shared_steps: Vec::new(),
         straggler: None,
+        moves: Default::default(),
         diagnosis: Vec::new(),
     };
     job.diagnosis = diagnose(&job);

@@ -88,7 +88,23 @@ pub fn families(r: &StatsReport) -> Vec<Family> {
     let balance = |f: fn(&crate::telemetry::stats::UplinkLoad) -> f64| -> Vec<(Labels, Value)> {
         r.uplinks.iter().map(|u| (labels(&[("testbed", tb), ("switch", &u.rtsw)]), Value::Float(f(u)))).collect()
     };
+    let moves = |f: fn(&crate::dataplane::BalanceMoves) -> u64| -> Vec<(Labels, Value)> {
+        r.switches
+            .iter()
+            .map(|s| (labels(&[("testbed", tb), ("switch", &s.switch)]), Value::Int(f(&s.moves))))
+            .collect()
+    };
     out.extend([
+        counter(
+            "flowlet_moves",
+            "Flowlets that took another member than the flow's previous flowlet (flowlet mode).",
+            moves(|m| m.flowlet_moves),
+        ),
+        counter(
+            "adaptive_second_choices",
+            "Packets sent to the second, less loaded candidate (adaptive mode).",
+            moves(|m| m.adaptive_second_choices),
+        ),
         gauge(
             "uplink_max_over_mean",
             "Busiest RTSW uplink over the mean (bytes since up).",
@@ -315,7 +331,12 @@ pub(crate) mod tests {
         StatsReport {
             testbed: "fab".into(),
             time_scale: 4000,
-            switches: vec![SwitchStats { switch: "z0r0".into(), role: crate::model::plan::Role::Rtsw, ports: vec![p] }],
+            switches: vec![SwitchStats {
+                switch: "z0r0".into(),
+                role: crate::model::plan::Role::Rtsw,
+                ports: vec![p],
+                moves: crate::dataplane::BalanceMoves { flowlet_moves: 3, adaptive_second_choices: 0 },
+            }],
             uplinks: vec![UplinkLoad {
                 rtsw: "z0r0".into(),
                 tx_bytes: vec![("z0c1".into(), 200)],

@@ -130,6 +130,8 @@ pub struct SwitchStats {
     pub switch: String,
     pub role: Role,
     pub ports: Vec<PortStats>,
+    /// Moves of the balancing modes (zero in the hash modes).
+    pub moves: crate::dataplane::BalanceMoves,
 }
 
 /// Load over one RTSW's uplinks.
@@ -177,7 +179,8 @@ pub fn collect_each(state: &State) -> (StatsReport, Vec<(String, anyhow::Error)>
     let mut unreadable = Vec::new();
     for sw in plan.switches() {
         let node = &plan.nodes[sw];
-        let ports = match switch_ports(state, sw) {
+        let read = switch_ports(state, sw).and_then(|p| Ok((p, state.dataplane(sw)?.balance_counters()?)));
+        let (ports, moves) = match read {
             Ok(p) => p,
             Err(e) => {
                 unreadable.push((node.name.clone(), e));
@@ -191,7 +194,7 @@ pub fn collect_each(state: &State) -> (StatsReport, Vec<(String, anyhow::Error)>
             let (max_over_mean, jain) = imbalance(&loads);
             uplinks.push(UplinkLoad { rtsw: node.name.clone(), tx_bytes: tx, max_over_mean, jain });
         }
-        switches.push(SwitchStats { switch: node.name.clone(), role: node.role, ports });
+        switches.push(SwitchStats { switch: node.name.clone(), role: node.role, ports, moves });
     }
     let agents = crate::agent::read_telemetry(&plan.topology.prefix);
     let congestion = totals(&switches, &agents);
@@ -304,6 +307,21 @@ pub fn print(r: &StatsReport) {
                 extra.join(" ")
             );
         }
+    }
+    let moved: Vec<String> = r
+        .switches
+        .iter()
+        .filter(|s| s.moves != Default::default())
+        .map(|s| {
+            format!(
+                "{}: flowlet moves {}, adaptive second choices {}",
+                s.switch, s.moves.flowlet_moves, s.moves.adaptive_second_choices
+            )
+        })
+        .collect();
+    if !moved.is_empty() {
+        println!();
+        println!("balancing moves: {}", moved.join("; "));
     }
     let busy: Vec<(&str, &PortStats, &ClassStats)> = r
         .switches

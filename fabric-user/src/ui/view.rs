@@ -502,6 +502,7 @@ pub(crate) mod tests {
                         }
                     })
                     .collect(),
+                moves: Default::default(),
             })
             .collect::<Vec<_>>();
         let uplinks = plan
