@@ -161,6 +161,10 @@ pub struct SimArgs {
     /// this).
     #[arg(long, default_value_t = 1.0)]
     pub gpu_speedup: f64,
+    /// With --trace: HOST:FACTOR, a host whose GPU computes FACTOR times slower than the
+    /// others (as `fabric run --straggler`); its rank's compute nodes take that much longer.
+    #[arg(long, value_name = "HOST:FACTOR", requires = "trace", value_parser = crate::run::job::Straggler::parse)]
+    pub straggler: Option<crate::run::job::Straggler>,
     /// Write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -332,6 +336,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
                 hash_seed: o.hash_seed,
                 endpoint: o.endpoint.clone(),
                 gpu_speedup: a.gpu_speedup,
+                straggler: a.straggler.clone(),
             };
             traces.push(simulate_trace(&mut fabric, &t, &packet)?);
         }

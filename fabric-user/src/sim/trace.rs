@@ -31,9 +31,11 @@ use super::packet::{PacketOptions, endpoint_config, network, qp_specs};
 use crate::{
     endpoint::EndpointOptions,
     forwarding::fabric::SimFabric,
-    model::placement::Placement,
-    model::workload::on_hosts,
-    run::trace::{Job, files::load},
+    model::{placement::Placement, plan::NodeId, workload::on_hosts},
+    run::{
+        job::Straggler,
+        trace::{Job, files::load},
+    },
 };
 
 /// What the trace and the twin need besides the fabric.
@@ -48,6 +50,8 @@ pub struct TraceSimOptions {
     pub endpoint: EndpointOptions,
     /// The modelled GPU's speed over the traced one's: compute takes traced / this.
     pub gpu_speedup: f64,
+    /// A host whose GPU computes `factor` times slower than the others (`--straggler`).
+    pub straggler: Option<Straggler>,
 }
 
 /// One training step of the trace on the twin.
@@ -65,6 +69,8 @@ pub struct TraceSimResult {
     pub distinct_rounds: usize,
     pub bytes: u64,
     pub gpu_speedup: f64,
+    /// A host computing slower than the others (its factor applies to its rank's compute).
+    pub straggler: Option<Straggler>,
     /// The busiest rank's compute, as traced and as modelled, seconds.
     pub traced_compute_s: f64,
     pub compute_s: f64,
@@ -123,6 +129,7 @@ pub fn simulate_input(
         distinct_rounds: 0,
         bytes: job.ops.iter().map(|o| o.bytes_needed()).sum(),
         gpu_speedup: t.gpu_speedup,
+        straggler: t.straggler.clone(),
         traced_compute_s: 0.0,
         compute_s: 0.0,
         communication_s: 0.0,
@@ -159,9 +166,31 @@ pub fn simulate_input(
     r.compute_s = r.traced_compute_s / t.gpu_speedup;
     r.communication_s = comm_ns as f64 * 1e-9;
     r.serial_step_s = r.compute_s + r.communication_s;
-    let overlapped = Overlap::new(&job, input, &rounds, &round_ns, t.gpu_speedup).step_ns();
+    let slowdown = rank_slowdown(fabric, &hosts, t.straggler.as_ref())?;
+    let overlapped = Overlap::new(&job, input, &rounds, &round_ns, t.gpu_speedup, slowdown).step_ns();
     r.step_s = overlapped as f64 * 1e-9;
     Ok(r)
+}
+
+/// Per rank, how many times slower its GPU computes: 1 everywhere but on the straggler's host.
+fn rank_slowdown(fabric: &SimFabric, hosts: &[NodeId], straggler: Option<&Straggler>) -> Result<Vec<f64>> {
+    let mut slowdown = vec![1.0; hosts.len()];
+    if let Some(s) = straggler {
+        ensure!(
+            s.factor.is_finite() && s.factor >= 1.0,
+            "--straggler {}: factor {} is not 1 or more",
+            s.host,
+            s.factor
+        );
+        let node =
+            fabric.plan.node_by_name(&s.host).with_context(|| format!("--straggler {}: no such host", s.host))?;
+        let rank = hosts
+            .iter()
+            .position(|&h| h == node)
+            .with_context(|| format!("--straggler {}: the trace's ranks are not placed on it", s.host))?;
+        slowdown[rank] = s.factor;
+    }
+    Ok(slowdown)
 }
 
 /// The step's timeline with compute placed between the ops (see the module's model): the end
@@ -171,6 +200,8 @@ struct Overlap<'a> {
     input: &'a crate::run::trace::TraceInput,
     round_ns: &'a [u64],
     speedup: f64,
+    /// Per rank: its compute's slowdown (a straggler's factor, else 1).
+    slowdown: Vec<f64>,
     /// Per job op: its first and last round (`None`: no steps, done once ready).
     span: Vec<Option<(usize, usize)>>,
     /// Per rank, per rank op: the job op it is part of.
@@ -191,6 +222,7 @@ impl<'a> Overlap<'a> {
         rounds: &[Vec<(usize, usize)>],
         round_ns: &'a [u64],
         speedup: f64,
+        slowdown: Vec<f64>,
     ) -> Self {
         let mut span: Vec<Option<(usize, usize)>> = vec![None; job.ops.len()];
         let mut starting = vec![Vec::new(); rounds.len()];
@@ -219,6 +251,7 @@ impl<'a> Overlap<'a> {
             input,
             round_ns,
             speedup,
+            slowdown,
             span,
             job_op,
             op_compute,
@@ -294,7 +327,7 @@ impl<'a> Overlap<'a> {
         for d in computes {
             start = start.max(self.compute(rank, d));
         }
-        let t = start + (micros as f64 * 1e3 / self.speedup).round() as u64;
+        let t = start + (micros as f64 * 1e3 * self.slowdown[rank] / self.speedup).round() as u64;
         self.compute_end[rank][c] = Some(t);
         t
     }
@@ -306,7 +339,7 @@ pub fn print(results: &[TraceSimResult]) {
         println!(
             "trace {} ({}, {} ranks, {} ops in {} rounds, {} simulated), hash {} qps={} cc={}: step {:.6} s \
              overlapped ({:.6} s serial = compute {:.6} s (traced {:.6} s / {}) + communication {:.6} s); {} \
-             retransmitted, {} ECN marks, {} PFC frames{}",
+             retransmitted, {} ECN marks, {} PFC frames{}{}",
             r.file,
             r.format,
             r.ranks,
@@ -325,6 +358,9 @@ pub fn print(results: &[TraceSimResult]) {
             r.retransmissions,
             r.ecn_marks,
             r.pfc_frames,
+            r.straggler
+                .as_ref()
+                .map_or(String::new(), |s| format!("; straggler {} computes {}x slower", s.host, s.factor)),
             if r.finished { "" } else { "; NOT every QP finished (deadline)" }
         );
     }
@@ -348,6 +384,7 @@ mod tests {
             hash_seed: None,
             endpoint: EndpointOptions { qps, ..Default::default() },
             gpu_speedup: speedup,
+            straggler: None,
         };
         simulate_trace(&mut build_fabric(None, None).unwrap(), &t, &PACKET).unwrap_or_else(|e| panic!("{e:#}"))
     }
@@ -381,6 +418,10 @@ mod tests {
     /// (0.5 ms) after it. If the all-reduce does not wait for A, A runs under it; if it does,
     /// nothing overlaps and the step is the serial bound.
     fn compute_around_an_allreduce(allreduce_waits_for_a: bool) -> TraceSimResult {
+        straggling(allreduce_waits_for_a, None).unwrap()
+    }
+
+    fn straggling(allreduce_waits_for_a: bool, straggler: Option<&str>) -> Result<TraceSimResult> {
         use crate::run::trace::{
             TraceInput,
             chakra::{CollectiveCommType, build, from_nodes},
@@ -401,8 +442,30 @@ mod tests {
             hash_seed: None,
             endpoint: EndpointOptions::default(),
             gpu_speedup: 1.0,
+            straggler: straggler.map(Straggler::parse).transpose()?,
         };
-        simulate_input(&mut build_fabric(None, None).unwrap(), &input, &t, &PACKET).unwrap()
+        simulate_input(&mut build_fabric(None, None).unwrap(), &input, &t, &PACKET)
+    }
+
+    #[test]
+    fn a_straggler_delays_the_step_by_its_extra_compute_on_the_critical_path() {
+        let healthy = straggling(true, None).unwrap();
+        // Contiguous placement puts rank 0 on the first host; its A and B take 3x as long, and
+        // the all-reduce waits for every rank's A, so the step grows by 2 x (1 + 0.5) ms.
+        let host = build_fabric(None, None).unwrap().plan.hosts().next().unwrap();
+        let name = build_fabric(None, None).unwrap().plan.nodes[host].name.clone();
+        let slow = straggling(true, Some(&format!("{name}:3"))).unwrap();
+        assert_eq!(slow.communication_s, healthy.communication_s);
+        assert!((slow.step_s - healthy.step_s - 3e-3).abs() < 1e-8, "{healthy:?} {slow:?}");
+        // When the all-reduce does not wait for A, the straggler's A (3 ms) runs under it and
+        // only what outlasts the communication shows.
+        let free = straggling(false, Some(&format!("{name}:3"))).unwrap();
+        let comm = free.communication_s;
+        assert!((free.step_s - (comm + 1.5e-3).max(3e-3)).abs() < 1e-8, "{free:?}");
+        for bad in ["nohost:2", &format!("{name}:0.5"), &format!("{name}:x")] {
+            let e = format!("{:#}", straggling(true, Some(bad)).unwrap_err());
+            assert!(e.contains("--straggler"), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -428,6 +491,7 @@ mod tests {
             hash_seed: None,
             endpoint: EndpointOptions::default(),
             gpu_speedup: 0.0,
+            straggler: None,
         };
         let err = simulate_trace(&mut build_fabric(None, None).unwrap(), &t, &PACKET).unwrap_err().to_string();
         assert!(err.contains("--gpu-speedup"), "{err}");
