@@ -103,7 +103,7 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
 }
 
 /// The scenarios with a packet-model (twin) variant.
-pub const TWIN_SCENARIOS: [&str; 2] = ["ecmp-entropy", "path-pinning"];
+pub const TWIN_SCENARIOS: [&str; 3] = ["ecmp-entropy", "path-pinning", "load-balancing"];
 
 /// The verdict table in plain text (for the terminal).
 pub fn print_summary(r: &ExperimentReport, dir: &Path) {

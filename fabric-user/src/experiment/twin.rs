@@ -14,8 +14,8 @@ use super::harness::{Case, Control, Ctx};
 use crate::{
     forwarding::fabric::SimFabric,
     sim::{
-        SimOptions, SimResult,
-        packet::{PacketOptions, simulate_packet_cases},
+        MemberLoad, SimOptions, SimResult,
+        packet::{PacketOptions, simulate_packet_cases_with_load},
     },
 };
 
@@ -26,6 +26,18 @@ pub const PACKET: PacketOptions =
 /// Runs `runs` (case index, options) on `fabric`, every seed, and adds each result's metrics to
 /// its case.
 pub fn run_cases(ctx: &Ctx, fabric: &SimFabric, runs: &[(usize, SimOptions)], cases: &mut [Case]) -> Result<()> {
+    run_cases_with(ctx, fabric, runs, cases, |_, _, _| {})
+}
+
+/// [`run_cases`], then `extra` adds what a scenario reads beyond [`push`]'s metrics (from the
+/// result and the bytes every ECMP member carried).
+pub fn run_cases_with(
+    ctx: &Ctx,
+    fabric: &SimFabric,
+    runs: &[(usize, SimOptions)],
+    cases: &mut [Case],
+    extra: impl Fn(&mut Case, &SimResult, &MemberLoad),
+) -> Result<()> {
     let mut all = Vec::new();
     for &seed in &ctx.seeds {
         for (i, o) in runs {
@@ -40,14 +52,50 @@ pub fn run_cases(ctx: &Ctx, fabric: &SimFabric, runs: &[(usize, SimOptions)], ca
         }
     }
     let options: Vec<SimOptions> = all.iter().map(|a| a.2.clone()).collect();
-    let results = simulate_packet_cases(fabric, &options, &PACKET)?;
-    for ((i, seed, _), r) in all.iter().zip(&results) {
+    let results = simulate_packet_cases_with_load(fabric, &options, &PACKET)?;
+    for ((i, seed, _), (r, load)) in all.iter().zip(&results) {
         if ctx.verbose {
             eprintln!("{} seed {seed}: {:.3} ms modelled, {:.2} s wall", cases[*i].key, r.completion_s * 1e3, r.wall_s);
         }
         push(&mut cases[*i], r)?;
+        extra(&mut cases[*i], r, load);
     }
     Ok(())
+}
+
+/// `fabric` with the link `spec` (`SWITCH:PORT`) at `fraction` of its rate: the twin's port
+/// runs at that rate, so queues build behind it, adaptive routing sees their depth and WCMP's
+/// weights follow the rate (as `fabric link degrade --rate` makes them on the testbed).
+pub fn slowed(fabric: &SimFabric, spec: &str, fraction: f64) -> Result<SimFabric> {
+    ensure!(fraction > 0.0 && fraction <= 1.0, "{spec}: a rate fraction must be in (0, 1], not {fraction}");
+    let mut f = fabric.clone();
+    let l = f.plan.find_link(spec)?;
+    f.plan.links[l].rate_gbps *= fraction;
+    Ok(f)
+}
+
+/// The share of the bytes RTSW `rtsw` sent up its ECMP groups that went to the neighbour
+/// `peer` (NaN when it sent none): the twin's counterpart of the testbed's
+/// [`super::harness::uplink_share`].
+pub fn uplink_share(fabric: &SimFabric, load: &MemberLoad, rtsw: &str, peer: &str) -> f64 {
+    let plan = &fabric.plan;
+    let Some(sw) = plan.node_by_name(rtsw) else { return f64::NAN };
+    let ports = &plan.nodes[sw].ports;
+    let (mut on, mut total) = (0u64, 0u64);
+    for g in 0..fabric.group_count(sw) as u32 {
+        for (m, &port) in fabric.members(sw, g).iter().enumerate() {
+            let peer_node = &plan.nodes[ports[port].peer_node];
+            if peer_node.role != crate::model::plan::Role::Ctsw {
+                continue;
+            }
+            let bytes = load.bytes[fabric.slot(sw, g, m as u32)];
+            total += bytes;
+            if peer_node.name == peer {
+                on += bytes;
+            }
+        }
+    }
+    if total == 0 { f64::NAN } else { on as f64 / total as f64 }
 }
 
 /// The metrics of one result, under the testbed runs' names.
@@ -108,6 +156,21 @@ mod tests {
         let control = Control::Hash { from: HashMode::Pin, to: HashMode::Te };
         let fooled = run("path-pinning", Some(control));
         assert_eq!(decision(&fooled, "te-beats-pin-fragmented"), Decision::DoesNotMatch, "{fooled:?}");
+    }
+
+    /// Load balancing on the twin: spraying reorders there, so the reorder-tolerant endpoint
+    /// beats go-back-N under spray; a control that turns spray into 5-tuple ECMP (nothing
+    /// reorders, both transports alike) makes the same verdict come out the other way.
+    #[test]
+    fn load_balancing_on_the_twin_decides_spray_against_reordering() {
+        let real = run("load-balancing", None);
+        for key in ["ooo-makes-spray-pay", "spray-balances", "adaptive-avoids-slow-link", "keeps-delivering"] {
+            assert_eq!(decision(&real, key), Decision::Matches, "{key}: {real:?}");
+        }
+        let control = Control::Hash { from: HashMode::Spray, to: HashMode::FiveTuple };
+        let fooled = run("load-balancing", Some(control));
+        assert_eq!(decision(&fooled, "ooo-makes-spray-pay"), Decision::DoesNotMatch, "{fooled:?}");
+        assert_eq!(decision(&fooled, "spray-balances"), Decision::DoesNotMatch, "{fooled:?}");
     }
 
     #[test]

@@ -181,9 +181,20 @@ pub fn add_member_load(r: &StepReport, repeat: u64, load: &mut MemberLoad) {
 /// its own copy of the fabric; the results come back in the order of `cases`. The memory
 /// limit holds per case.
 pub fn simulate_packet_cases(fabric: &SimFabric, cases: &[SimOptions], p: &PacketOptions) -> Result<Vec<SimResult>> {
+    Ok(simulate_packet_cases_with_load(fabric, cases, p)?.into_iter().map(|(r, _)| r).collect())
+}
+
+/// [`simulate_packet_cases`], each result with the bytes every ECMP member carried over one
+/// iteration (an experiment reads one uplink's share from them).
+pub fn simulate_packet_cases_with_load(
+    fabric: &SimFabric,
+    cases: &[SimOptions],
+    p: &PacketOptions,
+) -> Result<Vec<(SimResult, MemberLoad)>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(cases.len()).max(1);
     let next = AtomicUsize::new(0);
-    let done: Mutex<Vec<Option<Result<SimResult>>>> = Mutex::new((0..cases.len()).map(|_| None).collect());
+    type Done = Option<Result<(SimResult, MemberLoad)>>;
+    let done: Mutex<Vec<Done>> = Mutex::new((0..cases.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
@@ -191,7 +202,7 @@ pub fn simulate_packet_cases(fabric: &SimFabric, cases: &[SimOptions], p: &Packe
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(o) = cases.get(i) else { break };
-                    let r = simulate_packet(&mut fabric, o, p);
+                    let r = simulate_packet_with_load(&mut fabric, o, p);
                     done.lock().expect("no thread panics holding it")[i] = Some(r);
                 }
             });
