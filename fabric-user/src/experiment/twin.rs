@@ -15,7 +15,7 @@ use crate::{
     forwarding::fabric::SimFabric,
     sim::{
         MemberLoad, SimOptions, SimResult,
-        packet::{PacketOptions, simulate_packet_cases_with_load},
+        packet::{PacketOptions, simulate_packet_cases_with_load, simulate_packet_with_load},
     },
 };
 
@@ -41,14 +41,7 @@ pub fn run_cases_with(
     let mut all = Vec::new();
     for &seed in &ctx.seeds {
         for (i, o) in runs {
-            let mut o = SimOptions { hash_seed: Some(seed as u32), ..o.clone() };
-            // A negative control acts on the twin's cases as on the testbed's runs.
-            match ctx.control {
-                Some(Control::Hash { from, to }) if o.hash == from => o.hash = to,
-                Some(Control::Cc { from, to }) if o.endpoint.cc == from => o.endpoint.cc = to,
-                _ => {}
-            }
-            all.push((*i, seed, o));
+            all.push((*i, seed, seeded(ctx, o, seed)));
         }
     }
     let options: Vec<SimOptions> = all.iter().map(|a| a.2.clone()).collect();
@@ -61,6 +54,64 @@ pub fn run_cases_with(
         extra(&mut cases[*i], r, load);
     }
     Ok(())
+}
+
+/// `o` for `seed`: the seed re-seeds the switches' hashes, and a negative control acts on the
+/// twin's cases as on the testbed's runs.
+pub fn seeded(ctx: &Ctx, o: &SimOptions, seed: u64) -> SimOptions {
+    let mut o = SimOptions { hash_seed: Some(seed as u32), ..o.clone() };
+    match ctx.control {
+        Some(Control::Hash { from, to }) if o.hash == from => o.hash = to,
+        Some(Control::Cc { from, to }) if o.endpoint.cc == from => o.endpoint.cc = to,
+        _ => {}
+    }
+    o
+}
+
+/// One run of `o` for `seed` on `fabric`, for scenarios whose next run depends on this one (a
+/// fault on the link it loaded most); the seed also seeds the twin's draws (RED, injected
+/// loss). The caller pushes the metrics.
+pub fn run_one(
+    ctx: &Ctx,
+    fabric: &SimFabric,
+    o: &SimOptions,
+    seed: u64,
+    label: &str,
+) -> Result<(SimResult, MemberLoad)> {
+    let p = PacketOptions { seed, ..PACKET };
+    let (r, load) = simulate_packet_with_load(&mut fabric.clone(), &seeded(ctx, o, seed), &p)?;
+    if ctx.verbose {
+        eprintln!("{label}: {:.3} ms modelled, {:.2} s wall", r.completion_s * 1e3, r.wall_s);
+    }
+    Ok((r, load))
+}
+
+/// The neighbour (a CTSW) behind the uplink of `rtsw` that carried the most bytes.
+pub fn busiest_uplink(fabric: &SimFabric, load: &MemberLoad, rtsw: &str) -> Option<String> {
+    let plan = &fabric.plan;
+    let sw = plan.node_by_name(rtsw)?;
+    plan.nodes[sw]
+        .ports
+        .iter()
+        .map(|p| &plan.nodes[p.peer_node])
+        .filter(|n| n.role == crate::model::plan::Role::Ctsw)
+        .map(|n| (uplink_share(fabric, load, rtsw, &n.name), &n.name))
+        .filter(|(share, _)| *share > 0.0)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, name)| name.clone())
+}
+
+/// `fabric` with both switch ends of the link `spec` dropping `ppm` of their frames (as
+/// `fabric link degrade --loss` does on the testbed); [`run_one`] seeds the draws.
+pub fn lossy(fabric: &SimFabric, spec: &str, ppm: u32) -> Result<SimFabric> {
+    let mut f = fabric.clone();
+    let link = f.plan.links[f.plan.find_link(spec)?].clone();
+    for (node, port) in [(link.a, link.a_port), (link.b, link.b_port)] {
+        if f.plan.nodes[node].role.is_switch() {
+            f.loss.push((node, port, ppm));
+        }
+    }
+    Ok(f)
 }
 
 /// `fabric` with the link `spec` (`SWITCH:PORT`) at `fraction` of its rate: the twin's port
@@ -171,6 +222,25 @@ mod tests {
         let fooled = run("load-balancing", Some(control));
         assert_eq!(decision(&fooled, "ooo-makes-spray-pay"), Decision::DoesNotMatch, "{fooled:?}");
         assert_eq!(decision(&fooled, "spray-balances"), Decision::DoesNotMatch, "{fooled:?}");
+    }
+
+    /// Gray failures on the twin: a 1/4-rate uplink slows even E-ECMP (hashing keeps its share
+    /// there), and go-back-N resends more than the lossy link lost.
+    #[test]
+    fn gray_failure_on_the_twin_decides_the_slow_and_lossy_link() {
+        let real = run("gray-failure", None);
+        for key in ["slow-link-slows-eecmp", "hash-keeps-share", "go-back-n-amplifies", "keeps-delivering"] {
+            assert_eq!(decision(&real, key), Decision::Matches, "{key}: {real:?}");
+        }
+        assert!(real.iter().all(|(k, _)| k != "straggler-slows-ring"), "the twin runs no straggler: {real:?}");
+    }
+
+    /// A link failing mid-job on the twin (a what-if): every QP still completes.
+    #[test]
+    fn link_failure_on_the_twin_recovers_every_qp() {
+        let real = run("link-failure", None);
+        assert_eq!(decision(&real, "keeps-delivering"), Decision::Matches, "{real:?}");
+        assert!(real.iter().any(|(k, _)| k == "pin-suffers-more-drained"), "{real:?}");
     }
 
     #[test]
