@@ -56,10 +56,13 @@ pub fn run_cases_with(
     Ok(())
 }
 
-/// `o` for `seed`: the seed re-seeds the switches' hashes, and a negative control acts on the
-/// twin's cases as on the testbed's runs.
+/// `o` for `seed`: the seed re-seeds the switches' hashes (and redraws a random placement), and
+/// a negative control acts on the twin's cases as on the testbed's runs.
 pub fn seeded(ctx: &Ctx, o: &SimOptions, seed: u64) -> SimOptions {
     let mut o = SimOptions { hash_seed: Some(seed as u32), ..o.clone() };
+    if let crate::model::placement::Placement::Random { seed: s } = &mut o.placement {
+        *s = seed;
+    }
     match ctx.control {
         Some(Control::Hash { from, to }) if o.hash == from => o.hash = to,
         Some(Control::Cc { from, to }) if o.endpoint.cc == from => o.endpoint.cc = to,
