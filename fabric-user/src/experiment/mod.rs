@@ -103,8 +103,8 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
 }
 
 /// The scenarios with a packet-model (twin) variant.
-pub const TWIN_SCENARIOS: [&str; 5] =
-    ["ecmp-entropy", "path-pinning", "load-balancing", "gray-failure", "link-failure"];
+pub const TWIN_SCENARIOS: [&str; 6] =
+    ["ecmp-entropy", "path-pinning", "load-balancing", "gray-failure", "link-failure", "cross-zone"];
 
 /// The verdict table in plain text (for the terminal).
 pub fn print_summary(r: &ExperimentReport, dir: &Path) {

@@ -246,6 +246,20 @@ mod tests {
         assert!(real.iter().any(|(k, _)| k == "pin-suffers-more-drained"), "{real:?}");
     }
 
+    /// Min-cut placement across the 1:7 ATSW tier on the twin (5 seeds: random placements vary):
+    /// fewer bytes through the ATSWs, and sooner.
+    #[test]
+    fn cross_zone_on_the_twin_decides_min_cut_against_random() {
+        let out = std::env::temp_dir().join(format!("fabric-twin-exp-{}-cross-zone", std::process::id()));
+        let opts =
+            Options { out: out.clone(), seeds: Some(5), twin: Some(TwinModel { scale: None }), ..Default::default() };
+        let (r, _) = crate::experiment::run("cross-zone", &opts).unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = std::fs::remove_dir_all(out);
+        let v: Vec<(String, Decision)> = r.outcome.verdicts.iter().map(|v| (v.key.to_string(), v.direction)).collect();
+        assert_eq!(decision(&v, "aware-crosses-less"), Decision::Matches, "{v:?}");
+        assert_eq!(decision(&v, "aware-completes-sooner"), Decision::Matches, "{v:?}");
+    }
+
     #[test]
     fn scenarios_without_a_twin_variant_say_so() {
         let opts = Options { twin: Some(TwinModel { scale: None }), ..Default::default() };
