@@ -260,6 +260,51 @@ mod tests {
         assert_eq!(decision(&v, "aware-completes-sooner"), Decision::Matches, "{v:?}");
     }
 
+    /// The faults the twin's scenarios inject change only the link named, and refuse what is
+    /// not a link or not a fraction by name.
+    #[test]
+    fn slowed_and_lossy_fabrics_change_one_link_and_refuse_bad_input() {
+        let fabric = TwinModel { scale: None }.fabric(crate::model::topology::Topology::default_topology(), |_| {});
+        let l = fabric.plan.find_link("z0r0:z0c0").unwrap();
+        let slow = slowed(&fabric, "z0r0:z0c0", 0.25).unwrap();
+        for (i, (a, b)) in fabric.plan.links.iter().zip(&slow.plan.links).enumerate() {
+            let want = if i == l { a.rate_gbps * 0.25 } else { a.rate_gbps };
+            assert_eq!(b.rate_gbps, want, "link {i}");
+        }
+        assert!(slowed(&fabric, "z0r0:z0c0", 0.0).unwrap_err().to_string().contains("(0, 1], not 0"));
+        assert!(slowed(&fabric, "z0r0:nope", 0.5).is_err());
+        let lossy = lossy(&fabric, "z0r0:z0c0", 5_000).unwrap();
+        let link = &fabric.plan.links[l];
+        assert_eq!(lossy.loss, vec![(link.a, link.a_port, 5_000), (link.b, link.b_port, 5_000)]);
+        assert!(fabric.loss.is_empty());
+    }
+
+    /// The uplink shares of an RTSW add up to one, and the busiest uplink is the one with the
+    /// largest share.
+    #[test]
+    fn uplink_shares_add_up_and_the_busiest_is_the_largest() {
+        let fabric = TwinModel { scale: None }.fabric(crate::model::topology::Topology::default_topology(), |_| {});
+        let o = SimOptions {
+            collective: crate::model::workload::Collective::Allreduce,
+            ranks: None,
+            message_bytes: 1 << 20,
+            placement: crate::model::placement::Placement::Fragmented,
+            seed: 1,
+            hash: HashMode::FiveTuple,
+            hash_seed: Some(1),
+            endpoint: Default::default(),
+        };
+        let (_, load) = simulate_packet_with_load(&mut fabric.clone(), &o, &PACKET).unwrap();
+        let shares: Vec<(String, f64)> =
+            (0..4).map(|c| format!("z0c{c}")).map(|c| (c.clone(), uplink_share(&fabric, &load, "z0r0", &c))).collect();
+        let sum: f64 = shares.iter().map(|s| s.1).sum();
+        assert!((sum - 1.0).abs() < 1e-9, "{shares:?}");
+        let busiest = busiest_uplink(&fabric, &load, "z0r0").unwrap();
+        let max = shares.iter().map(|s| s.1).fold(0.0, f64::max);
+        assert_eq!(shares.iter().find(|s| s.0 == busiest).unwrap().1, max, "{shares:?}");
+        assert!(uplink_share(&fabric, &load, "nope", "z0c0").is_nan());
+    }
+
     #[test]
     fn scenarios_without_a_twin_variant_say_so() {
         let opts = Options { twin: Some(TwinModel { scale: None }), ..Default::default() };
