@@ -84,6 +84,9 @@ struct Runs {
 }
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
+    if let Some(model) = ctx.twin {
+        return run_twin(ctx, model);
+    }
     let cal = ctx.time_scale()?;
     let mut topo = super::path_pinning::topology(1, 400.0, cal.time_scale);
     // Four uplinks per RTSW, as in link-failure: a degraded one is a quarter of the capacity.
@@ -131,6 +134,124 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     })?;
     let verdicts = verdicts(&cases, &runs);
     Ok(outcome(&cal.describe(), &sizes, cases, verdicts, runs))
+}
+
+/// The slow and lossy uplink on the twin: the scenario's testbed fabric (or `--scale`'s), every
+/// host a rank of a fragmented ring AllReduce. Per mode and seed the healthy run comes first;
+/// the uplink of z0r0 it loaded most then runs at a quarter of the twin's link rate, and under
+/// E-ECMP loses 0.5% of its frames. (Flaps and stragglers are the jobs runner's, not run here.)
+fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
+    use super::twin::{busiest_uplink, lossy, run_one, slowed};
+    let mut topo = super::path_pinning::topology(1, 400.0, 1);
+    topo.zones[0].spines = 4;
+    let fabric = model.fabric(topo, |_| {});
+    let hosts = fabric.plan.hosts().count();
+    let message: u64 = ctx.pick(1 << 20, 4 << 20) * hosts as u64;
+    let mut cases = Vec::new();
+    for m in &MODES {
+        cases.push(Case::new(&format!("{}-healthy", m.0), &format!("{}, healthy", m.1)));
+        cases.push(Case::new(&format!("{}-degraded", m.0), &format!("{}, uplink at 1/4 rate", m.1)));
+    }
+    cases.push(Case::new("eecmp-lossy", "E-ECMP 8 QPs, lossy uplink (0.5%)"));
+    let mut runs = Runs::default();
+    for &seed in &ctx.seeds {
+        for (mi, m) in MODES.iter().enumerate() {
+            let endpoint = crate::endpoint::EndpointOptions {
+                qps: m.3,
+                sport: crate::endpoint::SportPolicy::Fixed,
+                ..Default::default()
+            };
+            let o = crate::sim::SimOptions {
+                collective: crate::model::workload::Collective::Allreduce,
+                ranks: None,
+                message_bytes: message,
+                placement: crate::model::placement::Placement::Fragmented,
+                seed: 1,
+                hash: m.2,
+                hash_seed: None,
+                endpoint,
+            };
+            let (healthy, load) = run_one(ctx, &fabric, &o, seed, &format!("{} healthy seed {seed}", m.0))?;
+            let victim = busiest_uplink(&fabric, &load, RTSW).context("z0r0 sent nothing up")?;
+            let link = format!("{RTSW}:{victim}");
+            let slow = slowed(&fabric, &link, DEGRADED_FRACTION)?;
+            let (degraded, slow_load) = run_one(ctx, &slow, &o, seed, &format!("{} degraded seed {seed}", m.0))?;
+            twin_metrics(&mut cases[2 * mi], &fabric, &healthy, &load, &victim)?;
+            twin_metrics(&mut cases[2 * mi + 1], &slow, &degraded, &slow_load, &victim)?;
+            runs.add_twin(seed, m.1, "1/4 rate", &link, &healthy, &degraded);
+            if m.0 == "eecmp" {
+                let lossy = lossy(&fabric, &link, LOSS_PPM)?;
+                let (r, lossy_load) = run_one(ctx, &lossy, &o, seed, &format!("eecmp lossy seed {seed}"))?;
+                twin_metrics(&mut cases[LOSSY], &lossy, &r, &lossy_load, &victim)?;
+                let p = r.packet.as_ref().expect("a packet result");
+                runs.lost += p.link_loss;
+                runs.retransmitted += p.retransmissions;
+                runs.add_twin(seed, m.1, "0.5% loss", &link, &healthy, &r);
+            }
+        }
+    }
+    let mut verdicts = common_verdicts(&cases, &runs);
+    verdicts.retain(|v| v.key != "keeps-delivering");
+    verdicts.push(Verdict::fact(
+        "keeps-delivering",
+        "Every faulty run on the twin completes every QP (slow and lossy links)",
+        format!("faulty runs completed {} of {} QPs", runs.delivered, runs.needed),
+        runs.delivered == runs.needed && runs.needed > 0,
+    ));
+    Ok(twin_outcome(hosts, message, cases, verdicts, runs))
+}
+
+/// A twin run's metrics (`victim`: the faulty uplink's CTSW).
+fn twin_metrics(
+    c: &mut Case,
+    fabric: &crate::forwarding::fabric::SimFabric,
+    r: &crate::sim::SimResult,
+    load: &crate::sim::MemberLoad,
+    victim: &str,
+) -> Result<()> {
+    super::twin::push(c, r)?;
+    let p = r.packet.as_ref().expect("a packet result");
+    c.push("victim_share_pct", super::twin::uplink_share(fabric, load, RTSW, victim) * 100.0);
+    c.push("retransmitted", p.retransmissions as f64);
+    c.push("lost_frames", p.link_loss as f64);
+    c.push("ecn_marked", p.ecn_marks as f64);
+    Ok(())
+}
+
+fn twin_outcome(hosts: usize, message: u64, cases: Vec<Case>, verdicts: Vec<Verdict>, runs: Runs) -> Outcome {
+    Outcome {
+        setup: vec![
+            format!(
+                "Ring AllReduce over all {hosts} hosts, fragmented placement, {} MiB per rank (1/{hosts} of it per                  ring step), fixed source port; ECMP (five-tuple) with 1 QP, E-ECMP, TE and WCMP with 8 QPs; no                  congestion control on top of PFC; go-back-N endpoints.",
+                message >> 20
+            ),
+            format!(
+                "Each mode runs healthy first; the uplink of {RTSW} that run loaded most then runs at a quarter of                  the twin's link rate (both directions) for an identical run. Under E-ECMP the same link then                  loses 0.5% of its frames at both switch ends (seeded draws, the seed of the run)."
+            ),
+            "completion_ms is modelled time. Flaps and stragglers are not run on the twin here.".into(),
+        ],
+        metrics: vec![
+            Metric::new("completion_ms", "AllReduce completion", "ms modelled", Better::Lower, true),
+            Metric::new("victim_share_pct", "faulty uplink's share of z0r0's uplink bytes", "%", Better::None, true),
+            Metric::new("max_over_mean", "uplink max/mean (mean over RTSWs)", "", Better::Lower, false),
+            Metric::new("retransmitted", "retransmitted packets", "", Better::Lower, true),
+            Metric::new("lost_frames", "frames the lossy link dropped", "", Better::Lower, false),
+            Metric::new("pfc_frames", "PFC frames sent by switches", "", Better::Lower, false),
+            Metric::new("ecn_marked", "ECN marks", "", Better::Lower, false),
+        ],
+        cases,
+        verdicts,
+        notes: vec![
+            "A slow link is slow both ways: what other racks send down it into z0r0 is placed by their own \
+             RTSWs, whose WCMP weights see only their own full-rate uplinks."
+                .into(),
+        ],
+        tables: vec![Table {
+            title: format!("Faults on {RTSW}'s busiest uplink: healthy -> faulty"),
+            header: ["seed", "routing", "fault", "link", "completion ms", "retransmitted"].map(String::from).to_vec(),
+            rows: runs.rows,
+        }],
+    }
 }
 
 /// `o` with uplink `RTSW:victim` at a quarter of its rate; the link is restored afterwards,
@@ -226,6 +347,31 @@ fn push_metrics(c: &mut Case, r: &RunResult, victim: &str, lost: u64) {
 }
 
 impl Runs {
+    /// A twin run's row and QP counts (`delivered` and `needed` count QPs on the twin).
+    fn add_twin(
+        &mut self,
+        seed: u64,
+        mode: &str,
+        fault: &str,
+        link: &str,
+        healthy: &crate::sim::SimResult,
+        faulty: &crate::sim::SimResult,
+    ) {
+        let p = faulty.packet.as_ref().expect("a packet result");
+        let qps = p.flow_completion_s.iter().flatten();
+        self.delivered += qps.clone().filter(|t| t.is_some()).count() as u64;
+        self.needed += qps.count() as u64;
+        let retx = |r: &crate::sim::SimResult| r.packet.as_ref().map_or(0, |p| p.retransmissions);
+        self.rows.push(vec![
+            seed.to_string(),
+            mode.to_string(),
+            fault.to_string(),
+            link.to_string(),
+            format!("{:.3} -> {:.3}", healthy.completion_s * 1e3, faulty.completion_s * 1e3),
+            format!("{} -> {}", retx(healthy), retx(faulty)),
+        ]);
+    }
+
     fn add(&mut self, seed: u64, mode: &str, fault: &str, victim: &str, healthy: &RunResult, faulty: &RunResult) {
         self.delivered += faulty.bytes_delivered;
         self.needed += faulty.bytes_needed;
@@ -253,13 +399,19 @@ fn slowdown(cases: &[Case], key: &str, fault: &str) -> Vec<f64> {
 }
 
 fn verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
+    let mut v = common_verdicts(cases, runs);
+    v.insert(5, straggler_slows(cases));
+    v
+}
+
+/// The verdicts both the testbed and the twin decide (the twin runs no straggler).
+fn common_verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
     vec![
         slow_link_slows_eecmp(cases).headline(),
         ecmp_suffers_more(cases),
         shares_unchanged(cases),
         wcmp_moves_load(cases),
         loss_slows(cases),
-        straggler_slows(cases),
         Verdict::fact(
             "go-back-n-amplifies",
             "Go-back-N resends more packets than the lossy link lost (each loss resends the window after it)",

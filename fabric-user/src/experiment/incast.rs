@@ -186,7 +186,7 @@ fn run_twin(ctx: &Ctx, model: TwinModel) -> Result<Outcome> {
         .map(|(i, mode)| (i, twin_options(Collective::Incast, ranks, message, options(mode, message, 1).endpoint)))
         .collect();
     let mut cases: Vec<Case> = MODES.iter().map(|m| Case::new(m.0, m.1)).collect();
-    super::twin::run_twin_cases_with(ctx, &fabric, &runs, &mut cases, push_twin_metrics)?;
+    super::twin::run_cases_with(ctx, &fabric, &runs, &mut cases, |c, r, o, _| push_twin_metrics(c, r, o))?;
     let verdicts = verdicts(&cases, "deepest queue of any switch port (exact)");
     Ok(Outcome {
         setup: vec![

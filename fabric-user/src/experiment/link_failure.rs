@@ -60,6 +60,9 @@ struct Runs {
 }
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
+    if let Some(model) = ctx.twin {
+        return run_twin(ctx, model);
+    }
     let cal = ctx.time_scale()?;
     let topo = super::path_pinning::topology(1, 400.0, cal.time_scale);
     let mut t4 = topo.clone();
@@ -86,6 +89,138 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     })?;
     let verdicts = verdicts(&cases, runs.delivered, runs.needed);
     Ok(outcome(&cal.describe(), &sizes, cases, verdicts, runs))
+}
+
+/// The failure as a what-if on the twin (`sim/whatif.rs`): the scenario's fabric (or
+/// `--scale`'s), every host a rank of a fragmented ring AllReduce. Per mode and seed, the
+/// healthy run's busiest uplink of z0r0 fails a third of the way into the job; what is queued on
+/// it or routed into it is lost until the controller's repaired routes are in force
+/// [`TWIN_DETECT_NS`] later, and the endpoints' go-back-N recovers it. TE is not run: the
+/// what-if would need the controller to re-place its entries.
+fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
+    use crate::sim::{WhatIfKind, whatif};
+    let mut topo = super::path_pinning::topology(1, 400.0, 1);
+    topo.zones[0].spines = 4;
+    let fabric = model.fabric(topo, |_| {});
+    let hosts = fabric.plan.hosts().count();
+    let message: u64 = ctx.pick(1 << 20, 4 << 20) * hosts as u64;
+    let modes: Vec<&Mode> = MODES.iter().filter(|m| m.2 != HashMode::Te).collect();
+    let mut cases = Vec::new();
+    for m in &modes {
+        cases.push(Case::new(&format!("{}-healthy", m.0), &format!("{}, healthy", m.1)));
+        cases.push(Case::new(&format!("{}-failure", m.0), &format!("{}, link fails mid-run", m.1)));
+        cases.push(Case::new(&format!("{}-drain", m.0), &format!("{}, link drained mid-run", m.1)));
+    }
+    let (mut rows, mut finished, mut runs) = (Vec::new(), 0u64, 0u64);
+    for &seed in &ctx.seeds {
+        for (mi, m) in modes.iter().enumerate() {
+            let o = super::twin::seeded(ctx, &twin_options(message, m), seed);
+            let (healthy, load) =
+                super::twin::run_one(ctx, &fabric, &o, seed, &format!("{} healthy seed {seed}", m.0))?;
+            let victim = super::twin::busiest_uplink(&fabric, &load, RTSW).context("z0r0 sent nothing up")?;
+            let at_ns = (healthy.completion_s * 1e9 / 3.0) as u64;
+            let w = whatif::WhatIf { kind: WhatIfKind::Fail, target: format!("{RTSW}:{victim}"), at_ns, flap: None };
+            let p = crate::sim::packet::PacketOptions { seed, ..super::twin::PACKET };
+            let down = Default::default();
+            let whatif = |w: &whatif::WhatIf| -> Result<crate::sim::WhatIfReport> {
+                let r = whatif::simulate_whatif(&fabric.plan, &down, &o, &p, w, TWIN_DETECT_NS)?;
+                r.packet.and_then(|p| p.whatif).context("a what-if report")
+            };
+            let report = whatif(&w)?;
+            let drained = whatif(&whatif::WhatIf { kind: WhatIfKind::Drain, ..w.clone() })?;
+            super::twin::push(&mut cases[3 * mi], &healthy)?;
+            let share = super::twin::uplink_share(&fabric, &load, RTSW, &victim) * 100.0;
+            cases[3 * mi].push("victim_share_pct", share);
+            cases[3 * mi + 2].push("completion_ms", drained.completion_s * 1e3);
+            let failed = &mut cases[3 * mi + 1];
+            failed.push("completion_ms", report.completion_s * 1e3);
+            failed.push("lost_packets", report.lost_packets as f64);
+            failed.push("retransmitted", report.retransmissions as f64);
+            finished += u64::from(report.finished);
+            runs += 1;
+            rows.push(vec![
+                seed.to_string(),
+                m.0.to_string(),
+                w.target.clone(),
+                format!("{:.1} µs", at_ns as f64 / 1e3),
+                format!("{:.3} -> {:.3}", report.baseline_completion_s * 1e3, report.completion_s * 1e3),
+                report.lost_packets.to_string(),
+                report.retransmissions.to_string(),
+                format!("{:.3}", drained.completion_s * 1e3),
+            ]);
+        }
+    }
+    let verdicts = vec![
+        pin_suffers_more(&cases, "drain").headline(),
+        pin_suffers_more(&cases, "failure"),
+        Verdict::fact(
+            "keeps-delivering",
+            "The fabric keeps delivering after the failure (routes repaired, losses resent): every QP of every \
+             run completes",
+            format!("{finished} of {runs} runs with a failure completed every QP"),
+            finished == runs && runs > 0,
+        ),
+    ];
+    Ok(twin_outcome(hosts, message, cases, verdicts, rows))
+}
+
+/// From the failure to the controller's repaired routes, on the twin.
+const TWIN_DETECT_NS: u64 = 20_000;
+
+fn twin_options(message: u64, m: &Mode) -> crate::sim::SimOptions {
+    let endpoint =
+        crate::endpoint::EndpointOptions { qps: m.3, sport: crate::endpoint::SportPolicy::Fixed, ..Default::default() };
+    crate::sim::SimOptions {
+        collective: crate::model::workload::Collective::Allreduce,
+        ranks: None,
+        message_bytes: message,
+        placement: crate::model::placement::Placement::Fragmented,
+        seed: 1,
+        hash: m.2,
+        hash_seed: None,
+        endpoint,
+    }
+}
+
+fn twin_outcome(
+    hosts: usize,
+    message: u64,
+    cases: Vec<Case>,
+    verdicts: Vec<Verdict>,
+    rows: Vec<Vec<String>>,
+) -> Outcome {
+    Outcome {
+        setup: vec![
+            format!(
+                "Ring AllReduce over all {hosts} hosts, fragmented placement, {} MiB per rank, fixed source port; \
+                 pin with 1 QP, E-ECMP with 8 QPs; go-back-N endpoints, no congestion control on top of PFC.",
+                message >> 20
+            ),
+            format!(
+                "Each case runs healthy first; then the busiest uplink of {RTSW} in that run fails a third of the \
+                 way into the job (a what-if: frames queued on it or routed into it are lost), and the \
+                 controller's routes without it are in force {} µs later.",
+                TWIN_DETECT_NS / 1_000
+            ),
+            "completion_ms is modelled time. TE is not run on the twin (its entries are not re-placed).".into(),
+        ],
+        metrics: vec![
+            Metric::new("completion_ms", "AllReduce completion", "ms modelled", Better::Lower, true),
+            Metric::new("victim_share_pct", "failed uplink's share of z0r0's uplink bytes", "%", Better::None, true),
+            Metric::new("lost_packets", "packets lost to the failure", "", Better::Lower, true),
+            Metric::new("retransmitted", "retransmitted packets", "", Better::Lower, true),
+        ],
+        cases,
+        verdicts,
+        notes: vec![],
+        tables: vec![Table {
+            title: "Failures: healthy -> with the failure".into(),
+            header: ["seed", "routing", "failed link", "at", "completion ms", "lost", "retransmitted", "drained ms"]
+                .map(String::from)
+                .to_vec(),
+            rows,
+        }],
+    }
 }
 
 /// One mode and seed: a healthy run, then the same run with the healthy run's busiest uplink of
@@ -179,7 +314,7 @@ fn verdicts(cases: &[Case], delivered: u64, needed: u64) -> Vec<Verdict> {
     // Moved: with the failure, the failed uplink carried less than in the healthy run, every seed.
     let all_moved = [&pin_moved, &eecmp_moved, &te_moved].iter().all(|(h, f)| h.iter().zip(f).all(|(h, f)| f < h));
     vec![
-        pin_suffers_more(cases).headline(),
+        pin_suffers_more(cases, "failure").headline(),
         Verdict::fact(
             "redistributed",
             "The failed link's traffic is redistributed over the surviving uplinks (groups repaired)",
@@ -206,30 +341,39 @@ fn verdicts(cases: &[Case], delivered: u64, needed: u64) -> Vec<Verdict> {
 
 /// Per seed, how much the failure slowed a mode down (gain of healthy over failed, %); pinning's
 /// minus E-ECMP's, so that what the failure costs every mode alike (a lost uplink) cancels.
-fn pin_suffers_more(cases: &[Case]) -> Verdict {
+/// `fault`: the cases' suffix, `failure` (the link fails) or, on the twin, `drain` (the same
+/// re-routing, nothing lost, so no retransmission timeout hides it).
+fn pin_suffers_more(cases: &[Case], fault: &str) -> Verdict {
     let penalty = |k: &str| -> Vec<f64> {
-        let (h, f) = (case(cases, &format!("{k}-healthy")), case(cases, &format!("{k}-failure")));
+        let (h, f) = (case(cases, &format!("{k}-healthy")), case(cases, &format!("{k}-{fault}")));
         let (h, f) = (h.values_of("completion_ms"), f.values_of("completion_ms"));
         h.iter().zip(&f).map(|(&h, &f)| gain_pct(h, f, Better::Lower)).collect()
     };
-    let (pin, eecmp, te) = (penalty("pin"), penalty("eecmp"), penalty("te"));
+    // The twin runs no TE (its what-if does not re-place TE entries).
+    let te = if cases.iter().any(|c| c.key == "te-healthy") { penalty("te") } else { Vec::new() };
+    let (pin, eecmp) = (penalty("pin"), penalty("eecmp"));
     let diff: Vec<f64> = pin.iter().zip(&eecmp).map(|(p, e)| p - e).collect();
     let measured = format!(
-        "slowdown from the failure per seed (% of the slower run): pin {}, E-ECMP {}, TE {}",
+        "slowdown from the {fault} per seed (% of the slower run): pin {}, E-ECMP {}, TE {}",
         per_seed(&pin, "%"),
         per_seed(&eecmp, "%"),
         per_seed(&te, "%")
     );
-    let used: Vec<&Case> =
-        ["pin-healthy", "pin-failure", "eecmp-healthy", "eecmp-failure"].map(|k| case(cases, k)).to_vec();
-    Verdict::from_gains(
-        "pin-suffers-more",
-        "A link failure hurts pinned routing more than E-ECMP with QP scaling (slowdown difference, points)",
-        measured,
-        diff,
-        5.0,
-    )
-    .unless_cpu_bound(cpu_bound(&used))
+    let used: Vec<&Case> = ["pin-healthy", &format!("pin-{fault}"), "eecmp-healthy", &format!("eecmp-{fault}")]
+        .map(|k| case(cases, k))
+        .to_vec();
+    let (key, claim) = match fault {
+        "drain" => (
+            "pin-suffers-more-drained",
+            "Re-routing around a drained link hurts pinned routing more than E-ECMP with QP scaling (slowdown \
+             difference, points)",
+        ),
+        _ => (
+            "pin-suffers-more",
+            "A link failure hurts pinned routing more than E-ECMP with QP scaling (slowdown difference, points)",
+        ),
+    };
+    Verdict::from_gains(key, claim, measured, diff, 5.0).unless_cpu_bound(cpu_bound(&used))
 }
 
 /// The scenario's report: setup, metrics, cases, verdicts, notes and the redistribution table.

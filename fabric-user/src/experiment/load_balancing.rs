@@ -61,6 +61,9 @@ fn key(mode: &str, collective: Collective, state: &str) -> String {
 }
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
+    if let Some(model) = ctx.twin {
+        return run_twin(ctx, model);
+    }
     let cal = ctx.time_scale()?;
     let mut topo = super::path_pinning::topology(1, 400.0, cal.time_scale);
     topo.zones[0].spines = 4;
@@ -112,8 +115,108 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         }
         Ok(())
     })?;
-    let verdicts = verdicts(&cases, delivered, needed);
+    let verdicts = verdicts(&cases, (delivered, needed, "bytes"));
     Ok(outcome(&cal.describe(), message, &collectives, cases, verdicts, rows))
+}
+
+/// The same modes on the twin: the scenario's testbed fabric (or `--scale`'s), every host a
+/// rank of a fragmented ring AllReduce, healthy and with z0r0-z0c0 at a quarter of the twin's
+/// link rate. The twin's queues hold packets: the slow port's queue really builds (adaptive
+/// routing reads its depth, WCMP its rate), and sprayed packets really overtake each other.
+fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
+    let mut topo = super::path_pinning::topology(1, 400.0, 1);
+    topo.zones[0].spines = 4;
+    let healthy = model.fabric(topo, |_| {});
+    let slow = super::twin::slowed(&healthy, &format!("{RTSW}:{SLOW_UPLINK}"), DEGRADED_FRACTION)?;
+    let hosts = healthy.plan.hosts().count();
+    // 1 MiB (4 MiB) per ring step at any scale: bandwidth-bound steps.
+    let message: u64 = ctx.pick(1 << 20, 4 << 20) * hosts as u64;
+    let c = Collective::Allreduce;
+    let mut cases = Vec::new();
+    for (state, state_label) in STATES {
+        for m in &MODES {
+            cases.push(Case::new(&key(m.0, c, state), &format!("{}, {}, {state_label}", m.1, c.as_str())));
+        }
+    }
+    let qps = std::cell::Cell::new((0u64, 0u64));
+    for (state, fabric) in [(STATES[0].0, &healthy), (STATES[1].0, &slow)] {
+        let runs: Vec<(usize, crate::sim::SimOptions)> = MODES
+            .iter()
+            .map(|m| {
+                let i = cases.iter().position(|k| k.key == key(m.0, c, state)).expect("a case per mode");
+                (i, twin_options(message, m))
+            })
+            .collect();
+        super::twin::run_cases_with(ctx, fabric, &runs, &mut cases, |case, r, _, load| {
+            let p = r.packet.as_ref().expect("a packet result");
+            let share = super::twin::uplink_share(fabric, load, RTSW, SLOW_UPLINK);
+            case.push("slow_share_pct", share * 100.0);
+            case.push("retransmitted", p.retransmissions as f64);
+            case.push("reordered", p.reordered_packets as f64);
+            case.push("reorder_depth", p.reorder_depth_max as f64);
+            case.push("ecn_marked", p.ecn_marks as f64);
+            let per_qp = p.flow_completion_s.iter().flatten();
+            let (done, all) = qps.get();
+            qps.set((done + per_qp.clone().filter(|t| t.is_some()).count() as u64, all + per_qp.count() as u64));
+        })?;
+    }
+    let (done, all) = qps.get();
+    let verdicts = verdicts(&cases, (done, all, "QPs"));
+    Ok(twin_outcome(hosts, message, cases, verdicts))
+}
+
+/// A mode's case on the twin: fixed source port (the entropy is the QPs' or the switch's own),
+/// no congestion control on top of PFC.
+fn twin_options(message: u64, m: &Mode) -> crate::sim::SimOptions {
+    let &(_, _, hash, qps, transport) = m;
+    let endpoint = crate::endpoint::EndpointOptions { qps, sport: SportPolicy::Fixed, transport, ..Default::default() };
+    crate::sim::SimOptions {
+        collective: Collective::Allreduce,
+        ranks: None,
+        message_bytes: message,
+        placement: Placement::Fragmented,
+        seed: 1,
+        hash,
+        hash_seed: None,
+        endpoint,
+    }
+}
+
+fn twin_outcome(hosts: usize, message: u64, cases: Vec<Case>, verdicts: Vec<Verdict>) -> Outcome {
+    Outcome {
+        setup: vec![
+            format!(
+                "Ring AllReduce over all {hosts} hosts, fragmented placement, {} MiB per rank (1/{hosts} of it per                  ring step), fixed UDP source port, no congestion control on top of PFC. Per-packet and per-flowlet                  modes run 1 QP per connection, hashed modes (E-ECMP, TE, WCMP) 8.",
+                message >> 20
+            ),
+            format!(
+                "Every mode runs on the healthy fabric, then with the twin's {RTSW}-{SLOW_UPLINK} link at a quarter                  of its rate (its queue builds; WCMP weighs members by their rate, adaptive routing by their depth)."
+            ),
+            "completion_ms is modelled time; reordering, retransmissions and ECN marks are the twin's endpoints'              and switches' own counts over one iteration."
+                .into(),
+        ],
+        metrics: vec![
+            Metric::new("completion_ms", "AllReduce completion", "ms modelled", Better::Lower, true),
+            Metric::new("max_over_mean", "uplink max/mean (mean over RTSWs)", "", Better::Lower, true),
+            Metric::new("slow_share_pct", "z0r0-z0c0's share of z0r0's uplink bytes", "%", Better::None, true),
+            Metric::new("retransmitted", "retransmitted packets", "", Better::Lower, true),
+            Metric::new("reordered", "packets the receivers saw out of order", "", Better::Lower, true),
+            Metric::new("reorder_depth", "deepest reordering (PSNs)", "", Better::Lower, false),
+            Metric::new("ecn_marked", "ECN marks", "", Better::Lower, false),
+            Metric::new("pfc_frames", "PFC frames sent by switches", "", Better::Lower, false),
+        ],
+        cases,
+        verdicts,
+        notes: vec![
+            "keeps-delivering counts the QPs the twin saw complete, of every QP of every distinct step.".into(),
+            "A slow link is slow both ways: the bytes other racks send down z0c0 into z0r0 cross it too, and \
+             their RTSWs' WCMP weights see only their own (full-rate) uplinks. WCMP moves z0r0's own bytes off \
+             the slow uplink (its share drops) but not the ones coming down it, so on the twin it slows no less \
+             than E-ECMP."
+                .into(),
+        ],
+        tables: vec![],
+    }
 }
 
 /// Degrades (or restores) the slow uplink.
@@ -189,7 +292,8 @@ fn slowdown(cases: &[Case], m: &str) -> Vec<f64> {
     gains(cases, &key(m, c, "healthy"), &key(m, c, "slow"), "completion_ms", Better::Lower)
 }
 
-fn verdicts(cases: &[Case], delivered: u64, needed: u64) -> Vec<Verdict> {
+/// `delivered` of `needed` `unit`s: the testbed counts bytes, the twin QPs that completed.
+fn verdicts(cases: &[Case], (delivered, needed, unit): (u64, u64, &str)) -> Vec<Verdict> {
     let ar = |m: &str, s: &str| key(m, Collective::Allreduce, s);
     let pace = |keys: &[String]| cpu_bound(&keys.iter().map(|k| case(cases, k)).collect::<Vec<_>>());
     let spray_balance =
@@ -265,7 +369,7 @@ fn verdicts(cases: &[Case], delivered: u64, needed: u64) -> Vec<Verdict> {
         Verdict::fact(
             "keeps-delivering",
             "Every run delivers every byte, whatever the mode and transport",
-            format!("delivered {delivered} of {needed} bytes"),
+            format!("delivered {delivered} of {needed} {unit}"),
             delivered == needed && needed > 0,
         ),
     ]
@@ -366,7 +470,7 @@ mod tests {
             ("adaptive-allreduce-slow", "slow_share_pct", [5.0, 6.0, 4.0]),
             ("adaptive-allreduce-slow", "completion_ms", [101.0, 102.0, 100.0]),
         ]);
-        let v = verdicts(&good, 10, 10);
+        let v = verdicts(&good, (10, 10, "bytes"));
         assert_eq!(
             v.iter().map(|v| v.key).collect::<Vec<_>>(),
             [
@@ -382,7 +486,7 @@ mod tests {
             assert_eq!(v.direction, Decision::Matches, "{}: {}", v.key, v.evidence());
         }
         // Every mode alike (no gain anywhere), and a byte missing.
-        let v = verdicts(&cases(&[]), 9, 10);
+        let v = verdicts(&cases(&[]), (9, 10, "bytes"));
         for v in &v {
             assert_eq!(v.direction, Decision::DoesNotMatch, "{}: {}", v.key, v.evidence());
         }

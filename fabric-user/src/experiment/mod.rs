@@ -106,7 +106,17 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
 }
 
 /// The scenarios with a packet-model (twin) variant.
-pub const TWIN_SCENARIOS: [&str; 5] = ["ecmp-entropy", "path-pinning", "incast", "pfc-storm", "cc-at-400g"];
+pub const TWIN_SCENARIOS: [&str; 9] = [
+    "ecmp-entropy",
+    "path-pinning",
+    "incast",
+    "pfc-storm",
+    "cc-at-400g",
+    "load-balancing",
+    "gray-failure",
+    "link-failure",
+    "cross-zone",
+];
 
 /// The verdict table in plain text (for the terminal).
 pub fn print_summary(r: &ExperimentReport, dir: &Path) {

@@ -175,7 +175,7 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
         TwinRun { case: 1, fabric: &fabric, options: o, stall: Some(stall) },
     ];
     let mut cases = vec![Case::new("healthy", "healthy receiver"), Case::new("slow", "slow receiver")];
-    run_twin_cases_then(ctx, &runs, &mut cases, |c, r, _| push_twin_metrics(c, r))?;
+    run_twin_cases_then(ctx, &runs, &mut cases, |c, r, _, _| push_twin_metrics(c, r))?;
     let verdicts = verdicts(&cases, &format!("{TWIN_WATCHDOG_US} µs modelled, the twin's longest pauses"));
     Ok(Outcome {
         setup: vec![

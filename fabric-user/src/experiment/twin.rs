@@ -15,8 +15,8 @@ use super::harness::{Case, Control, Ctx};
 use crate::{
     forwarding::fabric::SimFabric,
     sim::{
-        SimOptions, SimResult,
-        packet::{PacketJob, PacketOptions, Stall, simulate_packet_jobs},
+        MemberLoad, SimOptions, SimResult,
+        packet::{PacketJob, PacketOptions, Stall, simulate_packet_jobs_with_load, simulate_packet_with_load},
     },
 };
 
@@ -27,9 +27,7 @@ pub const PACKET: PacketOptions =
 /// Runs `runs` (case index, options) on `fabric`, every seed, and adds each result's metrics to
 /// its case.
 pub fn run_cases(ctx: &Ctx, fabric: &SimFabric, runs: &[(usize, SimOptions)], cases: &mut [Case]) -> Result<()> {
-    let runs: Vec<TwinRun<'_>> =
-        runs.iter().map(|(case, o)| TwinRun { case: *case, fabric, options: o.clone(), stall: None }).collect();
-    run_twin_cases(ctx, &runs, cases)
+    run_cases_with(ctx, fabric, runs, cases, |_, _, _, _| {})
 }
 
 /// One run of a case on the twin: the case's index, its fabric, options and stalled receiver.
@@ -40,13 +38,14 @@ pub struct TwinRun<'f> {
     pub stall: Option<Stall>,
 }
 
-/// [`run_cases`], with `more` adding a scenario's own metrics of each result to its case.
-pub fn run_twin_cases_with(
+/// [`run_cases`], then `more` adds what a scenario reads beyond [`push`]'s metrics: from the
+/// result, the run's options and the bytes every ECMP member carried over one iteration.
+pub fn run_cases_with(
     ctx: &Ctx,
     fabric: &SimFabric,
     runs: &[(usize, SimOptions)],
     cases: &mut [Case],
-    more: impl Fn(&mut Case, &SimResult, &SimOptions),
+    more: impl Fn(&mut Case, &SimResult, &SimOptions, &MemberLoad),
 ) -> Result<()> {
     let runs: Vec<TwinRun<'_>> =
         runs.iter().map(|(case, o)| TwinRun { case: *case, fabric, options: o.clone(), stall: None }).collect();
@@ -56,40 +55,128 @@ pub fn run_twin_cases_with(
 /// [`run_cases`] for runs on fabrics of their own (a case's own ECN thresholds, say), or with
 /// a stalled receiver.
 pub fn run_twin_cases(ctx: &Ctx, runs: &[TwinRun<'_>], cases: &mut [Case]) -> Result<()> {
-    run_twin_cases_then(ctx, runs, cases, |_, _, _| {})
+    run_twin_cases_then(ctx, runs, cases, |_, _, _, _| {})
 }
 
-/// [`run_twin_cases`], with `more` adding a scenario's own metrics of each result to its case.
+/// [`run_twin_cases`], with `more` as in [`run_cases_with`].
 pub fn run_twin_cases_then(
     ctx: &Ctx,
     runs: &[TwinRun<'_>],
     cases: &mut [Case],
-    more: impl Fn(&mut Case, &SimResult, &SimOptions),
+    more: impl Fn(&mut Case, &SimResult, &SimOptions, &MemberLoad),
 ) -> Result<()> {
     let mut all = Vec::new();
     for &seed in &ctx.seeds {
         for TwinRun { case: i, fabric, options: o, stall } in runs {
-            let mut o = SimOptions { hash_seed: Some(seed as u32), ..o.clone() };
-            // A negative control acts on the twin's cases as on the testbed's runs.
-            match ctx.control {
-                Some(Control::Hash { from, to }) if o.hash == from => o.hash = to,
-                Some(Control::Cc { from, to }) if o.endpoint.cc == from => o.endpoint.cc = to,
-                _ => {}
-            }
-            all.push((*i, seed, PacketJob { fabric, options: o, stall: *stall }));
+            all.push((*i, seed, PacketJob { fabric, options: seeded(ctx, o, seed), stall: *stall }));
         }
     }
     let jobs: Vec<PacketJob<'_>> = all.iter().map(|a| a.2.clone()).collect();
-    let results = simulate_packet_jobs(&jobs, &PACKET)?;
-    let all_options: Vec<SimOptions> = all.iter().map(|a| a.2.options.clone()).collect();
-    for (k, ((i, seed, _), r)) in all.iter().zip(&results).enumerate() {
+    let results = simulate_packet_jobs_with_load(&jobs, &PACKET)?;
+    for ((i, seed, job), (r, load)) in all.iter().zip(&results) {
         if ctx.verbose {
             eprintln!("{} seed {seed}: {:.3} ms modelled, {:.2} s wall", cases[*i].key, r.completion_s * 1e3, r.wall_s);
         }
         push(&mut cases[*i], r)?;
-        more(&mut cases[*i], r, &all_options[k]);
+        more(&mut cases[*i], r, &job.options, load);
     }
     Ok(())
+}
+
+/// `o` for `seed`: the seed re-seeds the switches' hashes (and redraws a random placement), and
+/// a negative control acts on the twin's cases as on the testbed's runs.
+pub fn seeded(ctx: &Ctx, o: &SimOptions, seed: u64) -> SimOptions {
+    let mut o = SimOptions { hash_seed: Some(seed as u32), ..o.clone() };
+    if let crate::model::placement::Placement::Random { seed: s } = &mut o.placement {
+        *s = seed;
+    }
+    match ctx.control {
+        Some(Control::Hash { from, to }) if o.hash == from => o.hash = to,
+        Some(Control::Cc { from, to }) if o.endpoint.cc == from => o.endpoint.cc = to,
+        _ => {}
+    }
+    o
+}
+
+/// One run of `o` for `seed` on `fabric`, for scenarios whose next run depends on this one (a
+/// fault on the link it loaded most); the seed also seeds the twin's draws (RED, injected
+/// loss). The caller pushes the metrics.
+pub fn run_one(
+    ctx: &Ctx,
+    fabric: &SimFabric,
+    o: &SimOptions,
+    seed: u64,
+    label: &str,
+) -> Result<(SimResult, MemberLoad)> {
+    let p = PacketOptions { seed, ..PACKET };
+    let (r, load) = simulate_packet_with_load(&mut fabric.clone(), &seeded(ctx, o, seed), &p)?;
+    if ctx.verbose {
+        eprintln!("{label}: {:.3} ms modelled, {:.2} s wall", r.completion_s * 1e3, r.wall_s);
+    }
+    Ok((r, load))
+}
+
+/// The neighbour (a CTSW) behind the uplink of `rtsw` that carried the most bytes.
+pub fn busiest_uplink(fabric: &SimFabric, load: &MemberLoad, rtsw: &str) -> Option<String> {
+    let plan = &fabric.plan;
+    let sw = plan.node_by_name(rtsw)?;
+    plan.nodes[sw]
+        .ports
+        .iter()
+        .map(|p| &plan.nodes[p.peer_node])
+        .filter(|n| n.role == crate::model::plan::Role::Ctsw)
+        .map(|n| (uplink_share(fabric, load, rtsw, &n.name), &n.name))
+        .filter(|(share, _)| *share > 0.0)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, name)| name.clone())
+}
+
+/// `fabric` with both switch ends of the link `spec` dropping `ppm` of their frames (as
+/// `fabric link degrade --loss` does on the testbed); [`run_one`] seeds the draws.
+pub fn lossy(fabric: &SimFabric, spec: &str, ppm: u32) -> Result<SimFabric> {
+    let mut f = fabric.clone();
+    let link = f.plan.links[f.plan.find_link(spec)?].clone();
+    for (node, port) in [(link.a, link.a_port), (link.b, link.b_port)] {
+        if f.plan.nodes[node].role.is_switch() {
+            f.loss.push((node, port, ppm));
+        }
+    }
+    Ok(f)
+}
+
+/// `fabric` with the link `spec` (`SWITCH:PORT`) at `fraction` of its rate: the twin's port
+/// runs at that rate, so queues build behind it, adaptive routing sees their depth and WCMP's
+/// weights follow the rate (as `fabric link degrade --rate` makes them on the testbed).
+pub fn slowed(fabric: &SimFabric, spec: &str, fraction: f64) -> Result<SimFabric> {
+    ensure!(fraction > 0.0 && fraction <= 1.0, "{spec}: a rate fraction must be in (0, 1], not {fraction}");
+    let mut f = fabric.clone();
+    let l = f.plan.find_link(spec)?;
+    f.plan.links[l].rate_gbps *= fraction;
+    Ok(f)
+}
+
+/// The share of the bytes RTSW `rtsw` sent up its ECMP groups that went to the neighbour
+/// `peer` (NaN when it sent none): the twin's counterpart of the testbed's
+/// [`super::harness::uplink_share`].
+pub fn uplink_share(fabric: &SimFabric, load: &MemberLoad, rtsw: &str, peer: &str) -> f64 {
+    let plan = &fabric.plan;
+    let Some(sw) = plan.node_by_name(rtsw) else { return f64::NAN };
+    let ports = &plan.nodes[sw].ports;
+    let (mut on, mut total) = (0u64, 0u64);
+    for g in 0..fabric.group_count(sw) as u32 {
+        for (m, &port) in fabric.members(sw, g).iter().enumerate() {
+            let peer_node = &plan.nodes[ports[port].peer_node];
+            if peer_node.role != crate::model::plan::Role::Ctsw {
+                continue;
+            }
+            let bytes = load.bytes[fabric.slot(sw, g, m as u32)];
+            total += bytes;
+            if peer_node.name == peer {
+                on += bytes;
+            }
+        }
+    }
+    if total == 0 { f64::NAN } else { on as f64 / total as f64 }
 }
 
 /// The metrics of one result, under the testbed runs' names.
@@ -159,6 +246,99 @@ mod tests {
         let control = Control::Hash { from: HashMode::Pin, to: HashMode::Te };
         let fooled = run("path-pinning", Some(control));
         assert_eq!(decision(&fooled, "te-beats-pin-fragmented"), Decision::DoesNotMatch, "{fooled:?}");
+    }
+
+    /// Load balancing on the twin: spraying reorders there, so the reorder-tolerant endpoint
+    /// beats go-back-N under spray; a control that turns spray into 5-tuple ECMP (nothing
+    /// reorders, both transports alike) makes the same verdict come out the other way.
+    #[test]
+    fn load_balancing_on_the_twin_decides_spray_against_reordering() {
+        let real = run("load-balancing", None);
+        for key in ["ooo-makes-spray-pay", "spray-balances", "adaptive-avoids-slow-link", "keeps-delivering"] {
+            assert_eq!(decision(&real, key), Decision::Matches, "{key}: {real:?}");
+        }
+        let control = Control::Hash { from: HashMode::Spray, to: HashMode::FiveTuple };
+        let fooled = run("load-balancing", Some(control));
+        assert_eq!(decision(&fooled, "ooo-makes-spray-pay"), Decision::DoesNotMatch, "{fooled:?}");
+        assert_eq!(decision(&fooled, "spray-balances"), Decision::DoesNotMatch, "{fooled:?}");
+    }
+
+    /// Gray failures on the twin: a 1/4-rate uplink slows even E-ECMP (hashing keeps its share
+    /// there), and go-back-N resends more than the lossy link lost.
+    #[test]
+    fn gray_failure_on_the_twin_decides_the_slow_and_lossy_link() {
+        let real = run("gray-failure", None);
+        for key in ["slow-link-slows-eecmp", "hash-keeps-share", "go-back-n-amplifies", "keeps-delivering"] {
+            assert_eq!(decision(&real, key), Decision::Matches, "{key}: {real:?}");
+        }
+        assert!(real.iter().all(|(k, _)| k != "straggler-slows-ring"), "the twin runs no straggler: {real:?}");
+    }
+
+    /// A link failing mid-job on the twin (a what-if): every QP still completes.
+    #[test]
+    fn link_failure_on_the_twin_recovers_every_qp() {
+        let real = run("link-failure", None);
+        assert_eq!(decision(&real, "keeps-delivering"), Decision::Matches, "{real:?}");
+        assert!(real.iter().any(|(k, _)| k == "pin-suffers-more-drained"), "{real:?}");
+    }
+
+    /// Min-cut placement across the 1:7 ATSW tier on the twin (5 seeds: random placements vary):
+    /// fewer bytes through the ATSWs, and sooner.
+    #[test]
+    fn cross_zone_on_the_twin_decides_min_cut_against_random() {
+        let out = std::env::temp_dir().join(format!("fabric-twin-exp-{}-cross-zone", std::process::id()));
+        let opts =
+            Options { out: out.clone(), seeds: Some(5), twin: Some(TwinModel { scale: None }), ..Default::default() };
+        let (r, _) = crate::experiment::run("cross-zone", &opts).unwrap_or_else(|e| panic!("{e:#}"));
+        let _ = std::fs::remove_dir_all(out);
+        let v: Vec<(String, Decision)> = r.outcome.verdicts.iter().map(|v| (v.key.to_string(), v.direction)).collect();
+        assert_eq!(decision(&v, "aware-crosses-less"), Decision::Matches, "{v:?}");
+        assert_eq!(decision(&v, "aware-completes-sooner"), Decision::Matches, "{v:?}");
+    }
+
+    /// The faults the twin's scenarios inject change only the link named, and refuse what is
+    /// not a link or not a fraction by name.
+    #[test]
+    fn slowed_and_lossy_fabrics_change_one_link_and_refuse_bad_input() {
+        let fabric = TwinModel { scale: None }.fabric(crate::model::topology::Topology::default_topology(), |_| {});
+        let l = fabric.plan.find_link("z0r0:z0c0").unwrap();
+        let slow = slowed(&fabric, "z0r0:z0c0", 0.25).unwrap();
+        for (i, (a, b)) in fabric.plan.links.iter().zip(&slow.plan.links).enumerate() {
+            let want = if i == l { a.rate_gbps * 0.25 } else { a.rate_gbps };
+            assert_eq!(b.rate_gbps, want, "link {i}");
+        }
+        assert!(slowed(&fabric, "z0r0:z0c0", 0.0).unwrap_err().to_string().contains("(0, 1], not 0"));
+        assert!(slowed(&fabric, "z0r0:nope", 0.5).is_err());
+        let lossy = lossy(&fabric, "z0r0:z0c0", 5_000).unwrap();
+        let link = &fabric.plan.links[l];
+        assert_eq!(lossy.loss, vec![(link.a, link.a_port, 5_000), (link.b, link.b_port, 5_000)]);
+        assert!(fabric.loss.is_empty());
+    }
+
+    /// The uplink shares of an RTSW add up to one, and the busiest uplink is the one with the
+    /// largest share.
+    #[test]
+    fn uplink_shares_add_up_and_the_busiest_is_the_largest() {
+        let fabric = TwinModel { scale: None }.fabric(crate::model::topology::Topology::default_topology(), |_| {});
+        let o = SimOptions {
+            collective: crate::model::workload::Collective::Allreduce,
+            ranks: None,
+            message_bytes: 1 << 20,
+            placement: crate::model::placement::Placement::Fragmented,
+            seed: 1,
+            hash: HashMode::FiveTuple,
+            hash_seed: Some(1),
+            endpoint: Default::default(),
+        };
+        let (_, load) = simulate_packet_with_load(&mut fabric.clone(), &o, &PACKET).unwrap();
+        let shares: Vec<(String, f64)> =
+            (0..4).map(|c| format!("z0c{c}")).map(|c| (c.clone(), uplink_share(&fabric, &load, "z0r0", &c))).collect();
+        let sum: f64 = shares.iter().map(|s| s.1).sum();
+        assert!((sum - 1.0).abs() < 1e-9, "{shares:?}");
+        let busiest = busiest_uplink(&fabric, &load, "z0r0").unwrap();
+        let max = shares.iter().map(|s| s.1).fold(0.0, f64::max);
+        assert_eq!(shares.iter().find(|s| s.0 == busiest).unwrap().1, max, "{shares:?}");
+        assert!(uplink_share(&fabric, &load, "nope", "z0c0").is_nan());
     }
 
     #[test]

@@ -181,9 +181,19 @@ pub fn add_member_load(r: &StepReport, repeat: u64, load: &mut MemberLoad) {
 /// its own copy of the fabric; the results come back in the order of `cases`. The memory
 /// limit holds per case.
 pub fn simulate_packet_cases(fabric: &SimFabric, cases: &[SimOptions], p: &PacketOptions) -> Result<Vec<SimResult>> {
+    Ok(simulate_packet_cases_with_load(fabric, cases, p)?.into_iter().map(|(r, _)| r).collect())
+}
+
+/// [`simulate_packet_cases`], each result with the bytes every ECMP member carried over one
+/// iteration (an experiment reads one uplink's share from them).
+pub fn simulate_packet_cases_with_load(
+    fabric: &SimFabric,
+    cases: &[SimOptions],
+    p: &PacketOptions,
+) -> Result<Vec<(SimResult, MemberLoad)>> {
     let jobs: Vec<PacketJob<'_>> =
         cases.iter().map(|o| PacketJob { fabric, options: o.clone(), stall: None }).collect();
-    simulate_packet_jobs(&jobs, p)
+    simulate_packet_jobs_with_load(&jobs, p)
 }
 
 /// One case of [`simulate_packet_jobs`]: its own fabric (say, its own ECN thresholds), its
@@ -198,9 +208,18 @@ pub struct PacketJob<'f> {
 /// [`simulate_packet_cases`] for cases on fabrics of their own: one per core, each case on a
 /// copy of its fabric; the results in the order of `jobs`.
 pub fn simulate_packet_jobs(jobs: &[PacketJob<'_>], p: &PacketOptions) -> Result<Vec<SimResult>> {
+    Ok(simulate_packet_jobs_with_load(jobs, p)?.into_iter().map(|(r, _)| r).collect())
+}
+
+/// [`simulate_packet_jobs`], each result with its member loads over one iteration.
+pub fn simulate_packet_jobs_with_load(
+    jobs: &[PacketJob<'_>],
+    p: &PacketOptions,
+) -> Result<Vec<(SimResult, MemberLoad)>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len()).max(1);
     let next = AtomicUsize::new(0);
-    let done: Mutex<Vec<Option<Result<SimResult>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    type Done = Option<Result<(SimResult, MemberLoad)>>;
+    let done: Mutex<Vec<Done>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
@@ -208,7 +227,8 @@ pub fn simulate_packet_jobs(jobs: &[PacketJob<'_>], p: &PacketOptions) -> Result
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(job) = jobs.get(i) else { break };
                     let mut fabric = job.fabric.clone();
-                    let r = simulate_packet_run_with(&mut fabric, &job.options, p, false, job.stall).map(|r| r.result);
+                    let r = simulate_packet_run_with(&mut fabric, &job.options, p, false, job.stall)
+                        .map(|r| (r.result, r.load));
                     done.lock().expect("no thread panics holding it")[i] = Some(r);
                 }
             });
