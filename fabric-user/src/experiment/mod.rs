@@ -106,7 +106,7 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
 }
 
 /// The scenarios with a packet-model (twin) variant.
-pub const TWIN_SCENARIOS: [&str; 9] = [
+pub const TWIN_SCENARIOS: [&str; 10] = [
     "ecmp-entropy",
     "path-pinning",
     "incast",
@@ -116,6 +116,7 @@ pub const TWIN_SCENARIOS: [&str; 9] = [
     "gray-failure",
     "link-failure",
     "cross-zone",
+    "multi-tenant",
 ];
 
 /// The verdict table in plain text (for the terminal).

@@ -69,6 +69,9 @@ pub fn adds_up(s: &runner::JobsSummary) -> bool {
 }
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
+    if let Some(model) = ctx.twin {
+        return run_twin(ctx, model);
+    }
     let mut topo = super::harness::shipped_topology(None)?;
     let cal = ctx.time_scale()?;
     topo.time_scale = cal.time_scale;
@@ -159,6 +162,108 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
             header: vec!["mode".into(), "seed".into(), "attribution".into()],
             rows: shared_rows,
         }],
+    })
+}
+
+/// Slot `slot` of every rack (the hosts under each RTSW, in the plan's order): a ring that
+/// crosses every RTSW's uplinks, as job a (slot 0) and job b (slot 1) do on the testbed.
+fn slot_of_every_rack(plan: &crate::model::plan::Plan, slot: usize) -> Vec<String> {
+    let mut racks: Vec<(usize, Vec<String>)> = Vec::new();
+    for h in plan.hosts() {
+        let rtsw = plan.nodes[h].ports[0].peer_node;
+        match racks.iter_mut().find(|r| r.0 == rtsw) {
+            Some(r) => r.1.push(plan.nodes[h].name.clone()),
+            None => racks.push((rtsw, vec![plan.nodes[h].name.clone()])),
+        }
+    }
+    racks.into_iter().filter_map(|(_, hosts)| hosts.get(slot).cloned()).collect()
+}
+
+/// The scenario on the twin (`--model packet [--scale]`): the same two interleaved rings, each
+/// alone and both together in rounds ([`crate::sim::tenants`]), per mode and seed.
+fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
+    use crate::sim::{SimOptions, tenants::simulate_packet_tenants};
+    let fabric = model.fabric(crate::model::topology::Topology::default_topology(), |_| {});
+    let (a, b) = (slot_of_every_rack(&fabric.plan, 0), slot_of_every_rack(&fabric.plan, 1));
+    anyhow::ensure!(a.len() >= 2 && a.len() == b.len(), "multi-tenant: the fabric needs two hosts in every rack");
+    let ranks = a.len();
+    // Each ring step moves 1 MiB (4 MiB with --full) per rank, as ecmp-entropy's twin variant.
+    let message = ctx.pick(1u64 << 20, 4 << 20) * ranks as u64;
+    let mut cases: Vec<Case> = MODES
+        .iter()
+        .flat_map(|m| {
+            [
+                Case::new(&format!("{}-alone", m.0), &format!("{}, each job alone", m.1)),
+                Case::new(&format!("{}-together", m.0), &format!("{}, both jobs together", m.1)),
+            ]
+        })
+        .collect();
+    let mut adds_up = true;
+    for &seed in &ctx.seeds {
+        for (i, &(key, _, qps, hash)) in MODES.iter().enumerate() {
+            let hash = ctx.control.as_ref().map_or(hash, |c| c.hash_for(hash));
+            let job = |hosts: &[String]| SimOptions {
+                collective: crate::model::workload::Collective::Allreduce,
+                ranks: Some(ranks),
+                message_bytes: message,
+                placement: crate::model::placement::Placement::Explicit { hosts: hosts.to_vec() },
+                seed: 1,
+                hash,
+                hash_seed: Some(seed as u32),
+                endpoint: crate::endpoint::EndpointOptions {
+                    qps,
+                    sport: crate::endpoint::SportPolicy::Fixed,
+                    ..Default::default()
+                },
+            };
+            let (ja, jb) = (job(&a), job(&b));
+            let p = super::twin::PACKET;
+            let alone_a = simulate_packet_tenants(&mut fabric.clone(), std::slice::from_ref(&ja), &p)?;
+            let alone_b = simulate_packet_tenants(&mut fabric.clone(), std::slice::from_ref(&jb), &p)?;
+            let both = simulate_packet_tenants(&mut fabric.clone(), &[ja.clone(), jb.clone()], &p)?;
+            anyhow::ensure!(both.finished && alone_a.finished && alone_b.finished, "{key} seed {seed}: unfinished QPs");
+            // The forwarding model's per-job bytes must add up to the twin's member counters (TE's
+            // joint placement is made for both jobs at once, so only the hashed modes are checked).
+            if hash != HashMode::Te && both.retransmitted == 0 {
+                let pa = crate::sim::predict_member_load(&fabric, &ja, 1)?;
+                let pb = crate::sim::predict_member_load(&fabric, &jb, 1)?;
+                adds_up &= (0..both.load.bytes.len()).all(|s| both.load.bytes[s] == pa.bytes[s] + pb.bytes[s]);
+            }
+            let ms = |s: f64| s * 1e3;
+            let alone = [ms(alone_a.completion_s[0]), ms(alone_b.completion_s[0])];
+            let together = [ms(both.completion_s[0]), ms(both.completion_s[1])];
+            let slowdown = (together[0] / alone[0] + together[1] / alone[1]) / 2.0;
+            cases[2 * i].push("completion_ms", (alone[0] + alone[1]) / 2.0);
+            cases[2 * i].push("slowdown", 1.0);
+            cases[2 * i + 1].push("completion_ms", (together[0] + together[1]) / 2.0);
+            cases[2 * i + 1].push("slowdown", slowdown);
+            if ctx.verbose {
+                eprintln!("  {key} seed {seed}: alone {alone:?} ms, together {together:?} ms, slowdown {slowdown:.3}");
+            }
+        }
+    }
+    let verdicts = verdicts(&cases, adds_up);
+    Ok(Outcome {
+        setup: vec![
+            format!(
+                "Twin: {} hosts; job a: ring AllReduce on the first host of each of the {ranks} racks, job b on the                  second; {} MiB per rank, fixed UDP source port. Each seed re-seeds the switches' hash.",
+                fabric.plan.hosts().count(),
+                message >> 20
+            ),
+            "Per mode: a alone, b alone, then both in rounds (step i of both jobs at once; a job's step ends              with its own last QP). completion_ms is modelled time."
+                .into(),
+        ],
+        metrics: vec![
+            Metric::new("completion_ms", "AllReduce completion (mean over the jobs)", "ms modelled", Better::Lower, true),
+            Metric::new("slowdown", "completion together / alone (mean over the jobs)", "x", Better::Lower, true),
+        ],
+        cases,
+        verdicts,
+        notes: vec![
+            "attribution-adds-up on the twin: the forwarding model's bytes of each job alone, summed, equal the              twin's ECMP member counters of the two jobs together, member by member (5-tuple ECMP and E-ECMP;              TE places both jobs' flows at once, so it is not predicted per job)."
+                .into(),
+        ],
+        tables: vec![],
     })
 }
 

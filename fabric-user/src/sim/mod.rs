@@ -29,6 +29,7 @@ pub mod fairshare;
 pub mod packet;
 pub mod record;
 pub mod schedule;
+pub mod tenants;
 pub mod trace;
 pub mod whatif;
 
@@ -373,14 +374,21 @@ pub fn capacities(fabric: &SimFabric) -> Vec<f64> {
 /// In `te` mode, the controller's placement of this job's flows (`fabric_user::te`) as `fabric
 /// run --hash te` installs it; in other modes, no TE entries.
 pub fn install_te(fabric: &mut SimFabric, o: &SimOptions, hosts: &[NodeId], steps: &StepRuns) -> Result<()> {
+    let rounds: Vec<(Vec<HostTransfer>, usize)> =
+        steps.iter().map(|(step, repeat)| (crate::model::workload::on_hosts(step, hosts), *repeat)).collect();
+    install_te_on(fabric, o, &rounds)
+}
+
+/// [`install_te`] for rounds of transfers already on hosts (several jobs' steps together, say):
+/// every flow weighed by its bytes over all the rounds.
+pub fn install_te_on(fabric: &mut SimFabric, o: &SimOptions, rounds: &[(Vec<HostTransfer>, usize)]) -> Result<()> {
     fabric.te.clear();
     if o.hash != HashMode::Te {
         return Ok(());
     }
     let mut by_key: std::collections::HashMap<(NodeId, NodeId, u16, u32), u64> = Default::default();
-    for (step, repeat) in steps {
-        let t = crate::model::workload::on_hosts(step, hosts);
-        for f in step_flows(&fabric.plan, &t, &o.endpoint) {
+    for (t, repeat) in rounds {
+        for f in step_flows(&fabric.plan, t, &o.endpoint) {
             *by_key.entry((f.src, f.dst, f.sport, f.dest_qp)).or_default() += f.frame_bytes * *repeat as u64;
         }
     }
