@@ -118,17 +118,7 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
         .enumerate()
         .map(|(i, &(_, _, qps, sport, hash))| {
             let endpoint = crate::endpoint::EndpointOptions { qps, sport, ..Default::default() };
-            let o = crate::sim::SimOptions {
-                collective: Collective::Allreduce,
-                ranks: None,
-                message_bytes: message,
-                placement: Placement::Fragmented,
-                seed: 1,
-                hash,
-                hash_seed: None,
-                endpoint,
-            };
-            (i, o)
+            (i, super::twin::ring_options(message, hash, endpoint))
         })
         .collect();
     let mut cases: Vec<Case> = CASES.iter().map(|c| Case::new(c.0, c.1)).collect();

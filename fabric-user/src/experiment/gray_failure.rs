@@ -161,16 +161,7 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
                 sport: crate::endpoint::SportPolicy::Fixed,
                 ..Default::default()
             };
-            let o = crate::sim::SimOptions {
-                collective: crate::model::workload::Collective::Allreduce,
-                ranks: None,
-                message_bytes: message,
-                placement: crate::model::placement::Placement::Fragmented,
-                seed: 1,
-                hash: m.2,
-                hash_seed: None,
-                endpoint,
-            };
+            let o = super::twin::ring_options(message, m.2, endpoint);
             let (healthy, load) = run_one(ctx, &fabric, &o, seed, &format!("{} healthy seed {seed}", m.0))?;
             let victim = busiest_uplink(&fabric, &load, RTSW).context("z0r0 sent nothing up")?;
             let link = format!("{RTSW}:{victim}");

@@ -170,16 +170,7 @@ const TWIN_DETECT_NS: u64 = 20_000;
 fn twin_options(message: u64, m: &Mode) -> crate::sim::SimOptions {
     let endpoint =
         crate::endpoint::EndpointOptions { qps: m.3, sport: crate::endpoint::SportPolicy::Fixed, ..Default::default() };
-    crate::sim::SimOptions {
-        collective: crate::model::workload::Collective::Allreduce,
-        ranks: None,
-        message_bytes: message,
-        placement: crate::model::placement::Placement::Fragmented,
-        seed: 1,
-        hash: m.2,
-        hash_seed: None,
-        endpoint,
-    }
+    super::twin::ring_options(message, m.2, endpoint)
 }
 
 fn twin_outcome(

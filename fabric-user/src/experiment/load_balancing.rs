@@ -170,16 +170,7 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
 fn twin_options(message: u64, m: &Mode) -> crate::sim::SimOptions {
     let &(_, _, hash, qps, transport) = m;
     let endpoint = crate::endpoint::EndpointOptions { qps, sport: SportPolicy::Fixed, transport, ..Default::default() };
-    crate::sim::SimOptions {
-        collective: Collective::Allreduce,
-        ranks: None,
-        message_bytes: message,
-        placement: Placement::Fragmented,
-        seed: 1,
-        hash,
-        hash_seed: None,
-        endpoint,
-    }
+    super::twin::ring_options(message, hash, endpoint)
 }
 
 fn twin_outcome(hosts: usize, message: u64, cases: Vec<Case>, verdicts: Vec<Verdict>) -> Outcome {

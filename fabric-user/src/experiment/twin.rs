@@ -24,6 +24,26 @@ use crate::{
 pub const PACKET: PacketOptions =
     PacketOptions { link_delay_ns: 1_000, deadline_ns: 10_000_000_000, seed: 1, memory_limit_bytes: 8 << 30 };
 
+/// A ring AllReduce over every host of the fabric with placement `fragmented` (every ring hop
+/// crosses the spine), `message` bytes per rank, under `hash` with `endpoint`'s QPs, source
+/// ports and transport: the case the load, failure and entropy scenarios run on the twin.
+pub fn ring_options(
+    message: u64,
+    hash: fabric_common::config::HashMode,
+    endpoint: crate::endpoint::EndpointOptions,
+) -> SimOptions {
+    SimOptions {
+        collective: crate::model::workload::Collective::Allreduce,
+        ranks: None,
+        message_bytes: message,
+        placement: crate::model::placement::Placement::Fragmented,
+        seed: 1,
+        hash,
+        hash_seed: None,
+        endpoint,
+    }
+}
+
 /// Runs `runs` (case index, options) on `fabric`, every seed, and adds each result's metrics to
 /// its case.
 pub fn run_cases(ctx: &Ctx, fabric: &SimFabric, runs: &[(usize, SimOptions)], cases: &mut [Case]) -> Result<()> {
