@@ -142,11 +142,8 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
 /// E-ECMP loses 0.5% of its frames. (Flaps and stragglers are the jobs runner's, not run here.)
 fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
     use super::twin::{busiest_uplink, lossy, run_one, slowed};
-    let mut topo = super::path_pinning::topology(1, 400.0, 1);
-    topo.zones[0].spines = 4;
-    let fabric = model.fabric(topo, |_| {});
+    let (fabric, message) = super::path_pinning::ring_fabric(ctx, model);
     let hosts = fabric.plan.hosts().count();
-    let message: u64 = ctx.pick(1 << 20, 4 << 20) * hosts as u64;
     let mut cases = Vec::new();
     for m in &MODES {
         cases.push(Case::new(&format!("{}-healthy", m.0), &format!("{}, healthy", m.1)));
@@ -221,15 +218,7 @@ fn twin_outcome(hosts: usize, message: u64, cases: Vec<Case>, verdicts: Vec<Verd
             ),
             "completion_ms is modelled time. Flaps and stragglers are not run on the twin here.".into(),
         ],
-        metrics: vec![
-            Metric::new("completion_ms", "AllReduce completion", "ms modelled", Better::Lower, true),
-            Metric::new("victim_share_pct", "faulty uplink's share of z0r0's uplink bytes", "%", Better::None, true),
-            Metric::new("max_over_mean", "uplink max/mean (mean over RTSWs)", "", Better::Lower, false),
-            Metric::new("retransmitted", "retransmitted packets", "", Better::Lower, true),
-            Metric::new("lost_frames", "frames the lossy link dropped", "", Better::Lower, false),
-            Metric::new("pfc_frames", "PFC frames sent by switches", "", Better::Lower, false),
-            Metric::new("ecn_marked", "ECN marks", "", Better::Lower, false),
-        ],
+        metrics: metrics("AllReduce completion", "ms modelled"),
         cases,
         verdicts,
         notes: vec![
@@ -247,6 +236,20 @@ fn twin_outcome(hosts: usize, message: u64, cases: Vec<Case>, verdicts: Vec<Verd
 
 /// `o` with uplink `RTSW:victim` at a quarter of its rate; the link is restored afterwards,
 /// whatever the run did.
+/// The metrics of both variants; only the completion's label and unit differ (wall time on the
+/// testbed, modelled time on the twin).
+fn metrics(completion: &'static str, unit: &'static str) -> Vec<Metric> {
+    vec![
+        Metric::new("completion_ms", completion, unit, Better::Lower, true),
+        Metric::new("victim_share_pct", "faulty uplink's share of z0r0's uplink bytes", "%", Better::None, true),
+        Metric::new("max_over_mean", "uplink max/mean (mean over RTSWs)", "", Better::Lower, false),
+        Metric::new("retransmitted", "retransmitted packets", "", Better::Lower, true),
+        Metric::new("lost_frames", "frames the lossy link dropped", "", Better::Lower, false),
+        Metric::new("pfc_frames", "PFC frames sent by switches", "", Better::Lower, false),
+        Metric::new("ecn_marked", "ECN marks", "", Better::Lower, false),
+    ]
+}
+
 fn degraded_run(ctx: &Ctx, state: &State, o: &RunOptions, victim: &str, label: &str) -> Result<RunResult> {
     let prefix = state.plan.topology.prefix.as_str();
     let link = format!("{RTSW}:{victim}");
@@ -551,15 +554,7 @@ fn outcome(calibration: &str, sizes: &Sizes, cases: Vec<Case>, verdicts: Vec<Ver
                  {STRAGGLER_FACTOR} - 1 times the step's time at line rate)."
             ),
         ],
-        metrics: vec![
-            Metric::new("completion_ms", "AllReduce completion (mean of iterations)", "ms wall", Better::Lower, true),
-            Metric::new("victim_share_pct", "faulty uplink's share of z0r0's uplink bytes", "%", Better::None, true),
-            Metric::new("max_over_mean", "uplink max/mean (mean over RTSWs)", "", Better::Lower, false),
-            Metric::new("retransmitted", "retransmitted packets", "", Better::Lower, true),
-            Metric::new("lost_frames", "frames the lossy link dropped", "", Better::Lower, false),
-            Metric::new("pfc_frames", "PFC frames sent by switches", "", Better::Lower, false),
-            Metric::new("ecn_marked", "ECN marks", "", Better::Lower, false),
-        ],
+        metrics: metrics("AllReduce completion (mean of iterations)", "ms wall"),
         cases,
         verdicts,
         notes: vec![

@@ -99,11 +99,8 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
 /// what-if would need the controller to re-place its entries.
 fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
     use crate::sim::{WhatIfKind, whatif};
-    let mut topo = super::path_pinning::topology(1, 400.0, 1);
-    topo.zones[0].spines = 4;
-    let fabric = model.fabric(topo, |_| {});
+    let (fabric, message) = super::path_pinning::ring_fabric(ctx, model);
     let hosts = fabric.plan.hosts().count();
-    let message: u64 = ctx.pick(1 << 20, 4 << 20) * hosts as u64;
     let modes: Vec<&Mode> = MODES.iter().filter(|m| m.2 != HashMode::Te).collect();
     let mut cases = Vec::new();
     for m in &modes {

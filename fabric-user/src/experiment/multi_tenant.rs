@@ -68,6 +68,19 @@ pub fn adds_up(s: &runner::JobsSummary) -> bool {
     })
 }
 
+/// Each mode's two cases: every job alone, and all of them together.
+fn alone_and_together_cases() -> Vec<Case> {
+    MODES
+        .iter()
+        .flat_map(|m| {
+            [
+                Case::new(&format!("{}-alone", m.0), &format!("{}, each job alone", m.1)),
+                Case::new(&format!("{}-together", m.0), &format!("{}, both jobs together", m.1)),
+            ]
+        })
+        .collect()
+}
+
 fn run(ctx: &Ctx) -> Result<Outcome> {
     if let Some(model) = ctx.twin {
         return run_twin(ctx, model);
@@ -77,15 +90,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     topo.time_scale = cal.time_scale;
     let message: u64 = ctx.pick(1 << 20, 4 << 20);
     let iterations = ctx.pick(1, 2);
-    let mut cases: Vec<Case> = MODES
-        .iter()
-        .flat_map(|m| {
-            [
-                Case::new(&format!("{}-alone", m.0), &format!("{}, each job alone", m.1)),
-                Case::new(&format!("{}-together", m.0), &format!("{}, both jobs together", m.1)),
-            ]
-        })
-        .collect();
+    let mut cases = alone_and_together_cases();
     let mut shared_rows = Vec::new();
     let mut all_add_up = true;
     ctx.with_testbed(topo, |state| {
@@ -189,15 +194,7 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
     let ranks = a.len();
     // Each ring step moves 1 MiB (4 MiB with --full) per rank, as ecmp-entropy's twin variant.
     let message = ctx.pick(1u64 << 20, 4 << 20) * ranks as u64;
-    let mut cases: Vec<Case> = MODES
-        .iter()
-        .flat_map(|m| {
-            [
-                Case::new(&format!("{}-alone", m.0), &format!("{}, each job alone", m.1)),
-                Case::new(&format!("{}-together", m.0), &format!("{}, both jobs together", m.1)),
-            ]
-        })
-        .collect();
+    let mut cases = alone_and_together_cases();
     let mut adds_up = true;
     for &seed in &ctx.seeds {
         for (i, &(key, _, qps, hash)) in MODES.iter().enumerate() {

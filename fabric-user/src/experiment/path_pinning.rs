@@ -31,6 +31,18 @@ pub const SCENARIO: Scenario = Scenario {
     run,
 };
 
+/// The fabric the load, failure and gray-failure scenarios run their ring on: one zone with
+/// four spines (or `--scale`'s fabric), with the ring's bytes per rank, 1 MiB (4 MiB with
+/// `--full`) per ring step at any scale, so that steps are bandwidth-bound.
+pub fn ring_fabric(ctx: &Ctx, model: super::harness::TwinModel) -> (crate::forwarding::fabric::SimFabric, u64) {
+    let mut topo = topology(1, 400.0, 1);
+    topo.zones[0].spines = 4;
+    let fabric = model.fabric(topo, |_| {});
+    let hosts = fabric.plan.hosts().count() as u64;
+    let message = ctx.pick(1 << 20, 4 << 20) * hosts;
+    (fabric, message)
+}
+
 /// 4 racks x 2 hosts with 2 CTSWs: an RTSW has as many uplinks as host ports, so the pin slice,
 /// (host address >> 1) mod uplinks, is the host's RTSW downlink index, as in the paper.
 pub fn topology(uplinks_per_spine: u32, rtsw_rate_gbps: f64, time_scale: u64) -> Topology {
