@@ -6,8 +6,9 @@
 //! (c) those frames mutated: bit flips, byte changes, truncation, insertion and removal, corrupted
 //!     length fields (IPv4 IHL/total length, IPv6 payload length, UDP length), fragment bits.
 //!
-//! The run goes through every hash mode and `adaptive` (at idle queues) and `wcmp` (no rates,
-//! so no weights), with port 0 first as the fixture registers it (a switch port), then as a host
+//! The run goes through every hash mode: `adaptive` at idle queues, `wcmp` with no rates (so no
+//! weights), and `spray` and `flowlet`, whose choice a random number or the clock makes, checked
+//! to leave through a live member of the host's group and to count on that member, with port 0 first as the fixture registers it (a switch port), then as a host
 //! port whose source guard admits only host A's addresses.
 //!
 //! For every frame: the action agrees with `parse_packet` + `decide` on the host over tables that
@@ -929,6 +930,7 @@ impl Fuzz {
         let t1 = monotonic_ns();
         self.fed += 1;
         let action = res.return_value;
+        let fate = self.adopt_free_choice(c, fate, action, &out);
         let (fate, ce) = match (offered, before) {
             (Some((egress, class, tos)), Some(b)) => {
                 let o = Offered { egress, class, tos, len: f.len() as u64, t0, t1 };
@@ -954,6 +956,31 @@ impl Fuzz {
         self.check_action_and_frame(c, fate, action, &out, ce);
         self.count(ingress, f.len() as u64, fate, roce);
         self.compare_counters(sw, c)
+    }
+
+    /// `spray` and `flowlet` choose a member by a random number or by the clock, which the host
+    /// cannot replay. For them the oracle is weaker but still independent of the program's
+    /// bookkeeping: a frame the host forwards must leave rewritten for a live member of the group
+    /// the host chose (read from the frame's new destination MAC), and from there on that member
+    /// is the prediction: its port's and its member counters must move, and the rewrite must be
+    /// exactly that member's.
+    fn adopt_free_choice(&mut self, c: &Case<'_>, fate: Fate, action: u32, out: &[u8]) -> Fate {
+        let Fate::Forward { group, .. } = fate else { return fate };
+        let free = matches!(HashMode::from_u32(self.cfg.hash_mode), HashMode::Spray | HashMode::Flowlet);
+        if !free || action != XDP_REDIRECT || out.len() < ethernet::HEADER_LEN {
+            return fate;
+        }
+        let live = self.tables.groups[group as usize].live();
+        match live.iter().position(|m| out[ethernet::DST] == m.dst_mac) {
+            Some(i) => {
+                self.report.count(&format!("left through member {i} of group {group} (free choice)"));
+                Fate::Forward { group, member_index: i as u32, port: live[i].port }
+            }
+            None => {
+                self.report.fail("left through no member of its group", c, hex(&out[..ethernet::HEADER_LEN]));
+                fate
+            }
+        }
     }
 
     /// The congestion model's part in a frame the host forwards: the rules checked, and the
@@ -1157,6 +1184,10 @@ fn fuzz(phases: &[Phase], congestion: Option<Congestion>, te_flows: usize) {
             fz.feed(sw, &Case { index: case, kind, ingress, frame: &f })?;
         }
         let mut problems = fz.totals(sw)?;
+        let free_members = fz.report.outcomes.keys().filter(|k| k.ends_with("(free choice)")).count();
+        if phases.iter().any(|p| p.0 == HashMode::Spray) && free_members < 2 {
+            problems.push(format!("spray phases left through {free_members} member(s): nothing was sprayed"));
+        }
         for te in ["decided by a TE entry", "stale TE entry, hashed"] {
             if te_flows > 0 && !fz.report.outcomes.contains_key(te) {
                 problems.push(format!("no frame was {te}: the TE table went unexercised"));
@@ -1197,6 +1228,11 @@ fn switch_program_agrees_with_the_host_on_fuzzed_frames() {
             (HashMode::Adaptive, 0x5eed_0007, false),
             (HashMode::Adaptive, 0x5eed_0008, true),
             (HashMode::Wcmp, 0x5eed_0009, false),
+            // A random number or the clock chooses the member: any live member of the host's
+            // group is right, and the frame's rewrite names it (`Fuzz::adopt_free_choice`).
+            (HashMode::Spray, 0x5eed_000a, false),
+            (HashMode::Spray, 0x5eed_000b, true),
+            (HashMode::Flowlet, 0x5eed_000c, false),
         ],
         None,
         0,
