@@ -2,9 +2,10 @@
 //! seeds, QP numbers and UDP ports) run through the XDP fabric with our endpoints (`fabric run`)
 //! and through the twin (`fabric sim --model packet`), and the two must agree:
 //! - packets and bytes per ECMP member: identical to the XDP member counters;
-//! - completion in modelled time: within [`COMPLETION_TOLERANCE`], unless the testbed's
-//!   endpoints woke late (CPU-bound, `run::result::CPU_BOUND_LATE_SHARE`): then the check says
-//!   so and the comparison is reported, not asserted;
+//! - completion in modelled time: within [`COMPLETION_TOLERANCE`], unless the testbed was
+//!   CPU-bound (its endpoints woke late, `run::result::CPU_BOUND_LATE_SHARE`, or waited for a CPU,
+//!   `run::result::CPU_WAIT_SHARE_MAX`): then the check says so and the comparison is reported,
+//!   not asserted. At least one run must be compared (a single flow, the lightest load);
 //! - on an incast that congests, under `--cc none|dcqcn|cts`: ECN marks and PFC frames within a
 //!   factor of [`COUNT_FACTOR`], and the three controls in the same order by each (the marks under
 //!   dcqcn and cts, which follow how fast the endpoints react, only when the testbed kept its pace).
@@ -20,7 +21,11 @@ use fabric_user::{
     forwarding::fabric::SimFabric,
     model::placement::Placement,
     model::workload::Collective,
-    run::{RunOptions, RunResult, run},
+    run::{
+        RunOptions, RunResult,
+        result::{CPU_BOUND_LATE_SHARE, CPU_WAIT_SHARE_MAX},
+        run,
+    },
     sim::{
         MemberLoad, SimOptions, SimResult,
         packet::{PacketOptions, simulate_packet_with_load},
@@ -83,6 +88,66 @@ fn testbed_completion_s(r: &RunResult) -> f64 {
     r.iterations[0].modelled_completion_ns * 1e-9
 }
 
+/// Why the CPU, not the modelled fabric, set the testbed's pace, if it did: its endpoints' sleeps
+/// woke late, or its endpoint threads waited for a CPU.
+fn cpu_bound(r: &RunResult) -> Option<String> {
+    let (late, wait) = (r.late_wake_share.unwrap_or(1.0), r.cpu_wait_share.unwrap_or(1.0));
+    if late > CPU_BOUND_LATE_SHARE {
+        Some(format!("{:.1}% of its sleeps woke late", 100.0 * late))
+    } else if wait > CPU_WAIT_SHARE_MAX {
+        Some(format!("its endpoints waited for a CPU {:.0}% of the time", 100.0 * wait))
+    } else {
+        None
+    }
+}
+
+/// DCQCN's completion on the incast, reported and not compared. With these 200G-era settings
+/// at 400G the senders' rates collapse, and the step's time is set by how many cuts they took:
+/// the twin alone finishes in 4.79-6.17 ms over marking seeds 1-8 (992-1,537 marks), and the
+/// testbed in 3.7-5.1 ms over five runs, with fewer marks (690-1,000). An open difference (the
+/// twin's README).
+fn dcqcn_completion(p: &Pair) -> String {
+    let (bed, twin) = (testbed_completion_s(&p.testbed), p.twin.completion_s);
+    format!(
+        "completion testbed {:.1} us, twin {:.1} us ({:+.1}%): reported, not compared (set by the rate cuts)",
+        bed * 1e6,
+        twin * 1e6,
+        100.0 * (twin - bed) / bed
+    )
+}
+
+/// Completions compared, and the disagreements found.
+#[derive(Default)]
+struct CompletionCheck {
+    compared: usize,
+    failures: Vec<String>,
+}
+
+impl CompletionCheck {
+    /// Compares `p`'s modelled completion when the testbed kept its pace; returns what to print.
+    fn check(&mut self, p: &Pair) -> String {
+        let (bed, twin) = (testbed_completion_s(&p.testbed), p.twin.completion_s);
+        let diff = (twin - bed) / bed;
+        let verdict = match cpu_bound(&p.testbed) {
+            Some(why) => format!("not compared, the testbed was CPU-bound ({why})"),
+            None if diff.abs() > COMPLETION_TOLERANCE => {
+                self.failures.push(format!("{}: completion differs by {:.1}%", p.label, 100.0 * diff));
+                "compared: DIFFERS".into()
+            }
+            None => "compared".into(),
+        };
+        self.compared += usize::from(cpu_bound(&p.testbed).is_none());
+        format!(
+            "completion testbed {:.1} us, twin {:.1} us ({:+.1}%), late wakes {:.1}%, CPU wait {:.1}%: {verdict}",
+            bed * 1e6,
+            twin * 1e6,
+            100.0 * diff,
+            100.0 * p.testbed.late_wake_share.unwrap_or(f64::NAN),
+            100.0 * p.testbed.cpu_wait_share.unwrap_or(f64::NAN),
+        )
+    }
+}
+
 /// Whether `a` and `b` are within a factor `f` of each other, give or take `slack`.
 fn within_factor(a: u64, b: u64, f: f64, slack: u64) -> bool {
     let (lo, hi) = (a.min(b) as f64, a.max(b) as f64);
@@ -115,6 +180,7 @@ fn twin_agrees_with_the_xdp_testbed() {
     // 1. Collectives without congestion: member counters exact, completion within 15%.
     //    ACK every packet, so that the ACK count does not depend on timing.
     let mut failures = Vec::new();
+    let mut completion = CompletionCheck::default();
     //    One flow alone is the lightest load the testbed can carry: the case most likely to
     //    run without the CPU setting the pace.
     for (collective, ranks, qps, hash, message_bytes) in [
@@ -147,21 +213,7 @@ fn twin_agrees_with_the_xdp_testbed() {
         let used = p.twin_members.packets.iter().filter(|&&n| n > 0).count();
         assert!(used > 0, "{}: the twin counted nothing", p.label);
         assert_eq!(mismatched, 0, "{}: {mismatched} of {used} members differ", p.label);
-        let (bed, twin) = (testbed_completion_s(&p.testbed), p.twin.completion_s);
-        let err = (twin - bed).abs() / bed;
-        let cpu_bound = p.testbed.cpu_limited.unwrap_or(true);
-        eprintln!(
-            "{}: {used} members identical; completion testbed {:.1} us, twin {:.1} us ({:+.1}%), late wakes {:.1}%{}",
-            p.label,
-            bed * 1e6,
-            twin * 1e6,
-            100.0 * (twin - bed) / bed,
-            100.0 * p.testbed.late_wake_share.unwrap_or(f64::NAN),
-            if cpu_bound { ": the testbed was CPU-bound, completion not compared" } else { "" }
-        );
-        if !cpu_bound && err > COMPLETION_TOLERANCE {
-            failures.push(format!("{}: completion differs by {:.1}%", p.label, 100.0 * err));
-        }
+        eprintln!("{}: {used} members identical; {}", p.label, completion.check(&p));
     }
 
     // 2. An incast that congests: four senders at line rate into z0r0h0.
@@ -189,21 +241,19 @@ fn twin_agrees_with_the_xdp_testbed() {
         let c = &p.testbed.congestion;
         eprintln!(
             "{}: ECN marks testbed {} twin {}; PFC frames testbed {} twin {}; testbed sent {} packets into paused \
-             ports; completion testbed {:.1} us twin {:.1} us; late wakes {:.1}%",
+             ports; {}",
             p.label,
             c.ecn_marked,
             tp.ecn_marks,
             testbed_pfc_frames(&p.testbed),
             twin_pfc_frames(&p.twin),
             c.sent_while_paused,
-            testbed_completion_s(&p.testbed) * 1e6,
-            p.twin.completion_s * 1e6,
-            100.0 * p.testbed.late_wake_share.unwrap_or(f64::NAN),
+            if cc == CcMode::Dcqcn { dcqcn_completion(&p) } else { completion.check(&p) },
         );
         // Under DCQCN and CTS the marks follow how fast the endpoints react, which a CPU-bound
         // testbed sets (CI measured CTS at 151 against a usual 380-500): compared only when the
         // endpoints kept their pace. PFC only's marks are the queue model's alone: always compared.
-        reacting_late.push(cc != CcMode::None && p.testbed.cpu_limited.unwrap_or(true));
+        reacting_late.push(cc != CcMode::None && cpu_bound(&p.testbed).is_some());
         marks.0.push(c.ecn_marked);
         marks.1.push(tp.ecn_marks);
         pfc.0.push(testbed_pfc_frames(&p.testbed));
@@ -226,6 +276,11 @@ fn twin_agrees_with_the_xdp_testbed() {
         } else if !same_order(bed, twin, slack) {
             failures.push(format!("{what}: testbed {bed:?} and twin {twin:?} rank none|dcqcn|cts differently"));
         }
+    }
+    failures.extend(completion.failures);
+    if completion.compared == 0 {
+        failures
+            .push("no completion was compared: the testbed was CPU-bound in every run, even a single flow's".into());
     }
     assert!(failures.is_empty(), "the twin and the testbed disagree:\n{}", failures.join("\n"));
 }

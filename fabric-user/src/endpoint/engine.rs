@@ -10,8 +10,8 @@ use std::{
     collections::{BTreeMap, HashMap},
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
     os::fd::{AsRawFd, OwnedFd},
-    sync::atomic::{AtomicUsize, Ordering},
-    time::Instant,
+    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -23,7 +23,10 @@ use super::{EndpointOptions, SportPolicy, downlink::Downlink, fixed_udp_sport, r
 use crate::model::workload::HostTransfer;
 use crate::{
     model::plan::{NodeId, Plan},
-    sys::netns,
+    sys::{
+        cpu::{self, ThreadSched},
+        netns,
+    },
 };
 use fabric_roce::{
     buf::PacketBuf,
@@ -58,7 +61,7 @@ pub struct FlowResult {
     pub qps_receiving: u32,
     /// UDP source port of each QP (what ECMP hashes besides addresses).
     pub udp_sports: Vec<u16>,
-    /// Completion time from the start of the step, ns.
+    /// Completion time on the step's clock (from when every host could send), ns.
     pub completion_ns: u64,
     pub goodput_bps: f64,
     /// Rate the transfer was paced at.
@@ -120,6 +123,10 @@ pub struct HostResult {
     /// its slot, so a high share of them says the CPU, not the fabric, set the pace.
     pub timed_wakes: u64,
     pub late_wakes: u64,
+    /// The host thread's time from the barrier to its last QP's end, and how much of it the
+    /// thread was runnable but waited for a CPU (scheduler accounting), ns.
+    pub active_ns: u64,
+    pub cpu_wait_ns: u64,
 }
 
 /// `Udp: RcvbufErrors` of the calling thread's network namespace.
@@ -135,6 +142,9 @@ fn udp_rcvbuf_errors() -> Result<u64> {
 /// What happened in one step.
 #[derive(Clone, Debug, Serialize)]
 pub struct StepResult {
+    /// The network's time for the step, wall ns: from the moment every host had its sockets
+    /// (when the first packet may leave, the twin's time 0) to the last QP's completion. The
+    /// threads' setup before and teardown after are the testbed's own cost, not the network's.
     pub duration_ns: u64,
     pub flows: Vec<FlowResult>,
     /// Every host of the step.
@@ -311,18 +321,15 @@ pub fn run_step_shaped(
     hosts.dedup();
     let remaining = AtomicUsize::new(qps.iter().filter(|q| q.bytes > 0).count());
     let failed = AtomicUsize::new(0);
-    let start = Instant::now();
+    let clock = StepClock::new();
     let outcomes: std::sync::Mutex<HashMap<usize, QpOutcome>> = Default::default();
     let host_results: std::sync::Mutex<Vec<HostResult>> = Default::default();
     let rate_bps = transfer_rate_bps(plan, opts);
     // The congestion control's line rate: one QP's share of the run's rate at the run's QP
     // count (a DCQCN QP of a slow NIC starts above its pacer's rate and is paced anyway).
     let per_qp_rate = (rate_bps / u64::from(opts.qps.max(1))).max(1);
-    // The slow receiver's end, in this step's clock (0 if it is over or never was).
-    let slow = slow.map(|(host, d)| {
-        let end = run.start + std::time::Duration::from_nanos(d);
-        (host, end.saturating_duration_since(start).as_nanos() as u64)
-    });
+    // The slow receiver's end.
+    let slow = slow.map(|(host, d)| (host, run.start + Duration::from_nanos(d)));
     // Nobody sends before every host has its sockets: a datagram to a port not yet open is lost
     // and costs a go-back-N round.
     let ready = std::sync::Barrier::new(hosts.len());
@@ -334,16 +341,16 @@ pub fn run_step_shaped(
         opts,
         mtu,
         per_qp_rate,
-        start,
-        slow_until_ns: slow.and_then(|(h, end)| (h == host).then_some(end)),
+        clock: &clock,
+        slow_until: slow.and_then(|(h, end)| (h == host).then_some(end)),
         remaining: &remaining,
         failed: &failed,
         outcomes: &outcomes,
         host_results: &host_results,
         ready: &ready,
     })?;
-    let duration_ns = start.elapsed().as_nanos() as u64;
     let outcomes = outcomes.into_inner().expect("not poisoned");
+    let duration_ns = outcomes.values().map(|o| o.completed_ns).max().unwrap_or(0);
     let flows = transfers
         .iter()
         .enumerate()
@@ -477,9 +484,9 @@ struct HostContext<'a> {
     opts: &'a EndpointOptions,
     mtu: PathMtu,
     per_qp_rate: u64,
-    start: Instant,
-    /// This host is a slow receiver until then (step clock).
-    slow_until_ns: Option<u64>,
+    clock: &'a StepClock,
+    /// This host is a slow receiver until then.
+    slow_until: Option<Instant>,
     remaining: &'a AtomicUsize,
     failed: &'a AtomicUsize,
     outcomes: &'a std::sync::Mutex<HashMap<usize, QpOutcome>>,
@@ -487,12 +494,33 @@ struct HostContext<'a> {
     ready: &'a std::sync::Barrier,
 }
 
-impl HostContext<'_> {
-    /// The step's clock.
-    fn now(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+/// The step's clock. Its origin is the release of the hosts' ready barrier: every host has
+/// its sockets and may send, the twin's time 0. Entering namespaces and opening sockets took
+/// 18 ms of a 1 MiB flow's 210 ms step when the threads' start was the origin, 4.5 µs of
+/// modelled time the twin does not have.
+struct StepClock {
+    start: Instant,
+    /// The last host's arrival at the barrier, ns after `start`.
+    last_arrival_ns: AtomicU64,
+}
+
+impl StepClock {
+    fn new() -> Self {
+        StepClock { start: Instant::now(), last_arrival_ns: AtomicU64::new(0) }
     }
 
+    /// A host has its sockets and is about to wait at the barrier.
+    fn arrive(&self) {
+        self.last_arrival_ns.fetch_max(self.start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// The origin, read after the barrier (whose lock orders every arrival before it).
+    fn origin(&self) -> Instant {
+        self.start + Duration::from_nanos(self.last_arrival_ns.load(Ordering::Relaxed))
+    }
+}
+
+impl HostContext<'_> {
     fn me(&self) -> Ipv4Addr {
         ipv4(self.plan, self.host)
     }
@@ -616,27 +644,32 @@ struct HostQps {
     cc: Box<dyn CongestionControl>,
     senders: HashMap<u32, SenderEntry>,
     receivers: HashMap<u32, ReceiverEntry>,
-    /// Source ports the senders and receivers send from.
-    sports: Vec<u16>,
+}
+
+/// The source ports `cx.host`'s senders and receivers send from (one socket each).
+fn host_sports(cx: &HostContext<'_>) -> impl Iterator<Item = u16> {
+    let here = |q: &&QpPlan| {
+        let t = &cx.transfers[q.flow];
+        q.bytes > 0 && (t.src == cx.host || t.dst == cx.host)
+    };
+    cx.qps.iter().filter(here).map(|q| q.sport)
 }
 
 impl HostQps {
     /// Every QP of the step that starts or ends at `cx.host`, senders posting from `t0`.
     fn new(cx: &HostContext<'_>, t0: u64) -> Result<Self> {
         let mut cc = cx.opts.cc.congestion_control(cx.opts, cx.per_qp_rate, cx.retransmit_timeout_ns())?;
-        let (mut senders, mut receivers, mut sports) = (HashMap::new(), HashMap::new(), Vec::new());
+        let (mut senders, mut receivers) = (HashMap::new(), HashMap::new());
         for (i, q) in cx.qps.iter().enumerate() {
             let t = &cx.transfers[q.flow];
             if t.src == cx.host && q.bytes > 0 {
                 senders.insert(q.req_qpn, SenderEntry::new(cx, i, q, &mut *cc, t0)?);
-                sports.push(q.sport);
             }
             if t.dst == cx.host && q.bytes > 0 {
                 receivers.insert(q.resp_qpn, ReceiverEntry::new(cx, i, q, &mut *cc));
-                sports.push(q.sport);
             }
         }
-        Ok(HostQps { cc, senders, receivers, sports })
+        Ok(HostQps { cc, senders, receivers })
     }
 }
 
@@ -692,6 +725,10 @@ struct RxBatch {
 /// One host thread while its step runs.
 struct HostRun<'a> {
     cx: &'a HostContext<'a>,
+    /// The step clock's origin ([`StepClock`]).
+    origin: Instant,
+    /// This host is a slow receiver until then, step clock.
+    slow_until_ns: Option<u64>,
     socks: HostSockets,
     tos: u8,
     qps: HostQps,
@@ -722,12 +759,20 @@ struct Wakes {
 }
 
 fn host_loop(cx: &HostContext<'_>) -> Result<()> {
-    let qps = HostQps::new(cx, cx.now())?;
+    // Without it the host still runs, and its late wakes say how much that cost.
+    let _ = cpu::precise_timers();
     let port = &cx.plan.nodes[cx.host].ports[0];
-    let socks = HostSockets::new(cx.me(), cx.data_tos(), &port.ifname, qps.sports.iter().copied());
-    let rcvbuf_errors_before = udp_rcvbuf_errors()?;
+    // Errors wait until every host has passed the barrier: a host that left before it would
+    // leave the others waiting forever.
+    let socks = HostSockets::new(cx.me(), cx.data_tos(), &port.ifname, host_sports(cx));
+    let rcvbuf_errors_before = udp_rcvbuf_errors();
+    cx.clock.arrive();
     cx.ready.wait();
-    let mut run = HostRun::new(cx, socks?, qps, port.mac);
+    let origin = cx.clock.origin();
+    let sched_before = ThreadSched::read();
+    let qps = HostQps::new(cx, 0)?;
+    let rcvbuf_errors_before = rcvbuf_errors_before?;
+    let mut run = HostRun::new(cx, socks?, qps, port.mac, origin);
     let result = run.run_rounds();
     if run.pfc.sent_xoff {
         // Leave the switch unpaused: the next step's thread pauses it again if still slow.
@@ -737,15 +782,23 @@ fn host_loop(cx: &HostContext<'_>) -> Result<()> {
     if cx.failed.load(Ordering::Relaxed) > 0 {
         return Err(AnotherEndpointFailed.into());
     }
-    run.collect_outcome(rcvbuf_errors_before)
+    run.collect_outcome(rcvbuf_errors_before, sched_before?)
 }
 
 impl<'a> HostRun<'a> {
-    fn new(cx: &'a HostContext<'a>, socks: HostSockets, qps: HostQps, mac: [u8; 6]) -> Self {
+    /// The step's clock, ns.
+    fn now(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    fn new(cx: &'a HostContext<'a>, socks: HostSockets, qps: HostQps, mac: [u8; 6], origin: Instant) -> Self {
         let tos = cx.data_tos();
         let link_rate = cx.link_rate();
         HostRun {
             cx,
+            origin,
+            // 0 if the slow period is over.
+            slow_until_ns: cx.slow_until.map(|end| end.saturating_duration_since(origin).as_nanos() as u64),
             socks,
             tos,
             qps,
@@ -772,7 +825,7 @@ impl<'a> HostRun<'a> {
     /// One round: PFC in, the slow receiver's XOFF, feedback, transmit, receive and dispatch,
     /// then sleep if nothing arrived.
     fn round(&mut self) -> Result<()> {
-        let t = self.cx.now();
+        let t = self.now();
         if t > self.cx.opts.step_timeout_ns {
             bail!("step did not finish within {} s", self.cx.opts.step_timeout_ns / 1_000_000_000);
         }
@@ -805,7 +858,7 @@ impl<'a> HostRun<'a> {
     /// Whether this host is a slow receiver at `t`; it keeps the switch paused while it is, and
     /// releases it after.
     fn slow_receiver(&mut self, t: u64) -> Result<bool> {
-        let slow = self.cx.slow_until_ns.is_some_and(|end| t < end);
+        let slow = self.slow_until_ns.is_some_and(|end| t < end);
         let pfc = &mut self.pfc;
         if slow && t >= pfc.next_xoff_ns {
             pfc.send_pause(&self.socks.pfc, 0xFFFF)?;
@@ -877,7 +930,7 @@ impl<'a> HostRun<'a> {
                 return Ok(received);
             }
             received += n;
-            let t = self.cx.now();
+            let t = self.now();
             for (buf, rcv) in self.rx.bufs.iter().zip(&self.rx.got) {
                 if rcv.len >= BTH_LEN {
                     let payload = self.rx_buf.copy(&buf[..rcv.len]);
@@ -890,7 +943,7 @@ impl<'a> HostRun<'a> {
     /// Hands what the downlink has delivered to its QP, by destination QP number.
     fn dispatch(&mut self) -> Result<()> {
         loop {
-            let t = self.cx.now();
+            let t = self.now();
             let Some((payload, from, tos)) = self.downlink.deliver(t) else { return Ok(()) };
             let qpn = BthPacket::new_unchecked(&payload[..]).dest_qp();
             if self.qps.receivers.contains_key(&qpn) {
@@ -939,7 +992,7 @@ impl<'a> HostRun<'a> {
     /// Idle: sleeps until a packet or PFC frame arrives or the next deadline (pacing, timers, a
     /// pause's end, feedback owed, the slow period's XOFF, the downlink's next delivery).
     fn idle_wait(&mut self, slow: bool) {
-        let t = self.cx.now();
+        let t = self.now();
         let mut wake = self.next_deadline(t, slow).map_or(1_000_000, |w| w.saturating_sub(t).min(1_000_000));
         if self.pfc.sent_xoff && !slow {
             wake = 0;
@@ -956,7 +1009,7 @@ impl<'a> HostRun<'a> {
         if ready == 0 {
             self.wakes.timed += 1;
             let due = t + (ts.tv_nsec as u64);
-            if self.cx.now() > due + self.wakes.late_after_ns {
+            if self.now() > due + self.wakes.late_after_ns {
                 self.wakes.late += 1;
             }
         }
@@ -978,14 +1031,15 @@ impl<'a> HostRun<'a> {
                     .filter(|(_, p)| !p.is_empty())
                     .map(|((_, q), _)| pause.resume_at(priority_class(*q)).max(t)),
             )
-            .chain(self.cx.slow_until_ns.filter(|_| slow).map(|end| end.min(self.pfc.next_xoff_ns)))
+            .chain(self.slow_until_ns.filter(|_| slow).map(|end| end.min(self.pfc.next_xoff_ns)))
             .chain(self.downlink.next_due())
             .min()
     }
 
     /// Hands this host's share of the step's outcome to the step.
-    fn collect_outcome(&mut self, rcvbuf_errors_before: u64) -> Result<()> {
-        let end = self.cx.now();
+    fn collect_outcome(&mut self, rcvbuf_errors_before: u64, sched_before: ThreadSched) -> Result<()> {
+        let end = self.now();
+        let sched = ThreadSched::read()?.since(&sched_before);
         {
             let mut all = self.cx.outcomes.lock().expect("not poisoned");
             for e in self.qps.senders.values_mut() {
@@ -1023,6 +1077,8 @@ impl<'a> HostRun<'a> {
             udp_receive_drops: udp_rcvbuf_errors()?.saturating_sub(rcvbuf_errors_before),
             timed_wakes: self.wakes.timed,
             late_wakes: self.wakes.late,
+            active_ns: end,
+            cpu_wait_ns: sched.wait_ns,
         });
         Ok(())
     }

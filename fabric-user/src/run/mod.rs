@@ -33,7 +33,7 @@ use crate::{
     testbed,
 };
 use fabric_roce::{dcqcn::DcqcnParams, transport::Transport};
-use result::{CPU_BOUND_LATE_SHARE, late_wake_share};
+use result::{CPU_BOUND_LATE_SHARE, cpu_wait_share, late_wake_share};
 
 /// A run as the command line or a workload file states it (one definition for both). Values are
 /// typed where they come in; every default is [`RunSpec::default`]'s, which the flags show and
@@ -379,6 +379,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         achieved_over_intended: Some(achieved_over_intended),
         cpu_limited: late_share.map(|l| l > CPU_BOUND_LATE_SHARE),
         late_wake_share: late_share,
+        cpu_wait_share: cpu_wait_share(&hosts_result),
         host_cpu_busy,
         congestion,
         te_flows,

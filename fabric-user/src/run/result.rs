@@ -19,6 +19,19 @@ pub const RESULTS_SCHEMA: &str = "fabric.run/2";
 /// scheduler, not the modelled fabric, set the pace of a tenth of the sends or more.
 pub const CPU_BOUND_LATE_SHARE: f64 = 0.10;
 
+/// A run's modelled times are comparable with another model's (the twin's) only when its endpoint
+/// threads waited for a CPU less than this share of their time. Measured on a 2-core VM: a
+/// single flow or a 7-to-1 incast (one link's packets) waits 3-11%, eight hosts sending at
+/// once wait 64% and finish up to 3 times later than the twin.
+pub const CPU_WAIT_SHARE_MAX: f64 = 0.25;
+
+/// The share of the endpoint threads' time they were runnable but waited for a CPU, over `hosts`.
+pub fn cpu_wait_share(hosts: &[crate::endpoint::engine::HostResult]) -> Option<f64> {
+    let active: u64 = hosts.iter().map(|h| h.active_ns).sum();
+    let wait: u64 = hosts.iter().map(|h| h.cpu_wait_ns).sum();
+    (active > 0).then(|| wait as f64 / active as f64)
+}
+
 /// The share of the endpoints' timed sleeps that woke late, over `hosts`.
 pub fn late_wake_share(hosts: &[crate::endpoint::engine::HostResult]) -> Option<f64> {
     let timed: u64 = hosts.iter().map(|h| h.timed_wakes).sum();
@@ -108,6 +121,9 @@ pub struct RunResult<F = FlowResult, X = NoExtras> {
     pub cpu_limited: Option<bool>,
     /// That share (see [`late_wake_share`]).
     pub late_wake_share: Option<f64>,
+    /// The share of the endpoint threads' time they waited for a CPU (see [`cpu_wait_share`]
+    /// and [`CPU_WAIT_SHARE_MAX`]).
+    pub cpu_wait_share: Option<f64>,
     /// The busy share of the machine's CPU time during the run's iterations (`/proc/stat`).
     pub host_cpu_busy: Option<f64>,
     /// Congestion control on top of PFC.
@@ -143,6 +159,8 @@ pub fn accumulate_hosts(all: &mut Vec<HostResult>, step: &[HostResult]) {
         a.udp_receive_drops += h.udp_receive_drops;
         a.timed_wakes += h.timed_wakes;
         a.late_wakes += h.late_wakes;
+        a.active_ns += h.active_ns;
+        a.cpu_wait_ns += h.cpu_wait_ns;
     }
 }
 
@@ -198,9 +216,10 @@ pub fn print(r: &RunResult) {
     let achieved = r.achieved_over_intended.map_or_else(|| "not measured".into(), |a| format!("{a:.2}"));
     let cpu = match (r.host_cpu_busy, r.late_wake_share) {
         (Some(b), Some(l)) => format!(
-            "; CPUs {:.0}% busy, {:.1}% of the endpoints' timed sleeps woke late{}",
+            "; CPUs {:.0}% busy, {:.1}% of the endpoints' timed sleeps woke late, waited for a CPU {:.1}% of the time{}",
             b * 100.0,
             l * 100.0,
+            100.0 * r.cpu_wait_share.unwrap_or(f64::NAN),
             if r.cpu_limited == Some(true) { ": CPU-bound, the CPU set the pace" } else { "" }
         ),
         _ => String::new(),

@@ -1197,6 +1197,7 @@ fn allreduce_result(
         te_flows: None,
         cpu_limited: None,
         late_wake_share: None,
+        cpu_wait_share: None,
         host_cpu_busy: None,
         cc: CcMode::None,
         transport: fabric_roce::transport::Transport::GoBackN,

@@ -182,6 +182,7 @@ pub fn records(fabric: &SimFabric, o: &SimOptions, run: &PacketRun, job_id: &str
         te_flows: None,
         cpu_limited: None,
         late_wake_share: None,
+        cpu_wait_share: None,
         host_cpu_busy: None,
         cc: o.endpoint.cc,
         transport: o.endpoint.transport,
