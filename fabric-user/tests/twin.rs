@@ -22,11 +22,7 @@ use fabric_user::{
     forwarding::fabric::SimFabric,
     model::placement::Placement,
     model::workload::Collective,
-    run::{
-        RunOptions, RunResult,
-        result::{CPU_BOUND_LATE_SHARE, CPU_WAIT_SHARE_MAX},
-        run,
-    },
+    run::{RunOptions, RunResult, result::cpu_bound, run},
     sim::{
         MemberLoad, SimOptions, SimResult,
         packet::{PacketOptions, simulate_packet_with_load},
@@ -87,20 +83,6 @@ fn run_both(state: &State, fabric: &SimFabric, o: &RunOptions, hash: HashMode) -
 
 fn testbed_completion_s(r: &RunResult) -> f64 {
     r.iterations[0].modelled_completion_ns * 1e-9
-}
-
-/// Why the CPU, not the modelled fabric, set the testbed's pace, if it did: its endpoints' sleeps
-/// woke late, or its endpoint threads waited for a CPU.
-/// A run without the measures counts as CPU-bound.
-fn cpu_bound(late: Option<f64>, wait: Option<f64>) -> Option<String> {
-    let (late, wait) = (late.unwrap_or(1.0), wait.unwrap_or(1.0));
-    if late > CPU_BOUND_LATE_SHARE {
-        Some(format!("{:.1}% of its sleeps woke late", 100.0 * late))
-    } else if wait > CPU_WAIT_SHARE_MAX {
-        Some(format!("its endpoints waited for a CPU {:.0}% of the time", 100.0 * wait))
-    } else {
-        None
-    }
 }
 
 /// DCQCN's completion on the incast, reported and not compared. With these 200G-era settings

@@ -32,6 +32,20 @@ pub fn cpu_wait_share(hosts: &[crate::endpoint::engine::HostResult]) -> Option<f
     (active > 0).then(|| wait as f64 / active as f64)
 }
 
+/// Why the CPU, not the modelled fabric, set a run's pace, if it did, from its late-wake share
+/// and its CPU-wait share (a run without the measures counts as CPU-bound): then its modelled
+/// times are not comparable with another model's.
+pub fn cpu_bound(late: Option<f64>, wait: Option<f64>) -> Option<String> {
+    let (late, wait) = (late.unwrap_or(1.0), wait.unwrap_or(1.0));
+    if late > CPU_BOUND_LATE_SHARE {
+        Some(format!("{:.1}% of its sleeps woke late", 100.0 * late))
+    } else if wait > CPU_WAIT_SHARE_MAX {
+        Some(format!("its endpoints waited for a CPU {:.0}% of the time", 100.0 * wait))
+    } else {
+        None
+    }
+}
+
 /// The share of the endpoints' timed sleeps that woke late, over `hosts`.
 pub fn late_wake_share(hosts: &[crate::endpoint::engine::HostResult]) -> Option<f64> {
     let timed: u64 = hosts.iter().map(|h| h.timed_wakes).sum();

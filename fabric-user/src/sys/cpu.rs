@@ -37,9 +37,8 @@ impl CpuTimes {
 /// Asks the kernel to end the calling thread's timed sleeps on time. A thread's default timer
 /// slack lets each sleep end up to 50 µs late (so that wakes can be batched); a paced endpoint
 /// at the testbed's time scale has about 90 µs per packet, so with the default more than half
-/// of its sleeps woke over a packet late, and a 1 MiB flow's modelled completion came out 32%
-/// above the twin's. With 1 ns slack the same flow's late wakes fell to 1% and it agreed
-/// within 6% (`cargo test -p fabric-user --test twin`).
+/// of its sleeps woke over a packet late. With 1 ns slack a single flow's late wakes fell to
+/// 1-2% (`cargo test -p fabric-user --test twin -- --nocapture`).
 pub fn precise_timers() -> std::io::Result<()> {
     // SAFETY: PR_SET_TIMERSLACK takes an integer and changes only the calling thread's slack.
     let r = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
