@@ -73,7 +73,8 @@ pub fn main(args: &ExperimentArgs) -> Result<()> {
                 println!("{}\n    {}\n", s.name, textwrap(s.summary, 92, "    "));
             }
             println!(
-                "Run one with `fabric experiment NAME [--full] [--seeds N] [--out DIR]`, all with `fabric experiment all`."
+                "Run one with `fabric experiment NAME [--full] [--seeds N] [--out DIR]`, all with `fabric experiment \
+                 all`."
             );
         }
         "all" => {

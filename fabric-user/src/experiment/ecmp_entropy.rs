@@ -191,7 +191,8 @@ fn band_aid_recovers(cases: &[Case]) -> Verdict {
         "Doubling the RTSW uplink bandwidth (1:2 under-subscription) recovers most of what 5-tuple ECMP with 1 QP \
          loses to E-ECMP with 8 QPs (share of the loss recovered, %; most = over 50%)",
         format!(
-            "completion per seed: ECMP 1 QP {} ms, with 2x uplinks {} ms, E-ECMP 8 QPs {} ms; recovered, over the seeds where ECMP lost: {}",
+            "completion per seed: ECMP 1 QP {} ms, with 2x uplinks {} ms, E-ECMP 8 QPs {} ms; recovered, over the \
+             seeds where ECMP lost: {}",
             per_seed(&ecmp, ""),
             per_seed(&doubled, ""),
             per_seed(&eecmp, ""),

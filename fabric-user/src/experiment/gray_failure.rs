@@ -19,6 +19,7 @@ use super::{
 use crate::{
     run::RunOptions,
     run::RunResult,
+    run::job::Straggler,
     run::jobs::{JobsFile, runner},
     state::State,
     testbed,
@@ -81,6 +82,9 @@ struct Runs {
     /// Frames the lossy link dropped, and packets the endpoints retransmitted, over the lossy runs.
     lost: u64,
     retransmitted: u64,
+    /// Twin runs judged whole (a flap's what-if, a trace replay), and those that finished.
+    whole: u64,
+    whole_finished: u64,
 }
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
@@ -139,9 +143,12 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
 /// The slow and lossy uplink on the twin: the scenario's testbed fabric (or `--scale`'s), every
 /// host a rank of a fragmented ring AllReduce. Per mode and seed the healthy run comes first;
 /// the uplink of z0r0 it loaded most then runs at a quarter of the twin's link rate, and under
-/// E-ECMP loses 0.5% of its frames. (Flaps and stragglers are the jobs runner's, not run here.)
+/// E-ECMP loses 0.5% of its frames, then flaps twice as on the testbed ([`flap_cycle`]). The
+/// straggler: the same AllReduce replayed as a training step (every rank computes, then
+/// all-reduces; the jobs runner's nominal compute) with and without [`STRAGGLER`] computing
+/// [`STRAGGLER_FACTOR`] times as long.
 fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
-    use super::twin::{busiest_uplink, lossy, run_one, slowed};
+    use super::twin::{busiest_uplink, compute_then_allreduce, flapping, lossy, run_one, slowed};
     let (fabric, message) = super::path_pinning::ring_fabric(ctx, model);
     let hosts = fabric.plan.hosts().count();
     let mut cases = Vec::new();
@@ -150,6 +157,10 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
         cases.push(Case::new(&format!("{}-degraded", m.0), &format!("{}, uplink at 1/4 rate", m.1)));
     }
     cases.push(Case::new("eecmp-lossy", "E-ECMP 8 QPs, lossy uplink (0.5%)"));
+    cases.push(Case::new("eecmp-flap", "E-ECMP 8 QPs, flapping uplink"));
+    cases.push(Case::new("eecmp-jobs", "E-ECMP 8 QPs, compute then AllReduce, no straggler"));
+    cases.push(Case::new("eecmp-straggler", &format!("E-ECMP 8 QPs, {STRAGGLER} computes {STRAGGLER_FACTOR}x slower")));
+    let straggler = Straggler { host: STRAGGLER.into(), factor: STRAGGLER_FACTOR };
     let mut runs = Runs::default();
     for &seed in &ctx.seeds {
         for (mi, m) in MODES.iter().enumerate() {
@@ -175,16 +186,30 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
                 runs.lost += p.link_loss;
                 runs.retransmitted += p.retransmissions;
                 runs.add_twin(seed, m.1, "0.5% loss", &link, &healthy, &r);
+                let flap = flapping(ctx, &fabric, &o, seed, &link, flap_cycle(healthy.completion_s * 1e9))?;
+                cases[FLAP].push("completion_ms", flap.completion_s * 1e3);
+                cases[FLAP].push("retransmitted", flap.retransmissions as f64);
+                let times = (flap.baseline_completion_s, flap.completion_s);
+                runs.add_whole(seed, m.1, ("flapping", &link), times, flap.finished);
+                for (i, slow) in [(JOBS, None), (STRAGGLING, Some(straggler.clone()))] {
+                    let r = compute_then_allreduce(ctx, &fabric, &o, seed, slow)?;
+                    cases[i].push("completion_ms", r.step_s * 1e3);
+                    let fault = if i == STRAGGLING { "straggler" } else { "compute, no straggler" };
+                    runs.add_whole(seed, m.1, (fault, "-"), (healthy.completion_s, r.step_s), r.finished);
+                }
             }
         }
     }
-    let mut verdicts = common_verdicts(&cases, &runs);
+    let mut verdicts = verdicts(&cases, &runs);
     verdicts.retain(|v| v.key != "keeps-delivering");
     verdicts.push(Verdict::fact(
         "keeps-delivering",
-        "Every faulty run on the twin completes every QP (slow and lossy links)",
-        format!("faulty runs completed {} of {} QPs", runs.delivered, runs.needed),
-        runs.delivered == runs.needed && runs.needed > 0,
+        "Every faulty run on the twin completes every QP (slow, lossy and flapping links, a straggler)",
+        format!(
+            "slow and lossy runs completed {} of {} QPs; flapping and straggling runs finished {} of {}",
+            runs.delivered, runs.needed, runs.whole_finished, runs.whole
+        ),
+        runs.delivered == runs.needed && runs.needed > 0 && runs.whole_finished == runs.whole && runs.whole > 0,
     ));
     Ok(twin_outcome(hosts, message, cases, verdicts, runs))
 }
@@ -210,13 +235,25 @@ fn twin_outcome(hosts: usize, message: u64, cases: Vec<Case>, verdicts: Vec<Verd
     Outcome {
         setup: vec![
             format!(
-                "Ring AllReduce over all {hosts} hosts, fragmented placement, {} MiB per rank (1/{hosts} of it per                  ring step), fixed source port; ECMP (five-tuple) with 1 QP, E-ECMP, TE and WCMP with 8 QPs; no                  congestion control on top of PFC; go-back-N endpoints.",
+                "Ring AllReduce over all {hosts} hosts, fragmented placement, {} MiB per rank (1/{hosts} of it per \
+                 ring step), fixed source port; ECMP (five-tuple) with 1 QP, E-ECMP, TE and WCMP with 8 QPs; no \
+                 congestion control on top of PFC; go-back-N endpoints.",
                 message >> 20
             ),
             format!(
-                "Each mode runs healthy first; the uplink of {RTSW} that run loaded most then runs at a quarter of                  the twin's link rate (both directions) for an identical run. Under E-ECMP the same link then                  loses 0.5% of its frames at both switch ends (seeded draws, the seed of the run)."
+                "Each mode runs healthy first; the uplink of {RTSW} that run loaded most then runs at a quarter of \
+                 the twin's link rate (both directions) for an identical run. Under E-ECMP the same link then loses \
+                 0.5% of its frames at both switch ends (seeded draws, the seed of the run)."
             ),
-            "completion_ms is modelled time. Flaps and stragglers are not run on the twin here.".into(),
+            format!(
+                "Under E-ECMP the same link then flaps twice, from a quarter of the healthy run in, each cycle a \
+                 quarter of it long (half down, half up); the controller's routes around it are in force {} µs \
+                 after each failure. The straggler: every rank computes for the AllReduce's nominal time (its \
+                 steps' largest transfers at the host link's rate, the jobs runner's model), then all-reduces; \
+                 {STRAGGLER} computes {STRAGGLER_FACTOR}x as long.",
+                super::twin::DETECT_NS / 1_000
+            ),
+            "completion_ms is modelled time.".into(),
         ],
         metrics: metrics("AllReduce completion", "ms modelled"),
         cases,
@@ -273,8 +310,15 @@ fn lossy_run(ctx: &Ctx, state: &State, o: &RunOptions, victim: &str, seed: u64) 
     Ok((r?, after?.saturating_sub(before?)))
 }
 
-/// `o` while uplink `RTSW:victim` flaps twice, starting a quarter of the healthy run in, each
-/// cycle a quarter of the healthy run long (half down, half up).
+/// The flaps, from a healthy run of `total` (any unit): (start, period, count), starting a
+/// quarter of the run in, each cycle a quarter of it long (half down, half up).
+fn flap_cycle(total: f64) -> (u64, u64, u32) {
+    let quarter = (total / 4.0) as u64;
+    (quarter, quarter, 2)
+}
+
+/// `o` while uplink `RTSW:victim` flaps as [`flap_cycle`] says (each cycle at least 20 ms of
+/// wall time, so that the agent sees every change).
 fn flap_run(
     ctx: &Ctx,
     state: &State,
@@ -285,12 +329,13 @@ fn flap_run(
 ) -> Result<RunResult> {
     let prefix = state.plan.topology.prefix.as_str();
     let link = format!("{RTSW}:{victim}");
-    let total = Duration::from_secs_f64(completion_ms(healthy) * o.iterations as f64 / 1e3);
-    let (start, period) = (total / 4, (total / 4).max(Duration::from_millis(20)));
+    let total_ns = completion_ms(healthy) * o.iterations as f64 * 1e6;
+    let (start, period, count) = flap_cycle(total_ns);
+    let (start, period) = (Duration::from_nanos(start), Duration::from_nanos(period).max(Duration::from_millis(20)));
     let r = std::thread::scope(|s| -> Result<RunResult> {
         let flapper = s.spawn(|| {
             std::thread::sleep(start);
-            testbed::fault::flap(prefix, &link, period, 2)
+            testbed::fault::flap(prefix, &link, period, count)
         });
         let r = ctx.run(state, &format!("eecmp flap seed {seed}"), o);
         flapper.join().expect("no panic")?;
@@ -341,6 +386,22 @@ fn push_metrics(c: &mut Case, r: &RunResult, victim: &str, lost: u64) {
 }
 
 impl Runs {
+    /// A twin run judged whole: its row (`times`: the healthy and the faulty completion, s),
+    /// and whether every QP of it completed.
+    fn add_whole(&mut self, seed: u64, mode: &str, (fault, link): (&str, &str), times: (f64, f64), done: bool) {
+        let (healthy_s, faulty_s) = times;
+        self.whole += 1;
+        self.whole_finished += u64::from(done);
+        self.rows.push(vec![
+            seed.to_string(),
+            mode.to_string(),
+            fault.to_string(),
+            link.to_string(),
+            format!("{:.3} -> {:.3}", healthy_s * 1e3, faulty_s * 1e3),
+            "-".into(),
+        ]);
+    }
+
     /// A twin run's row and QP counts (`delivered` and `needed` count QPs on the twin).
     fn add_twin(
         &mut self,
@@ -398,7 +459,7 @@ fn verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
     v
 }
 
-/// The verdicts both the testbed and the twin decide (the twin runs no straggler).
+/// The verdicts of both variants but the straggler's.
 fn common_verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
     vec![
         slow_link_slows_eecmp(cases).headline(),
@@ -607,7 +668,7 @@ mod tests {
     }
 
     fn runs(lost: u64, retransmitted: u64, delivered: u64) -> Runs {
-        Runs { rows: Vec::new(), delivered, needed: 10, lost, retransmitted }
+        Runs { rows: Vec::new(), delivered, needed: 10, lost, retransmitted, ..Default::default() }
     }
 
     #[test]

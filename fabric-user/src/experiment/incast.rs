@@ -191,13 +191,18 @@ fn run_twin(ctx: &Ctx, model: TwinModel) -> Result<Outcome> {
     Ok(Outcome {
         setup: vec![
             format!(
-                "Incast: {} senders, each on a rack of its own, send {} MiB each to one receiver at once (placement                  `fragmented`), 1 QP each, DSCP 26 (lossless class 3), ECN-capable; links as the topology states                  them (400 Gbit/s), 1 µs each.",
+                "Incast: {} senders, each on a rack of its own, send {} MiB each to one receiver at once (placement \
+                 `fragmented`), 1 QP each, DSCP 26 (lossless class 3), ECN-capable; links as the topology states them \
+                 (400 Gbit/s), 1 µs each.",
                 ranks - 1,
                 message >> 20
             ),
-            "DCQCN and CTS settings as in the testbed variant (DCQCN paper's parameters and a CNP every 4 µs; CTS              4 x 64 KiB and 4 x 512 KiB)."
+            "DCQCN and CTS settings as in the testbed variant (DCQCN paper's parameters and a CNP every 4 µs; CTS 4 x \
+             64 KiB and 4 x 512 KiB)."
                 .into(),
-            "On the twin: completion is modelled time; PFC frames count every frame the switches sent (XOFF,              refresh and resume); the deepest queue is exact (the deepest any switch port held), and under CTS              every byte queued toward the receiver is within its grants, so the bound holds for every queue."
+            "On the twin: completion is modelled time; PFC frames count every frame the switches sent (XOFF, refresh \
+             and resume); the deepest queue is exact (the deepest any switch port held), and under CTS every byte \
+             queued toward the receiver is within its grants, so the bound holds for every queue."
                 .into(),
             "Nothing in the incast is random: seeds repeat the measurement.".into(),
         ],
@@ -365,7 +370,8 @@ fn cts_bound(cases: &[Case], queue: &str) -> Verdict {
         "CTS bounds what is in flight toward the receiver by channels x buffer (measured in the switch queue \
          toward the receiver, not in the receiver's grant bookkeeping)",
         format!(
-            "{queue} per seed: CTS {} KiB, PFC only {} KiB; bound {bound_kib:.0} KiB, i.e. at most the {limit_kib:.0} KiB bucket",
+            "{queue} per seed: CTS {} KiB, PFC only {} KiB; bound {bound_kib:.0} KiB, i.e. at most the {limit_kib:.0} \
+             KiB bucket",
             per_seed(&under, ""),
             per_seed(&pfc, "")
         ),

@@ -95,13 +95,13 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
 /// `--scale`'s), every host a rank of a fragmented ring AllReduce. Per mode and seed, the
 /// healthy run's busiest uplink of z0r0 fails a third of the way into the job; what is queued on
 /// it or routed into it is lost until the controller's repaired routes are in force
-/// [`TWIN_DETECT_NS`] later, and the endpoints' go-back-N recovers it. TE is not run: the
-/// what-if would need the controller to re-place its entries.
+/// [`super::twin::DETECT_NS`] later (under TE with its entries placed again around the link, as
+/// `fabric link down` does on the testbed), and the endpoints' go-back-N recovers it.
 fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
     use crate::sim::{WhatIfKind, whatif};
     let (fabric, message) = super::path_pinning::ring_fabric(ctx, model);
     let hosts = fabric.plan.hosts().count();
-    let modes: Vec<&Mode> = MODES.iter().filter(|m| m.2 != HashMode::Te).collect();
+    let modes: Vec<&Mode> = MODES.iter().collect();
     let mut cases = Vec::new();
     for m in &modes {
         cases.push(Case::new(&format!("{}-healthy", m.0), &format!("{}, healthy", m.1)));
@@ -120,7 +120,7 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
             let p = crate::sim::packet::PacketOptions { seed, ..super::twin::PACKET };
             let down = Default::default();
             let whatif = |w: &whatif::WhatIf| -> Result<crate::sim::WhatIfReport> {
-                let r = whatif::simulate_whatif(&fabric.plan, &down, &o, &p, w, TWIN_DETECT_NS)?;
+                let r = whatif::simulate_whatif(&fabric.plan, &down, &o, &p, w, super::twin::DETECT_NS)?;
                 r.packet.and_then(|p| p.whatif).context("a what-if report")
             };
             let report = whatif(&w)?;
@@ -161,9 +161,6 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
     Ok(twin_outcome(hosts, message, cases, verdicts, rows))
 }
 
-/// From the failure to the controller's repaired routes, on the twin.
-const TWIN_DETECT_NS: u64 = 20_000;
-
 fn twin_options(message: u64, m: &Mode) -> crate::sim::SimOptions {
     let endpoint =
         crate::endpoint::EndpointOptions { qps: m.3, sport: crate::endpoint::SportPolicy::Fixed, ..Default::default() };
@@ -181,16 +178,18 @@ fn twin_outcome(
         setup: vec![
             format!(
                 "Ring AllReduce over all {hosts} hosts, fragmented placement, {} MiB per rank, fixed source port; \
-                 pin with 1 QP, E-ECMP with 8 QPs; go-back-N endpoints, no congestion control on top of PFC.",
+                 pin with 1 QP, E-ECMP and TE with 8 QPs; go-back-N endpoints, no congestion control on top of \
+                 PFC.",
                 message >> 20
             ),
             format!(
                 "Each case runs healthy first; then the busiest uplink of {RTSW} in that run fails a third of the \
                  way into the job (a what-if: frames queued on it or routed into it are lost), and the \
-                 controller's routes without it are in force {} µs later.",
-                TWIN_DETECT_NS / 1_000
+                 controller's routes without it (and under TE its entries, placed again over the links that \
+                 remain) are in force {} µs later.",
+                super::twin::DETECT_NS / 1_000
             ),
-            "completion_ms is modelled time. TE is not run on the twin (its entries are not re-placed).".into(),
+            "completion_ms is modelled time.".into(),
         ],
         metrics: vec![
             Metric::new("completion_ms", "AllReduce completion", "ms modelled", Better::Lower, true),
@@ -337,8 +336,7 @@ fn pin_suffers_more(cases: &[Case], fault: &str) -> Verdict {
         let (h, f) = (h.values_of("completion_ms"), f.values_of("completion_ms"));
         h.iter().zip(&f).map(|(&h, &f)| gain_pct(h, f, Better::Lower)).collect()
     };
-    // The twin runs no TE (its what-if does not re-place TE entries).
-    let te = if cases.iter().any(|c| c.key == "te-healthy") { penalty("te") } else { Vec::new() };
+    let te = penalty("te");
     let (pin, eecmp) = (penalty("pin"), penalty("eecmp"));
     let diff: Vec<f64> = pin.iter().zip(&eecmp).map(|(p, e)| p - e).collect();
     let measured = format!(

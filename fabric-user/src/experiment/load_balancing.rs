@@ -198,13 +198,17 @@ fn twin_outcome(hosts: usize, message: u64, cases: Vec<Case>, verdicts: Vec<Verd
     Outcome {
         setup: vec![
             format!(
-                "Ring AllReduce over all {hosts} hosts, fragmented placement, {} MiB per rank (1/{hosts} of it per                  ring step), fixed UDP source port, no congestion control on top of PFC. Per-packet and per-flowlet                  modes run 1 QP per connection, hashed modes (E-ECMP, TE, WCMP) 8.",
+                "Ring AllReduce over all {hosts} hosts, fragmented placement, {} MiB per rank (1/{hosts} of it per \
+                 ring step), fixed UDP source port, no congestion control on top of PFC. Per-packet and per-flowlet \
+                 modes run 1 QP per connection, hashed modes (E-ECMP, TE, WCMP) 8.",
                 message >> 20
             ),
             format!(
-                "Every mode runs on the healthy fabric, then with the twin's {RTSW}-{SLOW_UPLINK} link at a quarter                  of its rate (its queue builds; WCMP weighs members by their rate, adaptive routing by their depth)."
+                "Every mode runs on the healthy fabric, then with the twin's {RTSW}-{SLOW_UPLINK} link at a quarter \
+                 of its rate (its queue builds; WCMP weighs members by their rate, adaptive routing by their depth)."
             ),
-            "completion_ms is modelled time; reordering, retransmissions and ECN marks are the twin's endpoints'              and switches' own counts over one iteration."
+            "completion_ms is modelled time; reordering, retransmissions and ECN marks are the twin's endpoints' and \
+             switches' own counts over one iteration."
                 .into(),
         ],
         metrics: metrics(Model::Twin),

@@ -243,21 +243,31 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
     Ok(Outcome {
         setup: vec![
             format!(
-                "Twin: {} hosts; job a: ring AllReduce on the first host of each of the {ranks} racks, job b on the                  second; {} MiB per rank, fixed UDP source port. Each seed re-seeds the switches' hash.",
+                "Twin: {} hosts; job a: ring AllReduce on the first host of each of the {ranks} racks, job b on the \
+                 second; {} MiB per rank, fixed UDP source port. Each seed re-seeds the switches' hash.",
                 fabric.plan.hosts().count(),
                 message >> 20
             ),
-            "Per mode: a alone, b alone, then both in rounds (step i of both jobs at once; a job's step ends              with its own last QP). completion_ms is modelled time."
+            "Per mode: a alone, b alone, then both in rounds (step i of both jobs at once; a job's step ends with its \
+             own last QP). completion_ms is modelled time."
                 .into(),
         ],
         metrics: vec![
-            Metric::new("completion_ms", "AllReduce completion (mean over the jobs)", "ms modelled", Better::Lower, true),
+            Metric::new(
+                "completion_ms",
+                "AllReduce completion (mean over the jobs)",
+                "ms modelled",
+                Better::Lower,
+                true,
+            ),
             Metric::new("slowdown", "completion together / alone (mean over the jobs)", "x", Better::Lower, true),
         ],
         cases,
         verdicts,
         notes: vec![
-            "attribution-adds-up on the twin: the forwarding model's bytes of each job alone, summed, equal the              twin's ECMP member counters of the two jobs together, member by member (5-tuple ECMP and E-ECMP;              TE places both jobs' flows at once, so it is not predicted per job)."
+            "attribution-adds-up on the twin: the forwarding model's bytes of each job alone, summed, equal the \
+             twin's ECMP member counters of the two jobs together, member by member (5-tuple ECMP and E-ECMP; TE \
+             places both jobs' flows at once, so it is not predicted per job)."
                 .into(),
         ],
         tables: vec![],

@@ -180,12 +180,17 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
     Ok(Outcome {
         setup: vec![
             format!(
-                "Incast of {} MiB from {} senders, each on a rack of its own, into one receiver with PFC only; in                  the slow case the receiver's NIC sends XOFF to its RTSW every half pause time for {stall_us} µs                  from the start, then a resume.",
+                "Incast of {} MiB from {} senders, each on a rack of its own, into one receiver with PFC only; in the \
+                 slow case the receiver's NIC sends XOFF to its RTSW every half pause time for {stall_us} µs from the \
+                 start, then a resume.",
                 message >> 20,
                 ranks - 1
             ),
             format!(
-                "Per tier: PFC frames the switches of that tier sent (XOFF, refresh and resume). Watchdog: a port                  whose longest continuous pause exceeded {TWIN_WATCHDOG_US} µs counts as a storm (the twin keeps                  each port's longest pause; `receiver_storms` reads the RTSW ports paused by hosts, `storms`                  counts the tier pairs with such a pause)."
+                "Per tier: PFC frames the switches of that tier sent (XOFF, refresh and resume). Watchdog: a port \
+                 whose longest continuous pause exceeded {TWIN_WATCHDOG_US} µs counts as a storm (the twin keeps each \
+                 port's longest pause; `receiver_storms` reads the RTSW ports paused by hosts, `storms` counts the \
+                 tier pairs with such a pause)."
             ),
         ],
         metrics: vec![

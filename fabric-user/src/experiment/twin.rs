@@ -20,6 +20,9 @@ use crate::{
     },
 };
 
+/// From a link's failure to the controller's repaired routes, in the twin's what-ifs.
+pub const DETECT_NS: u64 = 20_000;
+
 /// The twin's settings for experiments: links of 1 µs, a 10 s deadline per step.
 pub const PACKET: PacketOptions =
     PacketOptions { link_delay_ns: 1_000, deadline_ns: 10_000_000_000, seed: 1, memory_limit_bytes: 8 << 30 };
@@ -221,6 +224,68 @@ pub fn push(c: &mut Case, r: &SimResult) -> Result<()> {
     Ok(())
 }
 
+/// `o` for `seed` while link `spec` (`SWITCH:PORT`) flaps `count` times from `at_ns`, each
+/// cycle `period_ns` long and down for its first half (`fabric sim --flap`): the what-if's
+/// report, whose completion is the job's with the flaps.
+pub fn flapping(
+    ctx: &Ctx,
+    fabric: &SimFabric,
+    o: &SimOptions,
+    seed: u64,
+    spec: &str,
+    (at_ns, period_ns, count): (u64, u64, u32),
+) -> Result<crate::sim::WhatIfReport> {
+    use crate::sim::whatif::{Flap, WhatIf, simulate_whatif};
+    let w = WhatIf {
+        kind: crate::sim::WhatIfKind::Flap,
+        target: spec.into(),
+        at_ns,
+        flap: Some(Flap { period_ns, count }),
+    };
+    let p = PacketOptions { seed, ..PACKET };
+    let r = simulate_whatif(&fabric.plan, &Default::default(), &seeded(ctx, o, seed), &p, &w, DETECT_NS)?;
+    r.packet.and_then(|p| p.whatif).ok_or_else(|| anyhow::anyhow!("{spec}: the flap left no what-if report"))
+}
+
+/// `o`'s AllReduce as one training step replayed from a Chakra trace on the twin: every rank
+/// computes first, for the jobs runner's nominal compute of the AllReduce's steps
+/// ([`crate::run::jobs::nominal_compute_ns`]), and the AllReduce waits for every rank's compute;
+/// `straggler` computes its factor times as long (`fabric sim --trace --straggler`).
+pub fn compute_then_allreduce(
+    ctx: &Ctx,
+    fabric: &SimFabric,
+    o: &SimOptions,
+    seed: u64,
+    straggler: Option<crate::run::job::Straggler>,
+) -> Result<crate::sim::trace::TraceSimResult> {
+    use crate::run::trace::{
+        TraceInput,
+        chakra::{CollectiveCommType, build, from_nodes},
+    };
+    let o = seeded(ctx, o, seed);
+    let (hosts, steps) = crate::sim::steps_of(fabric, &o)?;
+    let rate = crate::endpoint::engine::host_link_rate_bps(&fabric.plan, 1);
+    let compute_ns: f64 =
+        steps.iter().map(|(step, repeat)| crate::run::jobs::nominal_compute_ns(step, rate) * *repeat as f64).sum();
+    let nodes = [
+        build::comp(1, "compute", (compute_ns / 1e3).ceil() as u64, &[]),
+        build::coll(2, "allreduce", CollectiveCommType::AllReduce, o.message_bytes, None, &[1]),
+    ];
+    let ranks = (0..hosts.len()).map(|r| from_nodes(&nodes, &format!("rank {r}"))).collect::<Result<_>>()?;
+    let input = TraceInput { format: "chakra", ranks, groups: Default::default() };
+    let t = crate::sim::trace::TraceSimOptions {
+        file: "compute, then AllReduce".into(),
+        spmd_ranks: None,
+        placement: o.placement.clone(),
+        hash: o.hash,
+        hash_seed: o.hash_seed,
+        endpoint: o.endpoint.clone(),
+        gpu_speedup: 1.0,
+        straggler,
+    };
+    crate::sim::trace::simulate_input(&mut fabric.clone(), &input, &t, &PacketOptions { seed, ..PACKET })
+}
+
 #[cfg(test)]
 mod tests {
     use fabric_common::config::HashMode;
@@ -230,12 +295,25 @@ mod tests {
     use crate::experiment::{Options, verdict::Decision};
 
     fn run(name: &str, control: Option<Control>) -> Vec<(String, Decision)> {
+        let r = run_report(name, control);
+        r.outcome.verdicts.iter().map(|v| (v.key.to_string(), v.direction)).collect()
+    }
+
+    fn run_report(name: &str, control: Option<Control>) -> crate::experiment::ExperimentReport {
         let out = std::env::temp_dir().join(format!("fabric-twin-exp-{}-{name}", std::process::id()));
         let opts = Options { out: out.clone(), control, twin: Some(TwinModel { scale: None }), ..Default::default() };
         let (r, dir) = crate::experiment::run(name, &opts).unwrap_or_else(|e| panic!("{e:#}"));
         assert!(dir.ends_with(format!("{name}-packet")) && dir.join("report.md").exists());
         let _ = std::fs::remove_dir_all(out);
-        r.outcome.verdicts.iter().map(|v| (v.key.to_string(), v.direction)).collect()
+        r
+    }
+
+    /// The mean of `metric` over `case`'s seeds in `r`.
+    fn mean_of(r: &crate::experiment::ExperimentReport, case: &str, metric: &str) -> f64 {
+        let c = r.outcome.cases.iter().find(|c| c.key == case).unwrap_or_else(|| panic!("no case {case}"));
+        let v = c.values_of(metric);
+        assert!(!v.is_empty(), "{case}: no {metric}");
+        v.iter().sum::<f64>() / v.len() as f64
     }
 
     fn decision(v: &[(String, Decision)], key: &str) -> Decision {
@@ -284,22 +362,42 @@ mod tests {
     }
 
     /// Gray failures on the twin: a 1/4-rate uplink slows even E-ECMP (hashing keeps its share
-    /// there), and go-back-N resends more than the lossy link lost.
+    /// there), go-back-N resends more than the lossy link lost, a flapping uplink slows the ring
+    /// and every run completes, and a straggler's extra compute is on the step's critical path:
+    /// the step grows by it (the AllReduce waits for every rank's compute), no more and no less.
     #[test]
-    fn gray_failure_on_the_twin_decides_the_slow_and_lossy_link() {
-        let real = run("gray-failure", None);
-        for key in ["slow-link-slows-eecmp", "hash-keeps-share", "go-back-n-amplifies", "keeps-delivering"] {
+    fn gray_failure_on_the_twin_decides_slow_lossy_flapping_and_straggling() {
+        let r = run_report("gray-failure", None);
+        let real: Vec<(String, Decision)> =
+            r.outcome.verdicts.iter().map(|v| (v.key.to_string(), v.direction)).collect();
+        for key in [
+            "slow-link-slows-eecmp",
+            "hash-keeps-share",
+            "go-back-n-amplifies",
+            "keeps-delivering",
+            "straggler-slows-ring",
+        ] {
             assert_eq!(decision(&real, key), Decision::Matches, "{key}: {real:?}");
         }
-        assert!(real.iter().all(|(k, _)| k != "straggler-slows-ring"), "the twin runs no straggler: {real:?}");
+        let ms = |case: &str| mean_of(&r, case, "completion_ms");
+        assert!(ms("eecmp-flap") > ms("eecmp-healthy"), "the flaps cost nothing");
+        // Every rank computes first for as long as the straggler computes more.
+        let (base, slow, healthy) = (ms("eecmp-jobs"), ms("eecmp-straggler"), ms("eecmp-healthy"));
+        let compute = base - healthy;
+        assert!(compute > 0.0, "no compute before the AllReduce: {base} vs {healthy} ms");
+        assert!((slow - base - compute).abs() < 1e-3 * base, "straggler {slow} ms, no straggler {base} ms");
     }
 
-    /// A link failing mid-job on the twin (a what-if): every QP still completes.
+    /// A link failing mid-job on the twin (a what-if): every QP still completes, TE's included
+    /// (its entries are placed again around the link).
     #[test]
     fn link_failure_on_the_twin_recovers_every_qp() {
-        let real = run("link-failure", None);
+        let r = run_report("link-failure", None);
+        let real: Vec<(String, Decision)> =
+            r.outcome.verdicts.iter().map(|v| (v.key.to_string(), v.direction)).collect();
         assert_eq!(decision(&real, "keeps-delivering"), Decision::Matches, "{real:?}");
         assert!(real.iter().any(|(k, _)| k == "pin-suffers-more-drained"), "{real:?}");
+        assert!(mean_of(&r, "te-failure", "completion_ms") > mean_of(&r, "te-healthy", "completion_ms"));
     }
 
     /// Min-cut placement across the 1:7 ATSW tier on the twin (5 seeds: random placements vary):

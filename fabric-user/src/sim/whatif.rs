@@ -25,7 +25,6 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use fabric_common::config::HashMode;
 use fabric_twin::{Change, Scheduled, Twin};
 use serde::Serialize;
 
@@ -207,6 +206,22 @@ fn step_changes(job: &[(u64, JobChange)], t0: u64) -> Vec<(u64, JobChange)> {
     out
 }
 
+/// The controller's fabric once `down` is out of service: its routes around the links and,
+/// under `--hash te`, its TE entries placed again over the links that remain (as `fabric link
+/// down` re-places them on the testbed); the entries before the failure stay on `base`'s.
+fn repaired(
+    plan: &Plan,
+    down: &BTreeSet<LinkId>,
+    o: &SimOptions,
+    hosts: &[crate::model::plan::NodeId],
+    steps: &super::StepRuns,
+) -> Result<SimFabric> {
+    let mut fixed = SimFabric::from_controller(plan, down);
+    fixed.set_hash(o.hash, o.hash_seed);
+    super::install_te(&mut fixed, o, hosts, steps).context("placing TE entries around the failure")?;
+    Ok(fixed)
+}
+
 /// Runs case `o` without and with `w`: the baseline's result with the what-if's report in its
 /// packet section. `base_down`: the links already down (`--down`).
 pub fn simulate_whatif(
@@ -217,15 +232,13 @@ pub fn simulate_whatif(
     w: &WhatIf,
     detect_ns: u64,
 ) -> Result<SimResult> {
-    ensure!(o.hash != HashMode::Te, "--hash te: what-ifs would need the controller to re-place its TE entries");
     let links = resolve_links(plan, w)?;
     let mut base = SimFabric::from_controller(plan, base_down);
     let mut result = simulate_packet(&mut base, o, p)?;
     let mut down = base_down.clone();
     down.extend(links.iter().copied());
-    let mut fixed = SimFabric::from_controller(plan, &down);
-    fixed.set_hash(o.hash, o.hash_seed);
     let (hosts, steps) = steps_of(&base, o)?;
+    let fixed = repaired(plan, &down, o, &hosts, &steps)?;
     let (net, fixed_net) = (network(&base, p.link_delay_ns)?, network(&fixed, p.link_delay_ns)?);
     let job = job_changes(plan, &links, w, detect_ns);
     let mut twin = Twin::new(&net, endpoint_config(&o.endpoint)?, p.seed);
@@ -303,7 +316,6 @@ pub fn simulate_whatif(
 /// retransmissions a failure costs are not modelled (the packet model has them).
 pub fn simulate_flap_flow(plan: &Plan, base_down: &BTreeSet<LinkId>, o: &SimOptions, w: &WhatIf) -> Result<SimResult> {
     let flap = w.flap.context("a flap what-if without its period")?;
-    ensure!(o.hash != HashMode::Te, "--hash te: a flap would need the controller to re-place its TE entries");
     let links = resolve_links(plan, w)?;
     let mut result = super::simulate(&mut SimFabric::from_controller(plan, base_down), o)?;
     let mut down = base_down.clone();
@@ -364,6 +376,8 @@ pub fn describe(r: &WhatIfReport) -> String {
 
 #[cfg(test)]
 mod tests {
+    use fabric_common::config::HashMode;
+
     use super::*;
     use crate::{
         endpoint::{CcMode, EndpointOptions, SportPolicy},
@@ -478,6 +492,37 @@ mod tests {
         assert!(format!("{:#}", w.unwrap_err()).contains("--period"));
         assert!(format!("{:#}", WhatIf::flap("z0c0", "1ms", 0).unwrap_err()).contains("--count"));
         assert_eq!(WhatIf::flap("z0c0@5us", "1ms", 3).unwrap().at_ns, 5_000);
+    }
+
+    /// Under TE the controller places its entries again around a failed link, as on the
+    /// testbed: before the failure some of them send z0r0's traffic over it, after it none do,
+    /// and the job completes, slowed by the loss.
+    #[test]
+    fn te_entries_are_placed_again_around_a_failure() {
+        let plan = Plan::new(&Topology::default_topology());
+        let o = SimOptions { hash: HashMode::Te, ..allreduce() };
+        let link = plan.find_link("z0r0:z0c0").unwrap();
+        let mut base = SimFabric::from_controller(&plan, &BTreeSet::new());
+        base.set_hash(o.hash, o.hash_seed);
+        let (hosts, steps) = steps_of(&base, &o).unwrap();
+        crate::sim::install_te(&mut base, &o, &hosts, &steps).unwrap();
+        let fixed = repaired(&plan, &BTreeSet::from([link]), &o, &hosts, &steps).unwrap();
+        // The TE entries whose chosen member's link is `link`.
+        let over_link = |f: &SimFabric| {
+            f.te.iter()
+                .filter(|((node, _), e)| {
+                    let port = f.members(*node, e.group)[e.member_index as usize];
+                    plan.nodes[*node].ports[port].link == link
+                })
+                .count()
+        };
+        assert!(over_link(&base) > 0, "no TE entry used z0r0:z0c0 before the failure");
+        assert!(!fixed.te.is_empty(), "no TE entry after the failure");
+        assert_eq!(over_link(&fixed), 0, "an entry placed after the failure still uses the failed link");
+        let w = WhatIf { kind: WhatIfKind::Fail, target: "z0r0:z0c0".into(), at_ns: 30_000, flap: None };
+        let r = simulate_whatif(&plan, &BTreeSet::new(), &o, &PACKET, &w, 20_000).unwrap();
+        let r = r.packet.unwrap().whatif.unwrap();
+        assert!(r.finished && r.lost_packets > 0 && r.slowdown > 0.0, "{r:?}");
     }
 
     #[test]

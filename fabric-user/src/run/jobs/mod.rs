@@ -394,9 +394,14 @@ fn check_factor(factor: f64) -> Result<f64> {
 /// long; the others' compute overlaps the previous step's tail, so what a step loses is the
 /// straggler's extra compute, `(factor - 1) x nominal`, before the straggler's first packet.
 pub fn straggler_delay_ns(step: &[Transfer], factor: f64, link_rate_bps: u64) -> u64 {
+    ((factor - 1.0).max(0.0) * nominal_compute_ns(step, link_rate_bps)) as u64
+}
+
+/// A step's nominal compute in the straggler model: the time its largest transfer takes at the
+/// host link's rate `link_rate_bps`, ns.
+pub fn nominal_compute_ns(step: &[Transfer], link_rate_bps: u64) -> f64 {
     let largest = step.iter().map(|t| t.bytes).max().unwrap_or(0);
-    let nominal_ns = largest as f64 * 8e9 / link_rate_bps.max(1) as f64;
-    ((factor - 1.0).max(0.0) * nominal_ns) as u64
+    largest as f64 * 8e9 / link_rate_bps.max(1) as f64
 }
 
 #[cfg(test)]
