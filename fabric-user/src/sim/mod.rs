@@ -376,19 +376,24 @@ pub fn capacities(fabric: &SimFabric) -> Vec<f64> {
 pub fn install_te(fabric: &mut SimFabric, o: &SimOptions, hosts: &[NodeId], steps: &StepRuns) -> Result<()> {
     let rounds: Vec<(Vec<HostTransfer>, usize)> =
         steps.iter().map(|(step, repeat)| (crate::model::workload::on_hosts(step, hosts), *repeat)).collect();
-    install_te_on(fabric, o, &rounds)
+    install_te_on(fabric, o.hash, &o.endpoint, &rounds)
 }
 
 /// [`install_te`] for rounds of transfers already on hosts (several jobs' steps together, say):
 /// every flow weighed by its bytes over all the rounds.
-pub fn install_te_on(fabric: &mut SimFabric, o: &SimOptions, rounds: &[(Vec<HostTransfer>, usize)]) -> Result<()> {
+pub fn install_te_on(
+    fabric: &mut SimFabric,
+    hash: HashMode,
+    endpoint: &EndpointOptions,
+    rounds: &[(Vec<HostTransfer>, usize)],
+) -> Result<()> {
     fabric.te.clear();
-    if o.hash != HashMode::Te {
+    if hash != HashMode::Te {
         return Ok(());
     }
     let mut by_key: std::collections::HashMap<(NodeId, NodeId, u16, u32), u64> = Default::default();
     for (t, repeat) in rounds {
-        for f in step_flows(&fabric.plan, t, &o.endpoint) {
+        for f in step_flows(&fabric.plan, t, endpoint) {
             *by_key.entry((f.src, f.dst, f.sport, f.dest_qp)).or_default() += f.frame_bytes * *repeat as u64;
         }
     }

@@ -43,7 +43,7 @@ pub fn simulate_packet_tenants(fabric: &mut SimFabric, jobs: &[SimOptions], p: &
     let placed: Vec<(Vec<NodeId>, StepRuns)> = jobs.iter().map(|o| steps_of(fabric, o)).collect::<Result<_>>()?;
     let owner = owners(fabric, &placed)?;
     let rounds = align(&placed)?;
-    install_te_on(fabric, first, &rounds)?;
+    install_te_on(fabric, first.hash, &first.endpoint, &rounds)?;
     let fabric = &*fabric;
     let net = network(fabric, p.link_delay_ns)?;
     let mut twin = Twin::new(&net, endpoint_config(&first.endpoint)?, p.seed);

@@ -92,7 +92,6 @@ pub struct TraceSimResult {
 /// Replays the trace of `t` on `fabric`'s twin.
 pub fn simulate_trace(fabric: &mut SimFabric, t: &TraceSimOptions, p: &PacketOptions) -> Result<TraceSimResult> {
     ensure!(t.gpu_speedup.is_finite() && t.gpu_speedup > 0.0, "--gpu-speedup: {} is not a speed ratio", t.gpu_speedup);
-    ensure!(t.hash != HashMode::Te, "--hash te: the twin's trace replay does not place TE entries");
     let input = load(&t.file, t.spmd_ranks)?;
     simulate_input(fabric, &input, t, p)
 }
@@ -110,12 +109,19 @@ pub fn simulate_input(
         .placement
         .place(&fabric.plan, job.ranks)
         .with_context(|| format!("placing the trace's {} ranks", job.ranks))?;
+    let steps: Vec<_> = job.ops.iter().map(|o| o.steps()).collect();
+    let rounds = job.rounds();
+    let round_transfers = |round: &[(usize, usize)]| -> Vec<_> {
+        round.iter().flat_map(|&(op, step)| on_hosts(&steps[op][step], &hosts)).collect()
+    };
+    // Under TE the controller places every round's flows, weighed by their bytes, before the
+    // step, as it places a collective's (`super::install_te`).
+    let te_rounds: Vec<_> = rounds.iter().map(|round| (round_transfers(round), 1)).collect();
+    super::install_te_on(fabric, t.hash, &t.endpoint, &te_rounds).context("placing the trace's TE entries")?;
     let fabric = &*fabric;
     let net = network(fabric, p.link_delay_ns)?;
     let mut twin = Twin::new(&net, endpoint_config(&t.endpoint)?, p.seed);
     super::packet::apply_loss(&mut twin, fabric, p.seed);
-    let steps: Vec<_> = job.ops.iter().map(|o| o.steps()).collect();
-    let rounds = job.rounds();
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut r = TraceSimResult {
         file: t.file.display().to_string(),
@@ -142,15 +148,14 @@ pub fn simulate_input(
     };
     let mut comm_ns = 0u64;
     let mut round_ns = Vec::with_capacity(rounds.len());
-    for (i, round) in rounds.iter().enumerate() {
-        let transfers: Vec<_> = round.iter().flat_map(|&(op, step)| on_hosts(&steps[op][step], &hosts)).collect();
+    for (i, (transfers, _)) in te_rounds.iter().enumerate() {
         let key = format!("{transfers:?}");
         if let Some(&ns) = seen.get(&key) {
             comm_ns += ns;
             round_ns.push(ns);
             continue;
         }
-        let qps = qp_specs(fabric, &transfers, &t.endpoint);
+        let qps = qp_specs(fabric, transfers, &t.endpoint);
         let s = twin.run_step(&qps, p.deadline_ns).with_context(|| format!("round {i}"))?;
         r.distinct_rounds += 1;
         r.finished &= s.finished;
@@ -479,6 +484,46 @@ mod tests {
         let chained = compute_around_an_allreduce(true);
         assert!((chained.step_s - chained.serial_step_s).abs() < 1e-8, "nothing to overlap: {chained:?}");
         assert_eq!(chained.communication_s, comm);
+    }
+
+    /// Under TE the controller places a trace's flows as it places a collective's: one traced
+    /// AllReduce takes as long as the same AllReduce run as a collective under TE, and the
+    /// entries it placed are in the fabric.
+    #[test]
+    fn a_traced_allreduce_under_te_is_placed_as_the_collective_is() {
+        use crate::run::trace::{
+            TraceInput,
+            chakra::{CollectiveCommType, build, from_nodes},
+        };
+        let endpoint = EndpointOptions { qps: 2, ..Default::default() };
+        let nodes = [build::coll(1, "X", CollectiveCommType::AllReduce, 1 << 20, None, &[])];
+        let ranks = (0..8).map(|r| from_nodes(&nodes, &format!("r{r}")).unwrap()).collect();
+        let input = TraceInput { format: "chakra", ranks, groups: Default::default() };
+        let t = TraceSimOptions {
+            file: "crafted".into(),
+            spmd_ranks: None,
+            placement: Placement::Contiguous,
+            hash: HashMode::Te,
+            hash_seed: None,
+            endpoint: endpoint.clone(),
+            gpu_speedup: 1.0,
+            straggler: None,
+        };
+        let mut fabric = build_fabric(None, None).unwrap();
+        let traced = simulate_input(&mut fabric, &input, &t, &PACKET).unwrap();
+        assert!(traced.finished && !fabric.te.is_empty(), "{traced:?}");
+        let o = crate::sim::SimOptions {
+            collective: crate::model::workload::Collective::Allreduce,
+            ranks: Some(8),
+            message_bytes: 1 << 20,
+            placement: Placement::Contiguous,
+            seed: 1,
+            hash: HashMode::Te,
+            hash_seed: None,
+            endpoint,
+        };
+        let collective = super::super::packet::simulate_packet(&mut build_fabric(None, None).unwrap(), &o, &PACKET);
+        assert_eq!(traced.communication_s, collective.unwrap().completion_s);
     }
 
     #[test]
