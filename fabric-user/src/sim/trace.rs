@@ -374,6 +374,10 @@ pub fn print(results: &[TraceSimResult]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::trace::{
+        TraceInput,
+        chakra::{CollectiveCommType, Node, build, from_nodes},
+    };
     use crate::sim::cli::build_fabric;
 
     const PACKET: PacketOptions =
@@ -426,29 +430,32 @@ mod tests {
         straggling(allreduce_waits_for_a, None).unwrap()
     }
 
-    fn straggling(allreduce_waits_for_a: bool, straggler: Option<&str>) -> Result<TraceSimResult> {
-        use crate::run::trace::{
-            TraceInput,
-            chakra::{CollectiveCommType, build, from_nodes},
+    /// Eight ranks running `nodes` each, placed contiguously on the default fabric.
+    fn crafted(nodes: &[Node], hash: HashMode, endpoint: EndpointOptions) -> (TraceInput, TraceSimOptions) {
+        let ranks = (0..8).map(|r| from_nodes(nodes, &format!("r{r}")).unwrap()).collect();
+        let input = TraceInput { format: "chakra", ranks, groups: Default::default() };
+        let t = TraceSimOptions {
+            file: "crafted".into(),
+            spmd_ranks: None,
+            placement: Placement::Contiguous,
+            hash,
+            hash_seed: None,
+            endpoint,
+            gpu_speedup: 1.0,
+            straggler: None,
         };
+        (input, t)
+    }
+
+    fn straggling(allreduce_waits_for_a: bool, straggler: Option<&str>) -> Result<TraceSimResult> {
         let deps: &[u64] = if allreduce_waits_for_a { &[1] } else { &[] };
         let nodes = [
             build::comp(1, "A", 1_000, &[]),
             build::coll(2, "X", CollectiveCommType::AllReduce, 1 << 20, None, deps),
             build::comp(3, "B", 500, &[2]),
         ];
-        let ranks = (0..8).map(|r| from_nodes(&nodes, &format!("r{r}")).unwrap()).collect();
-        let input = TraceInput { format: "chakra", ranks, groups: Default::default() };
-        let t = TraceSimOptions {
-            file: "crafted".into(),
-            spmd_ranks: None,
-            placement: Placement::Contiguous,
-            hash: HashMode::Eecmp,
-            hash_seed: None,
-            endpoint: EndpointOptions::default(),
-            gpu_speedup: 1.0,
-            straggler: straggler.map(Straggler::parse).transpose()?,
-        };
+        let (input, mut t) = crafted(&nodes, HashMode::Eecmp, EndpointOptions::default());
+        t.straggler = straggler.map(Straggler::parse).transpose()?;
         simulate_input(&mut build_fabric(None, None).unwrap(), &input, &t, &PACKET)
     }
 
@@ -491,24 +498,9 @@ mod tests {
     /// entries it placed are in the fabric.
     #[test]
     fn a_traced_allreduce_under_te_is_placed_as_the_collective_is() {
-        use crate::run::trace::{
-            TraceInput,
-            chakra::{CollectiveCommType, build, from_nodes},
-        };
         let endpoint = EndpointOptions { qps: 2, ..Default::default() };
         let nodes = [build::coll(1, "X", CollectiveCommType::AllReduce, 1 << 20, None, &[])];
-        let ranks = (0..8).map(|r| from_nodes(&nodes, &format!("r{r}")).unwrap()).collect();
-        let input = TraceInput { format: "chakra", ranks, groups: Default::default() };
-        let t = TraceSimOptions {
-            file: "crafted".into(),
-            spmd_ranks: None,
-            placement: Placement::Contiguous,
-            hash: HashMode::Te,
-            hash_seed: None,
-            endpoint: endpoint.clone(),
-            gpu_speedup: 1.0,
-            straggler: None,
-        };
+        let (input, t) = crafted(&nodes, HashMode::Te, endpoint.clone());
         let mut fabric = build_fabric(None, None).unwrap();
         let traced = simulate_input(&mut fabric, &input, &t, &PACKET).unwrap();
         assert!(traced.finished && !fabric.te.is_empty(), "{traced:?}");
