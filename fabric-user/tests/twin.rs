@@ -116,7 +116,8 @@ fn twin_by_cuts(fabric: &SimFabric, o: &RunOptions) -> Vec<ByCuts> {
     DCQCN_SEEDS
         .map(|seed| {
             let p = PacketOptions { seed, ..TWIN };
-            let r = simulate_packet_run(&mut fabric.clone(), &sim_options(o, HashMode::Eecmp), &p, true).unwrap();
+            let r = simulate_packet_run(&mut fabric.clone(), &sim_options(o, HashMode::Eecmp), &p, true)
+                .unwrap_or_else(|e| panic!("the twin's DCQCN incast, marking seed {seed}: {e:#}"));
             let cuts = r.steps.iter().flat_map(|s| &s.report.qps).map(|q| q.cnps_received).max().unwrap_or(0);
             let marks = r.result.packet.as_ref().map_or(0, |p| p.ecn_marks);
             ByCuts { cuts, completion_s: r.result.completion_s, marks }
@@ -124,7 +125,8 @@ fn twin_by_cuts(fabric: &SimFabric, o: &RunOptions) -> Vec<ByCuts> {
         .collect()
 }
 
-/// The median completion and marks of the twin's runs that took `cuts`, and how many did.
+/// The median completion and marks of the twin's runs that took `cuts` (the upper median of an
+/// even count), and how many did.
 fn median_at(twin: &[ByCuts], cuts: u64) -> Option<(f64, u64, usize)> {
     let mut at: Vec<ByCuts> = twin.iter().copied().filter(|t| t.cuts == cuts).collect();
     if at.is_empty() {
@@ -138,34 +140,34 @@ fn median_at(twin: &[ByCuts], cuts: u64) -> Option<(f64, u64, usize)> {
 }
 
 impl CompletionCheck {
-    /// Compares the testbed's DCQCN incast (`bed`, with its most-cut QP's CNPs) with the twin's
-    /// runs that took as many cuts: completion within [`COMPLETION_TOLERANCE`] of their median.
-    /// Returns what to print and the twin's median marks at those cuts, for the count checks;
-    /// `None` when no twin seed took as many cuts (then nothing is compared).
-    fn check_by_cuts(&mut self, bed: ByCuts, twin: &[ByCuts]) -> (String, Option<u64>) {
-        let Some((completion_s, marks, seeds)) = median_at(twin, bed.cuts) else {
-            let cuts: std::collections::BTreeSet<u64> = twin.iter().map(|t| t.cuts).collect();
-            let why = format!("no twin seed took {} cuts (the twin's took {cuts:?})", bed.cuts);
-            return (format!("completion testbed {:.1} us: not compared, {why}", bed.completion_s * 1e6), None);
+    /// Compares the testbed's DCQCN incast `p` with the twin's runs `twin` whose most-cut QP
+    /// took as many CNPs as the testbed's: its completion against their median, as
+    /// [`Self::check_times`] does (so not when the testbed was CPU-bound). Returns what to print
+    /// and the twin's median marks at those cuts, for the count checks; `None` when no twin
+    /// seed took as many cuts (then nothing is compared).
+    fn check_by_cuts(&mut self, p: &Pair, twin: &[ByCuts]) -> (String, Option<u64>) {
+        // Per QP: the testbed counts CNPs per flow, the twin per QP; one QP per flow here.
+        assert!(p.testbed.flows.iter().all(|f| f.qps == 1), "{}: one QP per flow", p.label);
+        let cuts = p.testbed.flows.iter().map(|f| f.cnps_received).max().unwrap_or(0);
+        let pace = (p.testbed.late_wake_share, p.testbed.cpu_wait_share);
+        self.check_cuts(&p.label, (cuts, testbed_completion_s(&p.testbed)), pace, twin)
+    }
+
+    /// [`Self::check_by_cuts`] on the testbed's `(cuts, completion s)` and pace measures.
+    fn check_cuts(
+        &mut self,
+        label: &str,
+        (cuts, bed_s): (u64, f64),
+        (late, wait): (Option<f64>, Option<f64>),
+        twin: &[ByCuts],
+    ) -> (String, Option<u64>) {
+        let Some((twin_s, marks, seeds)) = median_at(twin, cuts) else {
+            let all: std::collections::BTreeSet<u64> = twin.iter().map(|t| t.cuts).collect();
+            let why = format!("no twin seed took {cuts} cuts (the twin's took {all:?})");
+            return (format!("completion testbed {:.1} us: not compared, {why}", bed_s * 1e6), None);
         };
-        self.compared += 1;
-        let diff = (completion_s - bed.completion_s) / bed.completion_s;
-        let verdict = if diff.abs() > COMPLETION_TOLERANCE {
-            self.failures.push(format!("dcqcn at {} cuts: completion differs by {:.1}%", bed.cuts, 100.0 * diff));
-            "compared: DIFFERS"
-        } else {
-            "compared"
-        };
-        let line = format!(
-            "at {} cuts (as {seeds} of the twin's {} seeds): completion testbed {:.1} us, twin {:.1} us ({:+.1}%): \
-             {verdict}",
-            bed.cuts,
-            twin.len(),
-            bed.completion_s * 1e6,
-            completion_s * 1e6,
-            100.0 * diff,
-        );
-        (line, Some(marks))
+        let line = self.check_times(&format!("{label} at {cuts} cuts"), bed_s, twin_s, late, wait);
+        (format!("at {cuts} cuts (as {seeds} of the twin's {} seeds): {line}", twin.len()), Some(marks))
     }
 }
 
@@ -317,16 +319,12 @@ fn twin_agrees_with_the_xdp_testbed() {
         let pace = (p.testbed.late_wake_share, p.testbed.cpu_wait_share);
         let (verdict, twin_marks, gate) = match cc {
             CcMode::Dcqcn => {
-                let cuts = p.testbed.flows.iter().map(|f| f.cnps_received).max().unwrap_or(0);
-                let bed = ByCuts { cuts, completion_s: testbed_completion_s(&p.testbed), marks: c.ecn_marked };
-                let (line, marks) = completion.check_by_cuts(bed, &twin_by_cuts(&fabric, &o));
-                let gate = marks.is_none().then(|| format!("no twin seed took {cuts} cuts"));
-                let pace = format!(
-                    "late wakes {:.1}%, CPU wait {:.1}%",
-                    100.0 * pace.0.unwrap_or(f64::NAN),
-                    100.0 * pace.1.unwrap_or(f64::NAN)
-                );
-                (format!("{line} ({pace})"), marks.unwrap_or(tp.ecn_marks), gate)
+                let (line, marks) = completion.check_by_cuts(&p, &twin_by_cuts(&fabric, &o));
+                let gate = match marks {
+                    None => Some("no twin seed took as many cuts".to_string()),
+                    Some(_) => cpu_bound(pace.0, pace.1).map(|why| format!("the testbed was CPU-bound ({why})")),
+                };
+                (line, marks.unwrap_or(tp.ecn_marks), gate)
             }
             CcMode::Cts => (
                 completion.check(&p),
@@ -414,16 +412,20 @@ fn the_dcqcn_check_compares_runs_with_as_many_cuts_and_can_fail() {
     assert_eq!(median_at(&twin, 9), Some((4.84e-3, 1031, 3)));
     assert_eq!(median_at(&twin, 8), None);
     let mut c = CompletionCheck::default();
-    let (line, marks) = c.check_by_cuts(run(9, 4.92, 1063), &twin);
+    let kept = (Some(0.05), Some(0.02));
+    let (line, marks) = c.check_cuts("dcqcn", (9, 4.92e-3), kept, &twin);
     assert!(line.ends_with(": compared") && marks == Some(1031), "{line}");
     assert_eq!((c.compared, c.failures.len()), (1, 0));
     // As many cuts, a completion the twin's cuts do not explain.
-    let (line, _) = c.check_by_cuts(run(10, 3.65, 900), &twin);
+    let (line, _) = c.check_cuts("dcqcn", (10, 3.65e-3), kept, &twin);
     assert!(line.contains("DIFFERS"), "{line}");
     assert_eq!((c.compared, c.failures.len()), (2, 1));
-    let (line, marks) = c.check_by_cuts(run(8, 3.65, 800), &twin);
+    let (line, marks) = c.check_cuts("dcqcn", (8, 3.65e-3), kept, &twin);
     assert!(line.contains("not compared, no twin seed took 8 cuts") && marks.is_none(), "{line}");
-    assert_eq!((c.compared, c.failures.len()), (2, 1), "an unmatched run is neither passed nor failed");
+    // Matched, but the testbed was CPU-bound: its marks go to the count checks, its time nowhere.
+    let (line, marks) = c.check_cuts("dcqcn", (10, 3.65e-3), (Some(0.2), Some(0.02)), &twin);
+    assert!(line.contains("CPU-bound") && marks == Some(1328), "{line}");
+    assert_eq!((c.compared, c.failures.len()), (2, 1), "unmatched and CPU-bound runs are neither passed nor failed");
 }
 
 /// `fabric sim --model packet --job-record` writes a twin run as the testbed writes a run, and

@@ -101,16 +101,15 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
     use crate::sim::{WhatIfKind, whatif};
     let (fabric, message) = super::path_pinning::ring_fabric(ctx, model);
     let hosts = fabric.plan.hosts().count();
-    let modes: Vec<&Mode> = MODES.iter().collect();
     let mut cases = Vec::new();
-    for m in &modes {
+    for m in &MODES {
         cases.push(Case::new(&format!("{}-healthy", m.0), &format!("{}, healthy", m.1)));
         cases.push(Case::new(&format!("{}-failure", m.0), &format!("{}, link fails mid-run", m.1)));
         cases.push(Case::new(&format!("{}-drain", m.0), &format!("{}, link drained mid-run", m.1)));
     }
     let (mut rows, mut finished, mut runs) = (Vec::new(), 0u64, 0u64);
     for &seed in &ctx.seeds {
-        for (mi, m) in modes.iter().enumerate() {
+        for (mi, m) in MODES.iter().enumerate() {
             let o = super::twin::seeded(ctx, &twin_options(message, m), seed);
             let (healthy, load) =
                 super::twin::run_one(ctx, &fabric, &o, seed, &format!("{} healthy seed {seed}", m.0))?;

@@ -116,8 +116,10 @@ pub fn simulate_input(
     };
     // Under TE the controller places every round's flows, weighed by their bytes, before the
     // step, as it places a collective's (`super::install_te`).
-    let te_rounds: Vec<_> = rounds.iter().map(|round| (round_transfers(round), 1)).collect();
-    super::install_te_on(fabric, t.hash, &t.endpoint, &te_rounds).context("placing the trace's TE entries")?;
+    if t.hash == HashMode::Te {
+        let weighed: Vec<_> = rounds.iter().map(|round| (round_transfers(round), 1)).collect();
+        super::install_te_on(fabric, t.hash, &t.endpoint, &weighed).context("placing the trace's TE entries")?;
+    }
     let fabric = &*fabric;
     let net = network(fabric, p.link_delay_ns)?;
     let mut twin = Twin::new(&net, endpoint_config(&t.endpoint)?, p.seed);
@@ -148,7 +150,8 @@ pub fn simulate_input(
     };
     let mut comm_ns = 0u64;
     let mut round_ns = Vec::with_capacity(rounds.len());
-    for (i, (transfers, _)) in te_rounds.iter().enumerate() {
+    for (i, round) in rounds.iter().enumerate() {
+        let transfers = &round_transfers(round);
         let key = format!("{transfers:?}");
         if let Some(&ns) = seen.get(&key) {
             comm_ns += ns;
