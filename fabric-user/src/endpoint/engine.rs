@@ -725,7 +725,7 @@ struct RxBatch {
 /// One host thread while its step runs.
 struct HostRun<'a> {
     cx: &'a HostContext<'a>,
-    /// The step clock's origin ([`StepClock`]), set by [`Self::begin`].
+    /// The step clock's origin ([`StepClock`]).
     origin: Instant,
     /// This host is a slow receiver until then, step clock.
     slow_until_ns: Option<u64>,
@@ -762,22 +762,23 @@ fn host_loop(cx: &HostContext<'_>) -> Result<()> {
     // Without it the host still runs, and its late wakes say how much that cost.
     let _ = cpu::precise_timers();
     let port = &cx.plan.nodes[cx.host].ports[0];
-    // Sockets, QPs (posted at step time 0) and buffers are all made before the barrier, so
-    // that every sender can send as the barrier releases, as the twin's all do at time 0.
-    // Made after it, they spread four incast senders' first packets over up to 8.5 ms of wall
-    // time (2.1 µs modelled) in a debug build; made before, over up to 3.8 ms. Errors wait
-    // until every host has passed the barrier: one that left before it would leave the others
-    // waiting forever.
-    let run = HostSockets::new(cx.me(), cx.data_tos(), &port.ifname, host_sports(cx))
-        .and_then(|socks| Ok(HostRun::new(cx, socks, HostQps::new(cx, 0)?, port.mac)));
+    // Sockets and QPs (posted at step time 0) are made before the barrier, so that every
+    // sender can send as the barrier releases, as the twin's all do at time 0. Made after it,
+    // they spread four incast senders' first packets over up to 8.5 ms of wall time (2.1 µs
+    // modelled) in a debug build; made before, over up to 3.8 ms (measured with the receive
+    // buffers made before it too; they are now made after it, a 256 KiB zero fill). Errors
+    // wait until every host has passed the barrier: one that left before it would leave the
+    // others waiting forever.
+    let ready = HostSockets::new(cx.me(), cx.data_tos(), &port.ifname, host_sports(cx))
+        .and_then(|socks| Ok((socks, HostQps::new(cx, 0)?)));
     let rcvbuf_errors_before = udp_rcvbuf_errors();
     cx.clock.arrive();
     cx.ready.wait();
     let origin = cx.clock.origin();
     let sched_before = ThreadSched::read();
-    let mut run = run?;
-    run.begin(origin);
+    let (socks, qps) = ready?;
     let rcvbuf_errors_before = rcvbuf_errors_before?;
+    let mut run = HostRun::new(cx, socks, qps, port.mac, origin);
     let result = run.run_rounds();
     if run.pfc.sent_xoff {
         // Leave the switch unpaused: the next step's thread pauses it again if still slow.
@@ -796,14 +797,14 @@ impl<'a> HostRun<'a> {
         self.origin.elapsed().as_nanos() as u64
     }
 
-    /// A host ready to run once [`Self::begin`] has set the step clock's origin.
-    fn new(cx: &'a HostContext<'a>, socks: HostSockets, qps: HostQps, mac: [u8; 6]) -> Self {
+    fn new(cx: &'a HostContext<'a>, socks: HostSockets, qps: HostQps, mac: [u8; 6], origin: Instant) -> Self {
         let tos = cx.data_tos();
         let link_rate = cx.link_rate();
         HostRun {
             cx,
-            origin: Instant::now(),
-            slow_until_ns: None,
+            origin,
+            // 0 if the slow period is over.
+            slow_until_ns: cx.slow_until.map(|end| end.saturating_duration_since(origin).as_nanos() as u64),
             socks,
             tos,
             qps,
@@ -817,13 +818,6 @@ impl<'a> HostRun<'a> {
             feedback: Vec::new(),
             wakes: Wakes { late_after_ns: late_after_ns(cx, link_rate), timed: 0, late: 0 },
         }
-    }
-
-    /// Sets the step clock's origin ([`StepClock::origin`]).
-    fn begin(&mut self, origin: Instant) {
-        self.origin = origin;
-        // 0 if the slow period is over.
-        self.slow_until_ns = self.cx.slow_until.map(|end| end.saturating_duration_since(origin).as_nanos() as u64);
     }
 
     /// Rounds until every QP of the step has completed, or an endpoint failed.

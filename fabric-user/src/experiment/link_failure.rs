@@ -116,14 +116,14 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
             let victim = super::twin::busiest_uplink(&fabric, &load, RTSW).context("z0r0 sent nothing up")?;
             let at_ns = (healthy.completion_s * 1e9 / 3.0) as u64;
             let w = whatif::WhatIf { kind: WhatIfKind::Fail, target: format!("{RTSW}:{victim}"), at_ns, flap: None };
-            let p = crate::sim::packet::PacketOptions { seed, ..super::twin::PACKET };
-            let down = Default::default();
-            let whatif = |w: &whatif::WhatIf| -> Result<crate::sim::WhatIfReport> {
-                let r = whatif::simulate_whatif(&fabric.plan, &down, &o, &p, w, super::twin::DETECT_NS)?;
-                r.packet.and_then(|p| p.whatif).context("a what-if report")
-            };
-            let report = whatif(&w)?;
-            let drained = whatif(&whatif::WhatIf { kind: WhatIfKind::Drain, ..w.clone() })?;
+            let report = super::twin::run_whatif(ctx, &fabric, &o, seed, &w)?;
+            let drained = super::twin::run_whatif(
+                ctx,
+                &fabric,
+                &o,
+                seed,
+                &whatif::WhatIf { kind: WhatIfKind::Drain, ..w.clone() },
+            )?;
             super::twin::push(&mut cases[3 * mi], &healthy)?;
             let share = super::twin::uplink_share(&fabric, &load, RTSW, &victim) * 100.0;
             cases[3 * mi].push("victim_share_pct", share);

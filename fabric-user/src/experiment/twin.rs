@@ -224,6 +224,27 @@ pub fn push(c: &mut Case, r: &SimResult) -> Result<()> {
     Ok(())
 }
 
+/// What-if `w` on `fabric` (its controller's routes, no link down before it) for case `o` and
+/// `seed`, routes repaired [`DETECT_NS`] after a failure: the what-if's report.
+pub fn run_whatif(
+    ctx: &Ctx,
+    fabric: &SimFabric,
+    o: &SimOptions,
+    seed: u64,
+    w: &crate::sim::whatif::WhatIf,
+) -> Result<crate::sim::WhatIfReport> {
+    let p = PacketOptions { seed, ..PACKET };
+    let r = crate::sim::whatif::simulate_whatif(
+        &fabric.plan,
+        &Default::default(),
+        &seeded(ctx, o, seed),
+        &p,
+        w,
+        DETECT_NS,
+    )?;
+    r.packet.and_then(|p| p.whatif).ok_or_else(|| anyhow::anyhow!("{}: the what-if left no report", w.target))
+}
+
 /// `o` for `seed` while link `spec` (`SWITCH:PORT`) flaps `count` times from `at_ns`, each
 /// cycle `period_ns` long and down for its first half (`fabric sim --flap`): the what-if's
 /// report, whose completion is the job's with the flaps.
@@ -235,16 +256,14 @@ pub fn flapping(
     spec: &str,
     (at_ns, period_ns, count): (u64, u64, u32),
 ) -> Result<crate::sim::WhatIfReport> {
-    use crate::sim::whatif::{Flap, WhatIf, simulate_whatif};
+    use crate::sim::whatif::{Flap, WhatIf};
     let w = WhatIf {
         kind: crate::sim::WhatIfKind::Flap,
         target: spec.into(),
         at_ns,
         flap: Some(Flap { period_ns, count }),
     };
-    let p = PacketOptions { seed, ..PACKET };
-    let r = simulate_whatif(&fabric.plan, &Default::default(), &seeded(ctx, o, seed), &p, &w, DETECT_NS)?;
-    r.packet.and_then(|p| p.whatif).ok_or_else(|| anyhow::anyhow!("{spec}: the flap left no what-if report"))
+    run_whatif(ctx, fabric, o, seed, &w)
 }
 
 /// `o`'s AllReduce as one training step replayed from a Chakra trace on the twin: every rank
@@ -295,7 +314,10 @@ mod tests {
     use crate::experiment::{Options, verdict::Decision};
 
     fn run(name: &str, control: Option<Control>) -> Vec<(String, Decision)> {
-        let r = run_report(name, control);
+        decisions(&run_report(name, control))
+    }
+
+    fn decisions(r: &crate::experiment::ExperimentReport) -> Vec<(String, Decision)> {
         r.outcome.verdicts.iter().map(|v| (v.key.to_string(), v.direction)).collect()
     }
 
@@ -368,8 +390,7 @@ mod tests {
     #[test]
     fn gray_failure_on_the_twin_decides_slow_lossy_flapping_and_straggling() {
         let r = run_report("gray-failure", None);
-        let real: Vec<(String, Decision)> =
-            r.outcome.verdicts.iter().map(|v| (v.key.to_string(), v.direction)).collect();
+        let real = decisions(&r);
         for key in [
             "slow-link-slows-eecmp",
             "hash-keeps-share",
@@ -393,8 +414,7 @@ mod tests {
     #[test]
     fn link_failure_on_the_twin_recovers_every_qp() {
         let r = run_report("link-failure", None);
-        let real: Vec<(String, Decision)> =
-            r.outcome.verdicts.iter().map(|v| (v.key.to_string(), v.direction)).collect();
+        let real = decisions(&r);
         assert_eq!(decision(&real, "keeps-delivering"), Decision::Matches, "{real:?}");
         assert!(real.iter().any(|(k, _)| k == "pin-suffers-more-drained"), "{real:?}");
         assert!(mean_of(&r, "te-failure", "completion_ms") > mean_of(&r, "te-healthy", "completion_ms"));
