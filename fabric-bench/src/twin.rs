@@ -23,7 +23,7 @@ use fabric_user::{
     sim::{
         SimOptions, SimResult,
         cli::build_fabric,
-        packet::{PacketOptions, simulate_packet},
+        packet::{PacketOptions, QueueModel, simulate_packet},
     },
 };
 use serde::Serialize;
@@ -128,8 +128,13 @@ fn case(collective: Collective, message_bytes: u64, qps: u32, hash: HashMode) ->
     }
 }
 
-const PACKET: PacketOptions =
-    PacketOptions { link_delay_ns: 1_000, deadline_ns: 1_000_000_000, seed: 1, memory_limit_bytes: 8 << 30 };
+const PACKET: PacketOptions = PacketOptions {
+    link_delay_ns: 1_000,
+    deadline_ns: 1_000_000_000,
+    seed: 1,
+    memory_limit_bytes: 8 << 30,
+    queues: QueueModel::Held,
+};
 
 fn run_twin() -> Result<TwinRun> {
     let mut fabric = build_fabric(None, Some(Scale::K1))?;

@@ -9,15 +9,21 @@ use fabric_twin::{
     Twin,
     net::NodeKind,
     report::StepReport,
+    switch::QueueModel,
     workload::{CcChoice, QpSpec},
 };
 
 /// Hosts 0, 1, 2 (leaf L0) and 5, 6, 7 (leaf L1) all write to host 4 (L1), through one spine.
 fn two_tier_incast(pfc: bool) -> StepReport {
+    two_tier_incast_with(pfc, QueueModel::Held)
+}
+
+fn two_tier_incast_with(pfc: bool, queues: QueueModel) -> StepReport {
     let net = leaf_spine(4, 1, HashMode::FiveTuple, shallow_qos(100_000, pfc, false));
     let qps: Vec<QpSpec> =
         [0, 1, 2, 5, 6, 7].iter().enumerate().map(|(k, &src)| qp(src, 4, 400_000, k as u32)).collect();
     let mut twin = Twin::new(&net, endpoints(CcChoice::None), 7);
+    twin.set_queue_model(queues);
     twin.run_step(&qps, 10_000_000_000).unwrap()
 }
 
@@ -46,11 +52,46 @@ fn without_pfc_the_same_incast_drops_and_retransmits() {
     assert!(r.tiers[1].max_depth_bytes <= 2 * 4200, "an unpaused spine port never queues");
 }
 
+#[test]
+fn under_the_testbeds_phantom_queues_a_paused_switch_keeps_sending_and_counts_it() {
+    let (held, phantom) = (two_tier_incast(true), two_tier_incast_with(true, QueueModel::Phantom));
+    assert!(held.finished && phantom.finished, "every QP completes");
+    let sent_while_paused = |r: &StepReport| r.tiers.iter().map(|t| t.sent_while_paused).collect::<Vec<_>>();
+    assert_eq!(sent_while_paused(&held), [0, 0, 0], "a held queue stops while paused");
+    let (leaf, spine, host) = (&phantom.tiers[0], &phantom.tiers[1], &phantom.tiers[2]);
+    assert!(leaf.pauses_sent > 0 && spine.pauses_received > 0, "L1's modelled account paused the spine");
+    assert!(spine.sent_while_paused > 0, "which kept sending, as a paused XDP switch does");
+    assert!(host.pauses_received > 0 && host.sent_while_paused == 0, "the hosts obey their pauses");
+    assert_eq!(phantom.tiers.iter().map(|t| t.drops).sum::<u64>(), 0, "lossless");
+}
+
+#[test]
+fn a_phantom_queue_marks_by_its_modelled_depth_but_delays_nothing() {
+    let (held, phantom) = (marked_incast(CcChoice::None), marked_incast_with(CcChoice::None, QueueModel::Phantom));
+    assert!(held.finished && phantom.finished);
+    // Four senders at line rate into one port: a held queue sends the 8 MB at the port's rate,
+    // a phantom one passes each sender's 2 MB on at once.
+    assert!(
+        phantom.completion_ns * 3 < held.completion_ns,
+        "phantom {} ns against held {} ns",
+        phantom.completion_ns,
+        held.completion_ns
+    );
+    let switch = &phantom.tiers[0];
+    assert!(switch.max_depth_bytes > 1_000_000, "the modelled depth still grows: {} B", switch.max_depth_bytes);
+    assert!(switch.ecn_marked * 2 > held.tiers[0].ecn_marked, "and is marked as the held queue is");
+}
+
 /// Four hosts write 2 MB each to a fifth through one switch marking ECN from 20 KB.
 fn marked_incast(cc: CcChoice) -> StepReport {
+    marked_incast_with(cc, QueueModel::Held)
+}
+
+fn marked_incast_with(cc: CcChoice, queues: QueueModel) -> StepReport {
     let net = star(5, shallow_qos(64 << 20, false, true));
     let qps: Vec<QpSpec> = (0..4).map(|k| qp(k, 4, 2_000_000, k as u32)).collect();
     let mut twin = Twin::new(&net, endpoints(cc), 3);
+    twin.set_queue_model(queues);
     twin.run_step(&qps, 10_000_000_000).unwrap()
 }
 

@@ -8,7 +8,7 @@ use std::{
     borrow::Cow,
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::Duration,
 };
 
@@ -41,10 +41,23 @@ use pcap_file::{
     },
 };
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("fabric-analyze-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A scratch file's path in a folder of its own, which goes when the test ends (or panics).
+struct Scratch {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn tmp(name: &str) -> Scratch {
+    let dir = tempfile::Builder::new().prefix("fabric-analyze-").tempdir().unwrap();
+    let path = dir.path().join(name);
+    Scratch { _dir: dir, path }
 }
 
 fn group(uplinks: u32, seed: u32) -> Group {
@@ -139,13 +152,13 @@ fn cut(f: Vec<u8>, caplen: usize) -> Rec {
     (f[..caplen].to_vec(), n)
 }
 
-fn write_pcap(path: &PathBuf, linktype: DataLink, recs: &[Rec]) {
+fn write_pcap(path: &Path, linktype: DataLink, recs: &[Rec]) {
     write_pcap_snap(path, linktype, 65535, recs)
 }
 
 /// With a snap length below the original lengths, as `tcpdump -s N` writes (pcap-file refuses
 /// to read such records; analyze must not).
-fn write_pcap_snap(path: &PathBuf, linktype: DataLink, snaplen: u32, recs: &[Rec]) {
+fn write_pcap_snap(path: &Path, linktype: DataLink, snaplen: u32, recs: &[Rec]) {
     let file = std::fs::File::create(path).unwrap();
     let header = PcapHeader { datalink: linktype, snaplen, ..Default::default() };
     let mut w = PcapWriter::with_header(file, header).unwrap();
@@ -340,7 +353,7 @@ fn pcapng_with_several_interfaces_and_link_types() {
     let path = tmp("multi.pcapng");
     let frame = roce4(H2, H3, 51000, 0x0A, 0x500, 32, None);
     {
-        let file = std::fs::File::create(&path).unwrap();
+        let file = std::fs::File::create(&*path).unwrap();
         let mut w = PcapNgWriter::new(file).unwrap();
         w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::ETHERNET, 0)).unwrap();
         w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::IEEE802_11, 0)).unwrap();
@@ -470,7 +483,7 @@ impl Drop for Tcpdump {
 /// Captures, on every host of `rtsw`'s rack, the RoCE frames it sends out of the rack: the
 /// frames `rtsw` sends up its uplinks. (An uplink itself cannot be tapped: the switches move
 /// frames between veths with XDP redirects, which no packet socket sees.)
-fn capture_rack_uplink_traffic(state: &State, rtsw: NodeId, tag: &str) -> Vec<Tcpdump> {
+fn capture_rack_uplink_traffic(state: &State, rtsw: NodeId, tag: &str, dir: &Path) -> Vec<Tcpdump> {
     let plan = &state.plan;
     let rack: Vec<NodeId> = plan.hosts().filter(|&h| plan.rtsw_of(h) == rtsw).collect();
     let rack_dsts: Vec<String> = rack.iter().map(|&h| format!("dst host {}", plan.host_ipv4(h))).collect();
@@ -478,7 +491,7 @@ fn capture_rack_uplink_traffic(state: &State, rtsw: NodeId, tag: &str) -> Vec<Tc
         .map(|&h| {
             let filter =
                 format!("udp dst port 4791 and src host {} and not ({})", plan.host_ipv4(h), rack_dsts.join(" or "));
-            let path = tmp(&format!("testbed-{tag}-{}.pcap", plan.nodes[h].name));
+            let path = dir.join(format!("testbed-{tag}-{}.pcap", plan.nodes[h].name));
             Tcpdump::start(&plan.netns(h), &plan.nodes[h].ports[0].ifname, &filter, path)
         })
         .collect()
@@ -589,7 +602,8 @@ fn a_live_capture_agrees_with_the_switch_counters_the_run_and_fabric_sim() {
     for (hash, qps) in [(HashMode::FiveTuple, 1), (HashMode::Eecmp, 4), (HashMode::Pin, 2)] {
         let (sim, run_opts) = live_options(hash, qps);
         let before = uplink_member_counters(&state, &fabric, rtsw, up);
-        let tcpdumps = capture_rack_uplink_traffic(&state, rtsw, hash.as_str());
+        let captures = tempfile::Builder::new().prefix("fabric-analyze-").tempdir().unwrap();
+        let tcpdumps = capture_rack_uplink_traffic(&state, rtsw, hash.as_str(), captures.path());
         let result = run(&state, &run_opts, true).unwrap_or_else(|e| panic!("{hash:?}: {e:#}"));
         let paths: Vec<PathBuf> = tcpdumps.into_iter().map(Tcpdump::stop).collect();
         let after = uplink_member_counters(&state, &fabric, rtsw, up);

@@ -76,10 +76,10 @@ fn link<'v>(v: &'v serde_json::Value, id: &str) -> &'v serde_json::Value {
 
 /// Headless Chromium with its own profile folder (concurrent runs must not share one).
 fn chromium(args: &[&str]) -> String {
-    let profile = std::env::temp_dir().join(format!("fabric-ui-chromium-{}", std::process::id()));
+    let profile = tempfile::Builder::new().prefix("fabric-ui-chromium-").tempdir().unwrap();
     let out = Command::new("chromium")
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(args)
         .stderr(Stdio::null())
         .output()

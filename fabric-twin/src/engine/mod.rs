@@ -14,6 +14,7 @@ use fabric_common::{
     fault::{PortLoss, is_lost},
     parse::ParsedPacket,
     pfc::{self, CLASSES, PauseFrame, quanta_to_ns},
+    queue,
 };
 use fabric_roce::{
     buf::PacketBuf,
@@ -24,11 +25,11 @@ use fabric_roce::{
 use crate::{
     event::{EventQueue, Kind, Nanos},
     host::{Host, QpState},
-    link::{Port, PortCounters, Queued, wire_bytes},
+    link::{PhantomPort, Port, PortCounters, Queued, wire_bytes},
     net::{Network, NodeKind, Routing},
     packet::{Packet, PacketPool, Payload},
     report::{DepthHistogram, QpOutcome, StepReport, TierReport, paused_time},
-    switch::{Admission, EgressView, Switch},
+    switch::{Admission, EgressView, QueueModel, Switch},
     workload::{EndpointConfig, QpSpec},
 };
 
@@ -133,6 +134,9 @@ pub struct Twin<'n, R> {
     lost_to_loss: u64,
     /// The routing is the network's own, whose members the counters number.
     count_members: bool,
+    queue_model: QueueModel,
+    /// Per global port, under [`QueueModel::Phantom`] (empty otherwise).
+    phantom: Vec<PhantomPort>,
 }
 
 impl<'n, R: Routing> Twin<'n, R> {
@@ -165,7 +169,14 @@ impl<'n, R: Routing> Twin<'n, R> {
             loss: Vec::new(),
             lost_to_loss: 0,
             count_members: true,
+            queue_model: QueueModel::Held,
+            phantom: Vec::new(),
         }
+    }
+
+    /// Runs the switches' egress queues as `model` says (from the next step on).
+    pub fn set_queue_model(&mut self, model: QueueModel) {
+        self.queue_model = model;
     }
 
     /// Port `port` of node `node` loses a share of the frames it sends, as a testbed switch port
@@ -351,6 +362,10 @@ impl<'n, R: Routing> Twin<'n, R> {
         }
         self.is_host = self.hosts.iter().map(Option::is_some).collect();
         self.down = vec![false; self.ports.len()];
+        self.phantom = match self.queue_model {
+            QueueModel::Held => Vec::new(),
+            QueueModel::Phantom => vec![PhantomPort::default(); self.ports.len()],
+        };
         self.depth = vec![DepthHistogram::new(); net.tiers.len() + 1];
         self.member_packets = vec![0; net.routing.member_slots()];
         self.member_bytes = vec![0; net.routing.member_slots()];
@@ -457,7 +472,14 @@ impl<'n, R: Routing> Twin<'n, R> {
         times[class] = quanta;
         let frame = PauseFrame { src: [0; 6], class_enable: 1 << class, quanta: times };
         let now = self.events.now();
+        let old_until = self.ports[e as usize].paused_until(class);
         self.ports[e as usize].on_pause_frame(&frame, now);
+        if let Some(phantom) = self.phantom.get_mut(e as usize) {
+            // The XDP switch shifts its phantom queue's tail by the pause (hosts keep none).
+            let tail = &mut phantom.tail_ns[class];
+            let new_until = self.ports[e as usize].paused_until(class);
+            *tail = tail.wrapping_add(queue::pause_shift(*tail, old_until, new_until, now));
+        }
         if quanta == 0 {
             self.kick(e);
         }
@@ -516,6 +538,9 @@ impl<'n, R: Routing> Twin<'n, R> {
             self.lost += 1;
             return;
         }
+        if self.queue_model == QueueModel::Phantom {
+            return self.forward_at_once(p, e, id);
+        }
         let class = Switch::class(tos);
         let wire = wire_bytes(frame_len);
         let queued = self.ports[e as usize].queued_bytes[class];
@@ -541,11 +566,58 @@ impl<'n, R: Routing> Twin<'n, R> {
         self.kick(e);
     }
 
+    /// [`QueueModel::Phantom`]: packet `id`, which entered by `p`, leaves by egress `e` at once,
+    /// as from the XDP switch. Its mark and drop read the phantom depth, its bytes join `p`'s
+    /// account (which PFC reads) until the phantom queue would have sent them.
+    fn forward_at_once(&mut self, p: u32, e: u32, id: u32) {
+        let now = self.events.now();
+        let node = self.ports[p as usize].node as usize;
+        let (tos, frame_len) = (self.packets.get(id).tos, self.packets.get(id).frame_len);
+        let (class, wire) = (Switch::class(tos), wire_bytes(frame_len));
+        let egress = &self.ports[e as usize];
+        let paused_until = egress.paused_until(class);
+        let tail = self.phantom[e as usize].tail_ns[class];
+        let depth = queue::depth_bytes(tail, paused_until, now, egress.rate_bps);
+        let transmit = egress.transmit_ns(frame_len);
+        let switch = self.switches[node].as_mut().expect("a switch");
+        let (tos, marked, over_headroom) = match switch.admit(tos, depth, wire) {
+            Admission::Drop => {
+                self.ports[e as usize].counters.drops += 1;
+                self.packets.remove(id);
+                return;
+            }
+            Admission::Queue { tos, marked, over_headroom } => (tos, marked, over_headroom),
+        };
+        let tier = switch.spec.tier;
+        let tail = queue::enqueue_tail(tail, paused_until, now, transmit);
+        self.phantom[e as usize].tail_ns[class] = tail;
+        self.phantom[p as usize].account[class].admit(now, wire, tail);
+        self.packets.get_mut(id).tos = tos;
+        let egress = &mut self.ports[e as usize];
+        let c = &mut egress.counters;
+        (c.packets, c.bytes) = (c.packets + 1, c.bytes + u64::from(frame_len));
+        c.max_depth_bytes = c.max_depth_bytes.max(depth + wire);
+        c.ecn_marked += u64::from(marked);
+        c.over_headroom += u64::from(over_headroom);
+        c.sent_while_paused += u64::from(paused_until > now);
+        let (peer, delay) = (egress.peer, egress.delay_ns);
+        self.depth[tier].record(depth + wire);
+        self.hops += 1;
+        self.check_xoff(node, p, class);
+        if self.link_loses(e) {
+            self.ports[e as usize].counters.link_loss += 1;
+            self.lost_to_loss += 1;
+            self.packets.remove(id);
+            return;
+        }
+        self.events.schedule(now + delay, Kind::Arrive, peer, id);
+    }
+
     /// Ingress `p` of switch `node` crossed Xoff in `class`: pause the upstream port.
     fn check_xoff(&mut self, node: usize, p: u32, class: usize) {
         let switch = self.switches[node].as_ref().expect("a switch");
         let ingress = &self.ports[p as usize];
-        if ingress.is_pausing(class) || !switch.over_xoff(class, ingress.held[class]) {
+        if ingress.is_pausing(class) || !switch.over_xoff(class, self.held(p, class)) {
             return;
         }
         let quanta = switch.spec.pause_quanta;
@@ -574,25 +646,47 @@ impl<'n, R: Routing> Twin<'n, R> {
         }
     }
 
-    /// The agent's tending of a pause: refresh it at half its time while above Xon.
+    /// Wire bytes ingress `p` holds in its switch in `class` now: the packets it queued, or
+    /// under [`QueueModel::Phantom`] its modelled account.
+    fn held(&self, p: u32, class: usize) -> u64 {
+        match self.queue_model {
+            QueueModel::Held => self.ports[p as usize].held[class],
+            QueueModel::Phantom => self.phantom[p as usize].account[class].held_at(self.events.now()),
+        }
+    }
+
+    /// The agent's tending of a pause: refresh it at half its time while above Xon. A held
+    /// queue resumes its upstream as it dequeues; a phantom one has no dequeue, so the tending
+    /// resumes it, as the XDP testbed's agent does, looking again when the account will have
+    /// drained to Xon.
     fn on_tend(&mut self, p: u32, class: usize) {
+        let now = self.events.now();
+        let port = &self.ports[p as usize];
+        let switch = self.switches[port.node as usize].as_ref().expect("a switch");
+        let (quanta, xon) = (switch.spec.pause_quanta, u64::from(switch.spec.qos.xon_bytes));
+        let phantom = self.queue_model == QueueModel::Phantom;
+        if port.is_pausing(class) && phantom && switch.under_xon(self.held(p, class)) {
+            self.ports[p as usize].pausing &= !(1 << class);
+            self.send_pfc(p, class, 0);
+        }
         let port = &mut self.ports[p as usize];
         if !port.is_pausing(class) {
             port.tending &= !(1 << class);
             return;
         }
-        let switch = self.switches[port.node as usize].as_ref().expect("a switch");
-        let quanta = switch.spec.pause_quanta;
         let refresh = (quanta_to_ns(quanta, port.rate_bps) / 2).max(1);
-        let now = self.events.now();
         let due = port.last_pause_ns[class] + refresh;
-        if now >= due {
-            self.ports[p as usize].counters.refreshes_sent += 1;
+        let mut next = if now >= due {
+            port.counters.refreshes_sent += 1;
             self.send_pfc(p, class, quanta);
-            self.events.schedule(now + refresh, Kind::PfcTend, p, class as u32);
+            now + refresh
         } else {
-            self.events.schedule(due, Kind::PfcTend, p, class as u32);
+            due
+        };
+        if phantom {
+            next = next.min(drains_to(&self.phantom[p as usize].account[class], xon).max(now + 1));
         }
+        self.events.schedule(next, Kind::PfcTend, p, class as u32);
     }
 
     // ---- hosts -----------------------------------------------------------------------------
@@ -775,6 +869,7 @@ impl<'n, R: Routing> Twin<'n, R> {
             t.ecn_marked += c.ecn_marked;
             t.drops += c.drops;
             t.over_headroom += c.over_headroom;
+            t.sent_while_paused += c.sent_while_paused;
             t.pauses_sent += c.pauses_sent;
             t.pauses_received += c.pauses_received;
         }
@@ -808,6 +903,17 @@ impl<'n, R: Routing> Twin<'n, R> {
             peak_packets: self.packets.peak(),
         }
     }
+}
+
+/// When an ingress account, draining linearly to its `drained_by_ns`, holds `bytes` (at the
+/// latest: arrivals in between only add).
+fn drains_to(account: &queue::IngressAccount, bytes: u64) -> Nanos {
+    if account.held_bytes <= bytes {
+        return account.updated_ns;
+    }
+    let span = u128::from(account.drained_by_ns.saturating_sub(account.updated_ns));
+    let left = (span * u128::from(bytes) / u128::from(account.held_bytes)) as u64;
+    account.drained_by_ns - left
 }
 
 fn host_port(hosts: &[Option<Host>], h: usize) -> u32 {

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use fabric_common::{
     pfc::{CLASSES, PauseFrame},
-    queue,
+    queue::{self, IngressAccount},
 };
 use fabric_roce::pause::PauseState;
 
@@ -40,6 +40,9 @@ pub struct PortCounters {
     pub resumes_sent: u64,
     /// Deepest any class's queue has been, wire bytes.
     pub max_depth_bytes: u64,
+    /// Packets sent while the peer had this port's class paused: the XDP switch's model error,
+    /// so only [`crate::switch::QueueModel::Phantom`] counts any (a held queue stops).
+    pub sent_while_paused: u64,
     /// Per class: how long the peer's PFC frames held this port paused in total, and its
     /// longest continuous pause (filled in when the step reports).
     pub paused_ns: [Nanos; CLASSES],
@@ -146,6 +149,12 @@ impl Port {
         self.pause.resume_at(class)
     }
 
+    /// Until when `class` is paused, as the XDP switch's `EgressQueue::paused_until_ns` says
+    /// it (0 if it never was).
+    pub fn paused_until(&self, class: usize) -> Nanos {
+        if self.ever_paused { self.pause.resume_at(class) } else { 0 }
+    }
+
     /// Time the link is busy with a frame of `frame_len`.
     #[inline]
     pub fn transmit_ns(&self, frame_len: u32) -> Nanos {
@@ -201,4 +210,14 @@ impl Port {
     pub fn is_pausing(&self, class: usize) -> bool {
         self.pausing & (1 << class) != 0
     }
+}
+
+/// One port's state under [`crate::switch::QueueModel::Phantom`], per class: the XDP switch's
+/// own records, kept by the same `fabric-common` arithmetic. The egress side's queue is one
+/// tail time ([`queue::enqueue_tail`]); the ingress side's held bytes are an
+/// [`IngressAccount`], which PFC's Xoff and Xon read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PhantomPort {
+    pub tail_ns: [Nanos; CLASSES],
+    pub account: [IngressAccount; CLASSES],
 }

@@ -100,6 +100,8 @@ pub struct TierReport {
     pub ecn_marked: u64,
     pub drops: u64,
     pub over_headroom: u64,
+    /// Packets sent into a paused port (only the XDP testbed's queue model sends any).
+    pub sent_while_paused: u64,
     pub pauses_sent: u64,
     pub pauses_received: u64,
     pub max_depth_bytes: u64,

@@ -24,6 +24,21 @@ use fabric_common::{
 
 use crate::net::{PortSpec, Routing, SwitchSpec};
 
+/// What a switch's egress queue is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueueModel {
+    /// The queue holds its packets and sends them at the port's rate; a paused class stops.
+    #[default]
+    Held,
+    /// The XDP testbed's model: a packet leaves at once, and its ECN mark, drop and the
+    /// ingress's PFC read the *modelled* depth (a phantom queue, drained at the port's rate by
+    /// elapsed time) and a modelled ingress account. A paused switch port keeps sending and
+    /// counts `sent_while_paused`; hosts obey pauses as in `Held`. The shared pool's use is not
+    /// kept (the XDP agent sums it every few microseconds; here it stays empty). For measuring
+    /// the testbed's model error against `Held`, packet for packet.
+    Phantom,
+}
+
 /// The run-time state of one switch beyond its ports.
 #[derive(Debug)]
 pub struct Switch {

@@ -16,16 +16,18 @@ use crate::{
     forwarding::fabric::SimFabric,
     sim::{
         MemberLoad, SimOptions, SimResult,
-        packet::{PacketJob, PacketOptions, Stall, simulate_packet_jobs_with_load, simulate_packet_with_load},
+        packet::{
+            PACKET_DEFAULTS, PacketJob, PacketOptions, Stall, simulate_packet_jobs_with_load, simulate_packet_with_load,
+        },
     },
 };
 
 /// From a link's failure to the controller's repaired routes, in the twin's what-ifs.
 pub const DETECT_NS: u64 = 20_000;
 
-/// The twin's settings for experiments: links of 1 µs, a 10 s deadline per step.
-pub const PACKET: PacketOptions =
-    PacketOptions { link_delay_ns: 1_000, deadline_ns: 10_000_000_000, seed: 1, memory_limit_bytes: 8 << 30 };
+/// The twin's settings for experiments: `fabric sim`'s defaults (links of 1 µs, a 10 s
+/// deadline per step, held queues).
+pub const PACKET: PacketOptions = PACKET_DEFAULTS;
 
 /// A ring AllReduce over every host of the fabric with placement `fragmented` (every ring hop
 /// crosses the spine), `message` bytes per rank, under `hash` with `endpoint`'s QPs, source

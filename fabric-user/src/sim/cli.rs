@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{
     SimOptions, SimResult,
-    packet::{PacketOptions, simulate_packet_cases, simulate_packet_run},
+    packet::{PACKET_DEFAULTS, PacketOptions, QueueModel, simulate_packet_cases, simulate_packet_run},
     print,
     record::{records, save},
     simulate,
@@ -61,14 +61,20 @@ pub struct SimArgs {
     #[arg(long, default_value_t = EndpointOptions::default().transport, value_parser = crate::run::parse_transport)]
     pub transport: fabric_roce::transport::Transport,
     /// Packet model: propagation delay of every link, ns (a topology file states none).
-    #[arg(long, default_value_t = 1_000)]
+    #[arg(long, default_value_t = PACKET_DEFAULTS.link_delay_ns)]
     pub link_delay_ns: u64,
     /// Packet model: a step not finished after this much modelled time is reported unfinished.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = PACKET_DEFAULTS.deadline_ns / 1_000_000)]
     pub deadline_ms: u64,
     /// Packet model: refuse a case whose estimated memory is larger (GiB).
-    #[arg(long, default_value_t = 8.0)]
+    #[arg(long, default_value_t = (PACKET_DEFAULTS.memory_limit_bytes >> 30) as f64)]
     pub memory_limit_gib: f64,
+    /// Packet model: the switches' egress queues. `held` (the twin's: a queue holds its
+    /// packets, a paused port stops) or `phantom` (the XDP testbed's: packets leave at once,
+    /// marks and PFC read a modelled depth, a paused switch keeps sending), to measure what the
+    /// testbed's model changes.
+    #[arg(long, default_value = "held", value_parser = super::packet::parse_queue_model)]
+    pub queues: QueueModel,
     /// Topology file (default: the embedded default testbed).
     #[arg(long, conflicts_with = "scale")]
     pub topology: Option<PathBuf>,
@@ -273,6 +279,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         deadline_ns: a.deadline_ms.saturating_mul(1_000_000),
         seed: a.seed,
         memory_limit_bytes: (a.memory_limit_gib * f64::from(1 << 30)) as u64,
+        queues: a.queues,
     };
     if a.model != Model::Packet
         && let Some(m) = modes.iter().find(|m| m.reorders_within_a_flow())

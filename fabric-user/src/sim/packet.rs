@@ -21,6 +21,7 @@ use std::sync::{
 
 use anyhow::{Context as _, Result, ensure};
 use fabric_roce::{cts::CtsConfig, segment::PathMtu};
+pub use fabric_twin::switch::QueueModel;
 use fabric_twin::{
     Change, Scheduled, Twin,
     net::{Network, NodeKind, NodeSpec, PortSpec, Routing, SwitchSpec},
@@ -249,6 +250,28 @@ pub struct PacketOptions {
     pub seed: u64,
     /// A case whose estimated memory exceeds this is refused before it starts.
     pub memory_limit_bytes: u64,
+    /// The switches' egress queues: held (the twin's own), or the XDP testbed's phantom
+    /// queues, to measure what that model changes ([`QueueModel`]).
+    pub queues: QueueModel,
+}
+
+/// `fabric sim --model packet`'s defaults: links of 1 µs, a 10 s deadline per step, RED seed 1,
+/// an 8 GiB memory limit, held queues.
+pub const PACKET_DEFAULTS: PacketOptions = PacketOptions {
+    link_delay_ns: 1_000,
+    deadline_ns: 10_000_000_000,
+    seed: 1,
+    memory_limit_bytes: 8 << 30,
+    queues: QueueModel::Held,
+};
+
+/// `--queues`: `held` or `phantom` ([`QueueModel`]).
+pub fn parse_queue_model(s: &str) -> Result<QueueModel, String> {
+    match s {
+        "held" => Ok(QueueModel::Held),
+        "phantom" => Ok(QueueModel::Phantom),
+        _ => Err(format!("{s:?} is not a queue model: held (the twin's) or phantom (the XDP testbed's)")),
+    }
 }
 
 /// Simulates one case on the twin: each distinct step once (a step starts on an idle fabric,
@@ -365,6 +388,7 @@ pub fn simulate_packet_run_with(
         None => Vec::new(),
     };
     let mut twin = Twin::new(&net, cfg, p.seed);
+    twin.set_queue_model(p.queues);
     apply_loss(&mut twin, fabric, p.seed);
     let mut load = MemberLoad::new(fabric);
     let mut stats = PacketStats {
@@ -420,8 +444,13 @@ mod tests {
         }
     }
 
-    const PACKET: PacketOptions =
-        PacketOptions { link_delay_ns: 1_000, deadline_ns: 1_000_000_000, seed: 1, memory_limit_bytes: 1 << 33 };
+    const PACKET: PacketOptions = PacketOptions {
+        link_delay_ns: 1_000,
+        deadline_ns: 1_000_000_000,
+        seed: 1,
+        memory_limit_bytes: 1 << 33,
+        queues: QueueModel::Held,
+    };
 
     #[test]
     fn member_counters_equal_the_flow_models_prediction_when_nothing_is_lost() {
@@ -505,5 +534,13 @@ mod tests {
                 CcMode::Cts => assert!(p.tiers[0].max_depth_bytes <= 4 * 256 * 1024 + 64 * 1024),
             }
         }
+    }
+
+    #[test]
+    fn the_queue_model_is_named_on_the_command_line_and_a_wrong_name_says_the_choices() {
+        assert_eq!(parse_queue_model("held"), Ok(QueueModel::Held));
+        assert_eq!(parse_queue_model("phantom"), Ok(QueueModel::Phantom));
+        let err = parse_queue_model("fifo").unwrap_err();
+        assert!(err.contains("\"fifo\"") && err.contains("held") && err.contains("phantom"), "{err}");
     }
 }

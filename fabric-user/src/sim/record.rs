@@ -9,8 +9,9 @@
 //! - per step (every repetition of a distinct step, as the testbed lists them): its duration
 //!   and its RTSWs' uplink load; per switch port, over the job: bytes sent, ECN marks, drops,
 //!   PFC frames received, XOFF frames sent (new pauses, not refreshes);
-//! - `sent_while_paused` is 0 by construction (a paused twin port holds its queue) and
-//!   `paused_ns` is not measured (0); the endpoints' CPU measures (`cpu_limited`, late wakes)
+//! - `sent_while_paused` is 0 by construction (a paused twin port holds its queue) unless the
+//!   run models the testbed's phantom queues (`--queues phantom`), and `paused_ns` is not
+//!   measured (0); the endpoints' CPU measures (`cpu_limited`, late wakes)
 //!   are `null`: the twin has no CPU;
 //! - `flows` lists each distinct step's flows once (a ring's 2(N-1) identical steps would
 //!   repeat the same flows); the extra `twin` section says so, and adds the per-tier PFC
@@ -98,7 +99,7 @@ pub fn records(fabric: &SimFabric, o: &SimOptions, run: &PacketRun, job_id: &str
             drops: c.drops,
             pauses_received: c.pauses_received,
             paused_ns: c.paused_ns.iter().sum(),
-            sent_while_paused: 0,
+            sent_while_paused: c.sent_while_paused,
             xoff_events: c.pauses_sent - c.refreshes_sent - c.resumes_sent,
         })
         .collect();

@@ -47,6 +47,7 @@ pub fn simulate_packet_tenants(fabric: &mut SimFabric, jobs: &[SimOptions], p: &
     let fabric = &*fabric;
     let net = network(fabric, p.link_delay_ns)?;
     let mut twin = Twin::new(&net, endpoint_config(&first.endpoint)?, p.seed);
+    twin.set_queue_model(p.queues);
     apply_loss(&mut twin, fabric, p.seed);
     let mut out = TenantsRun {
         completion_s: vec![0.0; jobs.len()],
@@ -119,8 +120,13 @@ mod tests {
     };
     use fabric_common::config::HashMode;
 
-    const PACKET: PacketOptions =
-        PacketOptions { link_delay_ns: 1_000, deadline_ns: 1_000_000_000, seed: 1, memory_limit_bytes: 1 << 32 };
+    const PACKET: PacketOptions = PacketOptions {
+        link_delay_ns: 1_000,
+        deadline_ns: 1_000_000_000,
+        seed: 1,
+        memory_limit_bytes: 1 << 32,
+        queues: crate::sim::packet::QueueModel::Held,
+    };
 
     fn ring(hosts: &[&str], hash: HashMode, qps: u32) -> SimOptions {
         SimOptions {

@@ -123,6 +123,7 @@ pub fn simulate_input(
     let fabric = &*fabric;
     let net = network(fabric, p.link_delay_ns)?;
     let mut twin = Twin::new(&net, endpoint_config(&t.endpoint)?, p.seed);
+    twin.set_queue_model(p.queues);
     super::packet::apply_loss(&mut twin, fabric, p.seed);
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut r = TraceSimResult {
@@ -383,8 +384,7 @@ mod tests {
     };
     use crate::sim::cli::build_fabric;
 
-    const PACKET: PacketOptions =
-        PacketOptions { link_delay_ns: 1_000, deadline_ns: 10_000_000_000, seed: 1, memory_limit_bytes: 1 << 32 };
+    const PACKET: PacketOptions = PacketOptions { memory_limit_bytes: 1 << 32, ..crate::sim::packet::PACKET_DEFAULTS };
 
     fn trace(dir: &str, speedup: f64, qps: u32) -> TraceSimResult {
         let file = std::path::PathBuf::from(format!("{}/../testbed/traces/{dir}", env!("CARGO_MANIFEST_DIR")));

@@ -242,6 +242,7 @@ pub fn simulate_whatif(
     let (net, fixed_net) = (network(&base, p.link_delay_ns)?, network(&fixed, p.link_delay_ns)?);
     let job = job_changes(plan, &links, w, detect_ns);
     let mut twin = Twin::new(&net, endpoint_config(&o.endpoint)?, p.seed);
+    twin.set_queue_model(p.queues);
     let mut report = WhatIfReport {
         kind: w.kind,
         target: w.target.clone(),
@@ -384,8 +385,7 @@ mod tests {
         model::{placement::Placement, topology::Topology, workload::Collective},
     };
 
-    const PACKET: PacketOptions =
-        PacketOptions { link_delay_ns: 1_000, deadline_ns: 10_000_000_000, seed: 1, memory_limit_bytes: 1 << 32 };
+    const PACKET: PacketOptions = PacketOptions { memory_limit_bytes: 1 << 32, ..crate::sim::packet::PACKET_DEFAULTS };
 
     fn allreduce() -> SimOptions {
         SimOptions {
