@@ -28,7 +28,7 @@ use fabric_user::{
     run::{RunOptions, RunResult, result::cpu_bound, run},
     sim::{
         MemberLoad, SimOptions, SimResult,
-        packet::{PacketOptions, QueueModel, simulate_packet_run, simulate_packet_with_load},
+        packet::{PacketOptions, QueueModel, simulate_packet, simulate_packet_run, simulate_packet_with_load},
     },
     state::State,
 };
@@ -233,6 +233,49 @@ fn same_order(a: &[u64], b: &[u64], slack: u64) -> bool {
     (0..a.len()).all(|i| (i + 1..a.len()).all(|j| sign(a, i, j) * sign(b, i, j) >= 0))
 }
 
+/// The testbed's stated model error in one run, measured three ways: on the testbed, and on the
+/// twin with the testbed's phantom queues and with its own held queues (which make none).
+#[derive(Debug)]
+struct ModelError {
+    /// Packets the switches sent into a paused egress port.
+    sent_while_paused: [u64; 3],
+    /// Modelled time the switches' egress ports were paused, summed over ports, us.
+    switch_paused_us: [u64; 3],
+}
+
+impl ModelError {
+    fn measure(testbed: &RunResult, phantom: &SimResult, held: &SimResult) -> ModelError {
+        let scale = testbed.options.endpoint.time_scale.max(1);
+        let twin = |r: &SimResult| {
+            let p = r.packet.as_ref().expect("a packet-model result");
+            let sent: u64 = p.tiers.iter().map(|t| t.sent_while_paused).sum();
+            let paused: u64 = p.paused.iter().filter(|t| t.paused != "host").map(|t| t.paused_ns).sum();
+            (sent, paused / 1_000)
+        };
+        let ((ps, pp), (hs, hp)) = (twin(phantom), twin(held));
+        let c = &testbed.congestion;
+        ModelError {
+            sent_while_paused: [c.sent_while_paused, ps, hs],
+            switch_paused_us: [c.paused_ns / scale / 1_000, pp, hp],
+        }
+    }
+
+    fn line(&self) -> String {
+        let (s, p) = (self.sent_while_paused, self.switch_paused_us);
+        format!(
+            "packets sent into paused ports testbed {} / twin with phantom queues {} / held {}; switch ports \
+             paused testbed {} us / phantom {} us / held {} us",
+            s[0], s[1], s[2], p[0], p[1], p[2]
+        )
+    }
+
+    /// Whether the twin with the testbed's queue model reproduces the testbed's error.
+    fn phantom_agrees(&self) -> bool {
+        let [s, p] = [self.sent_while_paused, self.switch_paused_us];
+        within_factor(s[0], s[1], COUNT_FACTOR, 0) && within_factor(p[0], p[1], COUNT_FACTOR, 0)
+    }
+}
+
 fn twin_pfc_frames(r: &SimResult) -> u64 {
     r.packet.as_ref().map_or(0, |p| p.tiers.iter().filter(|t| t.tier != "host").map(|t| t.pauses_sent).sum())
 }
@@ -317,6 +360,18 @@ fn twin_agrees_with_the_xdp_testbed() {
         let p = run_both(&state, &fabric, &o, HashMode::Eecmp);
         let tp = p.twin.packet.as_ref().unwrap();
         let c = &p.testbed.congestion;
+        // The testbed's model error (a paused XDP switch keeps forwarding), measured: under PFC
+        // only, where it pauses most, the twin with the testbed's own phantom queues must
+        // reproduce it; under the congestion controls little pauses, and it is reported.
+        let phantom_options = PacketOptions { queues: QueueModel::Phantom, ..TWIN };
+        let phantom = simulate_packet(&mut fabric.clone(), &sim_options(&o, HashMode::Eecmp), &phantom_options)
+            .unwrap_or_else(|e| panic!("{}: the twin with phantom queues: {e:#}", p.label));
+        let error = ModelError::measure(&p.testbed, &phantom, &p.twin);
+        eprintln!("{}: the testbed's model error: {}", p.label, error.line());
+        if cc == CcMode::None && !error.phantom_agrees() {
+            failures
+                .push(format!("{}: the phantom-queue twin does not reproduce the testbed's error: {error:?}", p.label));
+        }
         // Under CTS the marks follow how fast the endpoints react, which a CPU-bound testbed
         // sets (CI measured 151 against a usual 380-500): compared only when the endpoints
         // kept their pace. Under DCQCN they follow the cuts the senders took, as its
@@ -326,8 +381,8 @@ fn twin_agrees_with_the_xdp_testbed() {
         let (verdict, twin_marks, gate) = match cc {
             CcMode::Dcqcn => {
                 let (line, marks) = completion.check_by_cuts(&p, &twin_by_cuts(&fabric, &o, QueueModel::Held));
-                // Reported, not asserted (the twin README): the testbed's cuts against the
-                // twin's in the testbed's own queue model, whose queues delay nothing.
+                // Reported, not asserted (the twin README): the twin's cuts in the testbed's own
+                // queue model, which takes as many as the held queues do.
                 let phantom = twin_by_cuts(&fabric, &o, QueueModel::Phantom);
                 let span = |f: &dyn Fn(&ByCuts) -> f64| {
                     let v: Vec<f64> = phantom.iter().map(f).collect();
@@ -402,6 +457,11 @@ fn the_comparisons_can_fail() {
     assert!(within_factor(0, 2, COUNT_FACTOR, PFC_EPISODE_FRAMES) && !within_factor(0, 3, COUNT_FACTOR, 2));
     assert!(same_order(&[5, 9, 1], &[50, 90, 10], 0) && same_order(&[63, 0, 0], &[64, 2, 0], PFC_EPISODE_FRAMES));
     assert!(!same_order(&[5, 9, 1], &[9, 5, 1], 0) && !same_order(&[63, 0, 9], &[64, 9, 0], PFC_EPISODE_FRAMES));
+    // The model error: both the packets sent into paused ports and the paused time must agree.
+    let error = |sent, paused| ModelError { sent_while_paused: sent, switch_paused_us: paused };
+    assert!(error([7471, 7403, 0], [784, 770, 416]).phantom_agrees());
+    assert!(!error([7471, 0, 0], [784, 770, 416]).phantom_agrees());
+    assert!(!error([7471, 7403, 0], [784, 300, 416]).phantom_agrees());
 }
 
 /// Completion is compared only for a run that kept its pace by both measures, and then fails

@@ -567,8 +567,9 @@ impl<'n, R: Routing> Twin<'n, R> {
     }
 
     /// [`QueueModel::Phantom`]: packet `id`, which entered by `p`, leaves by egress `e` at once,
-    /// as from the XDP switch. Its mark and drop read the phantom depth, its bytes join `p`'s
-    /// account (which PFC reads) until the phantom queue would have sent them.
+    /// as from the XDP switch (a host takes it when its downlink has delivered it). Its mark
+    /// and drop read the phantom depth, its bytes join `p`'s account (which PFC reads) until
+    /// the phantom queue would have sent them.
     fn forward_at_once(&mut self, p: u32, e: u32, id: u32) {
         let now = self.events.now();
         let node = self.ports[p as usize].node as usize;
@@ -610,7 +611,18 @@ impl<'n, R: Routing> Twin<'n, R> {
             self.packets.remove(id);
             return;
         }
-        self.events.schedule(now + delay, Kind::Arrive, peer, id);
+        // A testbed host holds what it receives until its modelled link would have delivered
+        // it (`fabric-user`'s endpoint `Downlink`): the last hop's serialisation, which the
+        // switches do not model. Every other hop passes the packet on at once.
+        let peer_node = self.ports[peer as usize].node as usize;
+        let arrives = if self.is_host[peer_node] {
+            let downlink = &mut self.phantom[e as usize].downlink_ns;
+            *downlink = queue::enqueue_tail(*downlink, 0, now, transmit);
+            *downlink
+        } else {
+            now
+        };
+        self.events.schedule(arrives + delay, Kind::Arrive, peer, id);
     }
 
     /// Ingress `p` of switch `node` crossed Xoff in `class`: pause the upstream port.

@@ -220,4 +220,7 @@ impl Port {
 pub struct PhantomPort {
     pub tail_ns: [Nanos; CLASSES],
     pub account: [IngressAccount; CLASSES],
+    /// A port towards a host: when the host's modelled downlink will have delivered everything
+    /// sent so far (one FIFO for every class, as the testbed host's `Downlink` keeps it).
+    pub downlink_ns: Nanos,
 }

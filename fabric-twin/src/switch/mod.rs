@@ -33,9 +33,10 @@ pub enum QueueModel {
     /// The XDP testbed's model: a packet leaves at once, and its ECN mark, drop and the
     /// ingress's PFC read the *modelled* depth (a phantom queue, drained at the port's rate by
     /// elapsed time) and a modelled ingress account. A paused switch port keeps sending and
-    /// counts `sent_while_paused`; hosts obey pauses as in `Held`. The shared pool's use is not
-    /// kept (the XDP agent sums it every few microseconds; here it stays empty). For measuring
-    /// the testbed's model error against `Held`, packet for packet.
+    /// counts `sent_while_paused`; hosts obey pauses as in `Held`, and hold what they receive
+    /// until their modelled downlink has delivered it, as the testbed's endpoints do. The
+    /// shared pool's use is not kept (the XDP agent sums it every few microseconds; here it
+    /// stays empty). For measuring the testbed's model error against `Held`.
     Phantom,
 }
 

@@ -198,6 +198,7 @@ impl PacketStats {
             acc.ecn_marked += repeat * t.ecn_marked;
             acc.drops += repeat * t.drops;
             acc.over_headroom += repeat * t.over_headroom;
+            acc.sent_while_paused += repeat * t.sent_while_paused;
             acc.pauses_sent += repeat * t.pauses_sent;
             acc.pauses_received += repeat * t.pauses_received;
             acc.max_depth_bytes = acc.max_depth_bytes.max(t.max_depth_bytes);
@@ -613,6 +614,14 @@ fn print_packet(results: &[SimResult]) {
                 t.paused_ns as f64 / 1e6,
                 t.longest_pause_ns as f64 / 1e3,
                 100.0 * t.paused_share
+            );
+        }
+        let sent_while_paused: u64 = p.tiers.iter().map(|t| t.sent_while_paused).sum();
+        if sent_while_paused > 0 {
+            println!(
+                "{:<36} phantom queues: the switches sent {sent_while_paused} packets into paused ports (the XDP \
+                 testbed's model error)",
+                r.case
             );
         }
         if p.link_loss > 0 {

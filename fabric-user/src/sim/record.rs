@@ -142,7 +142,7 @@ pub fn records(fabric: &SimFabric, o: &SimOptions, run: &PacketRun, job_id: &str
         ecn_marked: total(|c| c.ecn_marked),
         overflow_drops: total(|c| c.drops),
         over_headroom: total(|c| c.over_headroom),
-        sent_while_paused: 0,
+        sent_while_paused: total(|c| c.sent_while_paused),
         pfc_frames_received: total(|c| c.pauses_received),
         paused_ns: total(|c| c.paused_ns.iter().sum()),
         pfc_xoff_sent: total(|c| c.pauses_sent - c.refreshes_sent - c.resumes_sent),
@@ -227,6 +227,7 @@ fn add_ports(fabric: &SimFabric, r: &StepReport, repeat: u64, out: &mut BTreeMap
             a.ecn_marked += repeat * c.ecn_marked;
             a.drops += repeat * c.drops;
             a.over_headroom += repeat * c.over_headroom;
+            a.sent_while_paused += repeat * c.sent_while_paused;
             a.pauses_received += repeat * c.pauses_received;
             a.pauses_sent += repeat * c.pauses_sent;
             a.refreshes_sent += repeat * c.refreshes_sent;
