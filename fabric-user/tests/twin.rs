@@ -12,10 +12,12 @@
 //!   which follow how fast the endpoints react, count only when the testbed kept its pace. Under
 //!   dcqcn the completion and the marks follow how many rate cuts the senders took, so they are
 //!   compared with the twin's marking seeds that took as many ([`DCQCN_SEEDS`]), and not
-//!   compared when none did.
+//!   compared when none did; a two-sender DCQCN incast is compared the same way;
+//! - the testbed's own model error, measured: a paused XDP switch keeps forwarding
+//!   (`sent_while_paused`). Each incast also runs on the twin with the testbed's phantom queues
+//!   (`QueueModel::Phantom`); under PFC only, its packets sent into paused ports and its
+//!   switches' paused time must be within [`COUNT_FACTOR`] of the testbed's.
 //!
-//! Where the counts differ, the testbed's own model error is measured next to them: a paused
-//! XDP switch keeps forwarding (`sent_while_paused`), so its queues drain while the twin's hold.
 //! Needs root; fails (never skips) without it.
 mod common;
 
@@ -100,11 +102,10 @@ fn testbed_completion_s(r: &RunResult) -> f64 {
 /// DCQCN on the incast, compared by its cuts. With these 200G-era settings at 400G every CNP
 /// halves a sender's rate (α starts at 1) and the rates recover only by timer, so the step's
 /// time is a step function of the most CNPs one QP received: over marking seeds 1-40 the twin
-/// finishes in 4.79-4.86 ms when that is 9, 5.24-5.72 ms when 10, 5.93-6.17 ms when 11. How
-/// many a run takes follows its deepest queue, which on the testbed depends on how fast its
-/// senders, sharing two cores as they all start, build it (652-852 KB at the default time
-/// scale, against the twin's 843 KB; the twin README), so the runs are compared where they took
-/// the same cuts: the testbed's completion and marks against the median of the twin's seeds
+/// finishes in 4.79-4.86 ms when that is 9, 5.24-5.72 ms when 10, 5.93-6.17 ms when 11. The
+/// testbed's four senders often take other counts (7-8 at the default time scale, 14-16 at
+/// 8000; why is open, the twin README), so the runs are compared where they took the same
+/// cuts: the testbed's completion and marks against the median of the twin's seeds
 /// ([`DCQCN_SEEDS`]) whose most-cut QP took as many.
 const DCQCN_SEEDS: std::ops::RangeInclusive<u64> = 1..=16;
 
@@ -217,6 +218,44 @@ impl CompletionCheck {
     }
 }
 
+impl CompletionCheck {
+    /// [`Self::check`] for a run whose pauses the testbed's model error lengthens (PFC only).
+    fn check_with_model_error(&mut self, p: &Pair, phantom_s: f64) -> String {
+        let (bed, twin) = (testbed_completion_s(&p.testbed), p.twin.completion_s);
+        let pace = (p.testbed.late_wake_share, p.testbed.cpu_wait_share);
+        self.check_times_explained(&p.label, bed, (twin, phantom_s), pace)
+    }
+
+    /// [`Self::check_times`], except that a completion the held twin misses counts as
+    /// explained, not failed, when the twin with the testbed's phantom queues (`phantom`) is
+    /// within the tolerance: the difference is then the testbed's model error, measured.
+    fn check_times_explained(
+        &mut self,
+        label: &str,
+        bed: f64,
+        (twin, phantom): (f64, f64),
+        (late, wait): (Option<f64>, Option<f64>),
+    ) -> String {
+        let off = |t: f64| (t - bed) / bed;
+        let explained = off(twin).abs() > COMPLETION_TOLERANCE && off(phantom).abs() <= COMPLETION_TOLERANCE;
+        if !explained || cpu_bound(late, wait).is_some() {
+            return self.check_times(label, bed, twin, late, wait);
+        }
+        self.compared += 1;
+        format!(
+            "completion testbed {:.1} us, twin {:.1} us ({:+.1}%), late wakes {:.1}%, CPU wait {:.1}%: compared, \
+             differs as the testbed's model error makes it: the twin with its phantom queues took {:.1} us ({:+.1}%)",
+            bed * 1e6,
+            twin * 1e6,
+            100.0 * off(twin),
+            100.0 * late.unwrap_or(f64::NAN),
+            100.0 * wait.unwrap_or(f64::NAN),
+            phantom * 1e6,
+            100.0 * off(phantom),
+        )
+    }
+}
+
 /// Whether `x` is within a factor `f` of the range `lo..=hi`.
 fn within_span(x: u64, lo: u64, hi: u64, f: f64) -> bool {
     x as f64 * f >= lo as f64 && x as f64 <= hi as f64 * f
@@ -246,6 +285,9 @@ struct ModelError {
     sent_while_paused: [u64; 3],
     /// Modelled time the switches' egress ports were paused, summed over ports, us.
     switch_paused_us: [u64; 3],
+    /// PFC frames the switches sent, and completion in us (reported only).
+    pfc_frames: [u64; 3],
+    completion_us: [f64; 3],
 }
 
 impl ModelError {
@@ -262,15 +304,18 @@ impl ModelError {
         ModelError {
             sent_while_paused: [c.sent_while_paused, ps, hs],
             switch_paused_us: [c.paused_ns / scale / 1_000, pp, hp],
+            pfc_frames: [testbed_pfc_frames(testbed), twin_pfc_frames(phantom), twin_pfc_frames(held)],
+            completion_us: [testbed_completion_s(testbed), phantom.completion_s, held.completion_s].map(|s| s * 1e6),
         }
     }
 
     fn line(&self) -> String {
-        let (s, p) = (self.sent_while_paused, self.switch_paused_us);
+        let (s, p, f, t) = (self.sent_while_paused, self.switch_paused_us, self.pfc_frames, self.completion_us);
         format!(
             "packets sent into paused ports testbed {} / twin with phantom queues {} / held {}; switch ports \
-             paused testbed {} us / phantom {} us / held {} us",
-            s[0], s[1], s[2], p[0], p[1], p[2]
+             paused testbed {} us / phantom {} us / held {} us; PFC frames {} / {} / {}; completion {:.1} / {:.1} / \
+             {:.1} us",
+            s[0], s[1], s[2], p[0], p[1], p[2], f[0], f[1], f[2], t[0], t[1], t[2]
         )
     }
 
@@ -297,6 +342,29 @@ fn incast(cc: CcMode, hosts: &[&str]) -> RunOptions {
         seed: 1,
         endpoint,
     }
+}
+
+/// DCQCN with two senders into `z0r0h0`, compared by cuts as the four-sender incast is:
+/// completion (through `completion`), and marks against the twin's seeds at as many cuts.
+/// Returns the marks' disagreement, if any.
+fn check_two_sender_dcqcn(state: &State, fabric: &SimFabric, completion: &mut CompletionCheck) -> Option<String> {
+    let o = incast(CcMode::Dcqcn, &["z0r0h0", "z0r0h1", "z0r1h0"]);
+    let p = run_both(state, fabric, &o, HashMode::Eecmp);
+    let twin = twin_by_cuts(fabric, &o, QueueModel::Held);
+    let (line, _) = completion.check_by_cuts(&p, &twin);
+    // A few dozen marks: RED's draws alone spread the twin's seeds over a factor of 1.6 at 4
+    // cuts (34-55) and 2.2 at 5 (44-97), so the testbed's are held to that spread, widened by
+    // the usual factor.
+    let cuts = p.testbed.flows.iter().map(|f| f.cnps_received).max().unwrap_or(0);
+    let at: Vec<u64> = twin.iter().filter(|t| t.cuts == cuts).map(|t| t.marks).collect();
+    let span = at.iter().min().zip(at.iter().max()).map(|(&lo, &hi)| (lo, hi));
+    let bed_marks = p.testbed.congestion.ecn_marked;
+    let twin_marks = span.map_or("none".into(), |(lo, hi)| format!("{lo}-{hi}"));
+    eprintln!("{} (two senders): ECN marks testbed {bed_marks}, twin {twin_marks} at as many cuts; {line}", p.label);
+    let kept_pace = cpu_bound(p.testbed.late_wake_share, p.testbed.cpu_wait_share).is_none();
+    let (lo, hi) = span.filter(|_| kept_pace)?;
+    (!within_span(bed_marks, lo, hi, COUNT_FACTOR))
+        .then(|| format!("ECN marks, two senders, cc=dcqcn: testbed {bed_marks} twin {lo}-{hi}"))
 }
 
 fn twin_pfc_frames(r: &SimResult) -> u64 {
@@ -371,7 +439,9 @@ fn twin_agrees_with_the_xdp_testbed() {
         let c = &p.testbed.congestion;
         // The testbed's model error (a paused XDP switch keeps forwarding), measured: under PFC
         // only, where it pauses most, the twin with the testbed's own phantom queues must
-        // reproduce it; under the congestion controls little pauses, and it is reported.
+        // reproduce it; under the congestion controls little pauses, and it is reported. Also
+        // when the testbed was CPU-bound, as under PFC only it usually is: the pauses follow
+        // its queues, which the queue model keeps, not the endpoints' pace.
         let phantom_options = PacketOptions { queues: QueueModel::Phantom, ..TWIN };
         let phantom = simulate_packet(&mut fabric.clone(), &sim_options(&o, HashMode::Eecmp), &phantom_options)
             .unwrap_or_else(|e| panic!("{}: the twin with phantom queues: {e:#}", p.label));
@@ -413,7 +483,7 @@ fn twin_agrees_with_the_xdp_testbed() {
                 tp.ecn_marks,
                 cpu_bound(pace.0, pace.1).map(|why| format!("the testbed was CPU-bound ({why})")),
             ),
-            CcMode::None => (completion.check(&p), tp.ecn_marks, None),
+            CcMode::None => (completion.check_with_model_error(&p, phantom.completion_s), tp.ecn_marks, None),
         };
         eprintln!(
             "{}: ECN marks testbed {} twin {}; PFC frames testbed {} twin {}; testbed sent {} packets into paused \
@@ -432,26 +502,8 @@ fn twin_agrees_with_the_xdp_testbed() {
         pfc.1.push(twin_pfc_frames(&p.twin));
     }
     // 3. DCQCN with two senders, which take the cuts the twin's seeds take (four senders
-    // usually take fewer at the default time scale: the twin README). Compared by cuts as
-    // above: completion, and marks.
-    let o = incast(CcMode::Dcqcn, &["z0r0h0", "z0r0h1", "z0r1h0"]);
-    let p = run_both(&state, &fabric, &o, HashMode::Eecmp);
-    let twin = twin_by_cuts(&fabric, &o, QueueModel::Held);
-    let (line, _) = completion.check_by_cuts(&p, &twin);
-    // A few dozen marks: RED's draws alone spread the twin's seeds over a factor of 1.6 at the
-    // same cuts, so the testbed's are held to that spread, widened by the usual factor.
-    let cuts = p.testbed.flows.iter().map(|f| f.cnps_received).max().unwrap_or(0);
-    let at: Vec<u64> = twin.iter().filter(|t| t.cuts == cuts).map(|t| t.marks).collect();
-    let span = at.iter().min().zip(at.iter().max()).map(|(&lo, &hi)| (lo, hi));
-    let bed_marks = p.testbed.congestion.ecn_marked;
-    let twin_marks = span.map_or("none".into(), |(lo, hi)| format!("{lo}-{hi}"));
-    eprintln!("{} (two senders): ECN marks testbed {bed_marks}, twin {twin_marks} at as many cuts; {line}", p.label);
-    let kept_pace = cpu_bound(p.testbed.late_wake_share, p.testbed.cpu_wait_share).is_none();
-    if let Some((lo, hi)) = span.filter(|_| kept_pace)
-        && !within_span(bed_marks, lo, hi, COUNT_FACTOR)
-    {
-        failures.push(format!("ECN marks, two senders, cc=dcqcn: testbed {bed_marks} twin {lo}-{hi}"));
-    }
+    // usually take fewer at the default time scale: the twin README).
+    failures.extend(check_two_sender_dcqcn(&state, &fabric, &mut completion));
 
     // Only the marks depend on how the endpoints react; the PFC frames are always compared.
     let no_gate = vec![None; ccs.len()];
@@ -491,7 +543,12 @@ fn the_comparisons_can_fail() {
     assert!(within_span(27, 34, 55, COUNT_FACTOR) && within_span(110, 34, 55, COUNT_FACTOR));
     assert!(!within_span(16, 34, 55, COUNT_FACTOR) && !within_span(111, 34, 55, COUNT_FACTOR));
     // The model error: both the packets sent into paused ports and the paused time must agree.
-    let error = |sent, paused| ModelError { sent_while_paused: sent, switch_paused_us: paused };
+    let error = |sent, paused| ModelError {
+        sent_while_paused: sent,
+        switch_paused_us: paused,
+        pfc_frames: [0; 3],
+        completion_us: [0.0; 3],
+    };
     assert!(error([7471, 7403, 0], [784, 770, 416]).phantom_agrees());
     assert!(!error([7471, 0, 0], [784, 770, 416]).phantom_agrees());
     assert!(!error([7471, 7403, 0], [784, 300, 416]).phantom_agrees());
@@ -507,11 +564,20 @@ fn the_completion_check_can_fail_and_skips_only_cpu_bound_runs() {
     assert_eq!((c.compared, c.failures.len()), (1, 0));
     assert!(c.check_times("far", 33.3e-6, 22.6e-6, kept.0, kept.1).contains("DIFFERS"));
     assert_eq!((c.compared, c.failures.len()), (2, 1));
+    // PFC only: a miss the phantom-queue twin explains is compared and passes; one it does not
+    // explain fails; a run the held twin matches passes as before.
+    let explained = c.check_times_explained("pfc", 216.2e-6, (180.3e-6, 215.1e-6), kept);
+    assert!(explained.contains("model error"), "{explained}");
+    assert_eq!((c.compared, c.failures.len()), (3, 1));
+    assert!(c.check_times_explained("pfc", 216.2e-6, (180.3e-6, 300e-6), kept).contains("DIFFERS"));
+    assert_eq!((c.compared, c.failures.len()), (4, 2));
+    assert!(c.check_times_explained("pfc", 185e-6, (180.3e-6, 215.1e-6), kept).ends_with(": compared"));
+    assert_eq!((c.compared, c.failures.len()), (5, 2));
     for (late, wait) in [(Some(0.14), Some(0.08)), (Some(0.02), Some(0.66)), (None, Some(0.01)), (Some(0.01), None)] {
         let line = c.check_times("busy", 550e-6, 166.9e-6, late, wait);
         assert!(line.contains("not compared, the testbed was CPU-bound"), "{line}");
     }
-    assert_eq!((c.compared, c.failures.len()), (2, 1), "CPU-bound runs are neither passed nor failed");
+    assert_eq!((c.compared, c.failures.len()), (5, 2), "CPU-bound runs are neither passed nor failed");
 }
 
 /// DCQCN is compared against the twin's seeds that took as many cuts, by their median: a

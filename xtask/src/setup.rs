@@ -51,7 +51,9 @@ const BUILD_NEEDS_GIB: u64 = 6;
 /// minutes later with an LLVM "IO failure on output stream". A warning, not an error: a
 /// `target/` already built needs less.
 fn check_disk_space() {
-    let root = crate::util::workspace_root();
+    // Where the build goes: target/ (or CARGO_TARGET_DIR) once it exists, else the workspace.
+    let target = crate::util::release_dir().parent().map(Path::to_path_buf);
+    let root = target.filter(|t| t.exists()).unwrap_or_else(crate::util::workspace_root);
     let Ok(df) = output(Command::new("df").args(["-Pk"]).arg(&root)) else { return };
     let Some(free_gib) = free_gib(&df) else { return };
     if free_gib < BUILD_NEEDS_GIB as f64 {

@@ -515,10 +515,16 @@ impl<'n, R: Routing> Twin<'n, R> {
         let (tos, frame_len) = (pkt.tos, pkt.frame_len);
         let switch = self.switches[node].as_mut().expect("a switch");
         let routing = &self.net.routing;
-        let (net, ports, now) = (&self.net, &self.ports, self.events.now());
+        let (net, ports, phantom, now) = (&self.net, &self.ports, &self.phantom, self.events.now());
         let load = |out: usize, class: usize| {
-            let port = &ports[net.port_index(node, out) as usize];
-            if port.may_send(class, now) { port.queued_bytes[class] } else { PAUSED }
+            let e = net.port_index(node, out) as usize;
+            let port = &ports[e];
+            match phantom.get(e) {
+                _ if !port.may_send(class, now) => PAUSED,
+                // As the XDP switch's `member_load` reads its phantom queue.
+                Some(ph) => queue::depth_bytes(ph.tail_ns[class], port.paused_until(class), now, port.rate_bps),
+                None => port.queued_bytes[class],
+            }
         };
         let view = EgressView { routing, me: node, now_ns: now, ports: &net.nodes[node].ports, load };
         let Some((group, member, out)) = switch.egress(&view, dst, parsed) else {
@@ -567,12 +573,18 @@ impl<'n, R: Routing> Twin<'n, R> {
     }
 
     /// [`QueueModel::Phantom`]: packet `id`, which entered by `p`, leaves by egress `e` at once,
-    /// as from the XDP switch (a host takes it when its downlink has delivered it). Its mark
-    /// and drop read the phantom depth, its bytes join `p`'s account (which PFC reads) until
-    /// the phantom queue would have sent them.
+    /// as from the XDP switch (a host takes it when its downlink has delivered it).
     fn forward_at_once(&mut self, p: u32, e: u32, id: u32) {
+        let Some((class, transmit)) = self.phantom_admit(p, e, id) else { return };
+        self.check_xoff(self.ports[p as usize].node as usize, p, class);
+        self.deliver_at_once(e, id, transmit);
+    }
+
+    /// The XDP switch's `congestion::offer` on the phantom queue of `e`: the packet's mark or
+    /// drop by the modelled depth, the queue's new tail, and (lossless classes) its frame bytes
+    /// in `p`'s account until the tail. Returns its class and wire time, or `None` if dropped.
+    fn phantom_admit(&mut self, p: u32, e: u32, id: u32) -> Option<(usize, Nanos)> {
         let now = self.events.now();
-        let node = self.ports[p as usize].node as usize;
         let (tos, frame_len) = (self.packets.get(id).tos, self.packets.get(id).frame_len);
         let (class, wire) = (Switch::class(tos), wire_bytes(frame_len));
         let egress = &self.ports[e as usize];
@@ -580,42 +592,44 @@ impl<'n, R: Routing> Twin<'n, R> {
         let tail = self.phantom[e as usize].tail_ns[class];
         let depth = queue::depth_bytes(tail, paused_until, now, egress.rate_bps);
         let transmit = egress.transmit_ns(frame_len);
-        let switch = self.switches[node].as_mut().expect("a switch");
-        let (tos, marked, over_headroom) = match switch.admit(tos, depth, wire) {
-            Admission::Drop => {
-                self.ports[e as usize].counters.drops += 1;
-                self.packets.remove(id);
-                return;
-            }
-            Admission::Queue { tos, marked, over_headroom } => (tos, marked, over_headroom),
+        let switch = self.switches[egress.node as usize].as_mut().expect("a switch");
+        let Admission::Queue { tos, marked, over_headroom } = switch.admit(tos, depth, wire) else {
+            self.ports[e as usize].counters.drops += 1;
+            self.packets.remove(id);
+            return None;
         };
-        let tier = switch.spec.tier;
+        let (tier, lossless) = (switch.spec.tier, switch.spec.qos.is_lossless(class));
         let tail = queue::enqueue_tail(tail, paused_until, now, transmit);
         self.phantom[e as usize].tail_ns[class] = tail;
-        self.phantom[p as usize].account[class].admit(now, wire, tail);
+        if lossless {
+            // The XDP program counts the frame as it sees it, without the wire's overhead.
+            self.phantom[p as usize].account[class].admit(now, u64::from(frame_len), tail);
+        }
         self.packets.get_mut(id).tos = tos;
-        let egress = &mut self.ports[e as usize];
-        let c = &mut egress.counters;
+        let c = &mut self.ports[e as usize].counters;
         (c.packets, c.bytes) = (c.packets + 1, c.bytes + u64::from(frame_len));
         c.max_depth_bytes = c.max_depth_bytes.max(depth + wire);
         c.ecn_marked += u64::from(marked);
         c.over_headroom += u64::from(over_headroom);
         c.sent_while_paused += u64::from(paused_until > now);
-        let (peer, delay) = (egress.peer, egress.delay_ns);
         self.depth[tier].record(depth + wire);
         self.hops += 1;
-        self.check_xoff(node, p, class);
+        Some((class, transmit))
+    }
+
+    /// Packet `id` leaves by `e` at once; a testbed host holds what it receives until its
+    /// modelled link would have delivered it (`fabric-user`'s endpoint `Downlink`): the last
+    /// hop's serialisation, which the XDP switches do not model.
+    fn deliver_at_once(&mut self, e: u32, id: u32, transmit: Nanos) {
         if self.link_loses(e) {
             self.ports[e as usize].counters.link_loss += 1;
             self.lost_to_loss += 1;
             self.packets.remove(id);
             return;
         }
-        // A testbed host holds what it receives until its modelled link would have delivered
-        // it (`fabric-user`'s endpoint `Downlink`): the last hop's serialisation, which the
-        // switches do not model. Every other hop passes the packet on at once.
-        let peer_node = self.ports[peer as usize].node as usize;
-        let arrives = if self.is_host[peer_node] {
+        let now = self.events.now();
+        let (peer, delay) = (self.ports[e as usize].peer, self.ports[e as usize].delay_ns);
+        let arrives = if self.is_host[self.ports[peer as usize].node as usize] {
             let downlink = &mut self.phantom[e as usize].downlink_ns;
             *downlink = queue::enqueue_tail(*downlink, 0, now, transmit);
             *downlink
@@ -629,7 +643,7 @@ impl<'n, R: Routing> Twin<'n, R> {
     fn check_xoff(&mut self, node: usize, p: u32, class: usize) {
         let switch = self.switches[node].as_ref().expect("a switch");
         let ingress = &self.ports[p as usize];
-        if ingress.is_pausing(class) || !switch.over_xoff(class, self.held(p, class)) {
+        if ingress.is_pausing(class) || !switch.over_xoff(class, self.ingress_held_bytes(p, class)) {
             return;
         }
         let quanta = switch.spec.pause_quanta;
@@ -641,8 +655,19 @@ impl<'n, R: Routing> Twin<'n, R> {
         port.tending |= 1 << class;
         self.send_pfc(p, class, quanta);
         if tend {
-            self.events.schedule(self.events.now() + refresh.max(1), Kind::PfcTend, p, class as u32);
+            let next = self.next_tend(p, class, self.events.now() + refresh.max(1));
+            self.events.schedule(next, Kind::PfcTend, p, class as u32);
         }
+    }
+
+    /// When to tend a pause of ingress `p` next, given its refresh is due at `refresh_at`: then,
+    /// or under [`QueueModel::Phantom`] when its account will have drained to Xon if sooner (the
+    /// XDP testbed's agent looks every few modelled nanoseconds).
+    fn next_tend(&self, p: u32, class: usize, refresh_at: Nanos) -> Nanos {
+        let Some(phantom) = self.phantom.get(p as usize) else { return refresh_at };
+        let switch = self.switches[self.ports[p as usize].node as usize].as_ref().expect("a switch");
+        let xon = u64::from(switch.spec.qos.xon_bytes);
+        refresh_at.min(drains_to(&phantom.account[class], xon).max(self.events.now() + 1))
     }
 
     /// Packet `q` of `class` left switch `node`'s queue: its bytes are no longer held.
@@ -660,7 +685,7 @@ impl<'n, R: Routing> Twin<'n, R> {
 
     /// Wire bytes ingress `p` holds in its switch in `class` now: the packets it queued, or
     /// under [`QueueModel::Phantom`] its modelled account.
-    fn held(&self, p: u32, class: usize) -> u64 {
+    fn ingress_held_bytes(&self, p: u32, class: usize) -> u64 {
         match self.queue_model {
             QueueModel::Held => self.ports[p as usize].held[class],
             QueueModel::Phantom => self.phantom[p as usize].account[class].held_at(self.events.now()),
@@ -675,9 +700,9 @@ impl<'n, R: Routing> Twin<'n, R> {
         let now = self.events.now();
         let port = &self.ports[p as usize];
         let switch = self.switches[port.node as usize].as_ref().expect("a switch");
-        let (quanta, xon) = (switch.spec.pause_quanta, u64::from(switch.spec.qos.xon_bytes));
+        let quanta = switch.spec.pause_quanta;
         let phantom = self.queue_model == QueueModel::Phantom;
-        if port.is_pausing(class) && phantom && switch.under_xon(self.held(p, class)) {
+        if port.is_pausing(class) && phantom && switch.under_xon(self.ingress_held_bytes(p, class)) {
             self.ports[p as usize].pausing &= !(1 << class);
             self.send_pfc(p, class, 0);
         }
@@ -688,16 +713,14 @@ impl<'n, R: Routing> Twin<'n, R> {
         }
         let refresh = (quanta_to_ns(quanta, port.rate_bps) / 2).max(1);
         let due = port.last_pause_ns[class] + refresh;
-        let mut next = if now >= due {
+        let refresh_at = if now >= due {
             port.counters.refreshes_sent += 1;
             self.send_pfc(p, class, quanta);
             now + refresh
         } else {
             due
         };
-        if phantom {
-            next = next.min(drains_to(&self.phantom[p as usize].account[class], xon).max(now + 1));
-        }
+        let next = self.next_tend(p, class, refresh_at);
         self.events.schedule(next, Kind::PfcTend, p, class as u32);
     }
 
@@ -918,7 +941,7 @@ impl<'n, R: Routing> Twin<'n, R> {
 }
 
 /// When an ingress account, draining linearly to its `drained_by_ns`, holds `bytes` (at the
-/// latest: arrivals in between only add).
+/// earliest: arrivals in between only delay it).
 fn drains_to(account: &queue::IngressAccount, bytes: u64) -> Nanos {
     if account.held_bytes <= bytes {
         return account.updated_ns;

@@ -215,7 +215,7 @@ impl Port {
 /// One port's state under [`crate::switch::QueueModel::Phantom`], per class: the XDP switch's
 /// own records, kept by the same `fabric-common` arithmetic. The egress side's queue is one
 /// tail time ([`queue::enqueue_tail`]); the ingress side's held bytes are an
-/// [`IngressAccount`], which PFC's Xoff and Xon read.
+/// [`IngressAccount`] of frame bytes (lossless classes only), which PFC's Xoff and Xon read.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PhantomPort {
     pub tail_ns: [Nanos; CLASSES],

@@ -40,6 +40,16 @@ pub enum QueueModel {
     Phantom,
 }
 
+impl QueueModel {
+    /// Its name on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            QueueModel::Held => "held",
+            QueueModel::Phantom => "phantom",
+        }
+    }
+}
+
 /// The run-time state of one switch beyond its ports.
 #[derive(Debug)]
 pub struct Switch {

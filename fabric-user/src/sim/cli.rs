@@ -73,7 +73,7 @@ pub struct SimArgs {
     /// packets, a paused port stops) or `phantom` (the XDP testbed's: packets leave at once,
     /// marks and PFC read a modelled depth, a paused switch keeps sending), to measure what the
     /// testbed's model changes.
-    #[arg(long, default_value = "held", value_parser = super::packet::parse_queue_model)]
+    #[arg(long, default_value = PACKET_DEFAULTS.queues.name(), value_parser = super::packet::parse_queue_model)]
     pub queues: QueueModel,
     /// Topology file (default: the embedded default testbed).
     #[arg(long, conflicts_with = "scale")]

@@ -267,11 +267,10 @@ pub const PACKET_DEFAULTS: PacketOptions = PacketOptions {
 
 /// `--queues`: `held` or `phantom` ([`QueueModel`]).
 pub fn parse_queue_model(s: &str) -> Result<QueueModel, String> {
-    match s {
-        "held" => Ok(QueueModel::Held),
-        "phantom" => Ok(QueueModel::Phantom),
-        _ => Err(format!("{s:?} is not a queue model: held (the twin's) or phantom (the XDP testbed's)")),
-    }
+    [QueueModel::Held, QueueModel::Phantom]
+        .into_iter()
+        .find(|m| m.name() == s)
+        .ok_or_else(|| format!("{s:?} is not a queue model: held (the twin's) or phantom (the XDP testbed's)"))
 }
 
 /// Simulates one case on the twin: each distinct step once (a step starts on an idle fabric,

@@ -10,9 +10,8 @@
 //!   and its RTSWs' uplink load; per switch port, over the job: bytes sent, ECN marks, drops,
 //!   PFC frames received, XOFF frames sent (new pauses, not refreshes);
 //! - `sent_while_paused` is 0 by construction (a paused twin port holds its queue) unless the
-//!   run models the testbed's phantom queues (`--queues phantom`), and `paused_ns` is not
-//!   measured (0); the endpoints' CPU measures (`cpu_limited`, late wakes)
-//!   are `null`: the twin has no CPU;
+//!   run models the testbed's phantom queues (`--queues phantom`); the endpoints' CPU
+//!   measures (`cpu_limited`, late wakes) are `null`: the twin has no CPU;
 //! - `flows` lists each distinct step's flows once (a ring's 2(N-1) identical steps would
 //!   repeat the same flows); the extra `twin` section says so, and adds the per-tier PFC
 //!   frames and queue depth distributions.
