@@ -207,15 +207,20 @@ impl CompletionCheck {
                 }
             }
         };
-        format!(
-            "completion testbed {:.1} us, twin {:.1} us ({:+.1}%), late wakes {:.1}%, CPU wait {:.1}%: {verdict}",
-            bed * 1e6,
-            twin * 1e6,
-            100.0 * diff,
-            100.0 * late.unwrap_or(f64::NAN),
-            100.0 * wait.unwrap_or(f64::NAN),
-        )
+        times_line(bed, twin, (late, wait), &verdict)
     }
+}
+
+/// What a completion check prints: both times, their difference, the testbed's pace, `verdict`.
+fn times_line(bed: f64, twin: f64, (late, wait): (Option<f64>, Option<f64>), verdict: &str) -> String {
+    format!(
+        "completion testbed {:.1} us, twin {:.1} us ({:+.1}%), late wakes {:.1}%, CPU wait {:.1}%: {verdict}",
+        bed * 1e6,
+        twin * 1e6,
+        100.0 * (twin - bed) / bed,
+        100.0 * late.unwrap_or(f64::NAN),
+        100.0 * wait.unwrap_or(f64::NAN),
+    )
 }
 
 impl CompletionCheck {
@@ -242,17 +247,13 @@ impl CompletionCheck {
             return self.check_times(label, bed, twin, late, wait);
         }
         self.compared += 1;
-        format!(
-            "completion testbed {:.1} us, twin {:.1} us ({:+.1}%), late wakes {:.1}%, CPU wait {:.1}%: compared, \
-             differs as the testbed's model error makes it: the twin with its phantom queues took {:.1} us ({:+.1}%)",
-            bed * 1e6,
-            twin * 1e6,
-            100.0 * off(twin),
-            100.0 * late.unwrap_or(f64::NAN),
-            100.0 * wait.unwrap_or(f64::NAN),
+        let verdict = format!(
+            "compared, differs as the testbed's model error makes it: the twin with its phantom queues took {:.1} us \
+             ({:+.1}%)",
             phantom * 1e6,
             100.0 * off(phantom),
-        )
+        );
+        times_line(bed, twin, (late, wait), &verdict)
     }
 }
 

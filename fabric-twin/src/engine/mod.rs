@@ -519,12 +519,13 @@ impl<'n, R: Routing> Twin<'n, R> {
         let load = |out: usize, class: usize| {
             let e = net.port_index(node, out) as usize;
             let port = &ports[e];
-            match phantom.get(e) {
-                _ if !port.may_send(class, now) => PAUSED,
-                // As the XDP switch's `member_load` reads its phantom queue.
-                Some(ph) => queue::depth_bytes(ph.tail_ns[class], port.paused_until(class), now, port.rate_bps),
-                None => port.queued_bytes[class],
+            if !port.may_send(class, now) {
+                return PAUSED;
             }
+            // Phantom: as the XDP switch's `member_load` reads its modelled queue (not paused).
+            phantom
+                .get(e)
+                .map_or(port.queued_bytes[class], |ph| queue::depth_bytes(ph.tail_ns[class], 0, now, port.rate_bps))
         };
         let view = EgressView { routing, me: node, now_ns: now, ports: &net.nodes[node].ports, load };
         let Some((group, member, out)) = switch.egress(&view, dst, parsed) else {
