@@ -123,7 +123,7 @@ pub fn endpoint() -> Result<EndpointReport> {
     let got = raw_udp(plan, a, b, 400_000, payload)?;
     rows.push(row("raw UDP (sendmmsg/recvmmsg), 1060-byte datagrams", got, t0.elapsed(), process_cpu_s() - cpu0));
 
-    let opts = EndpointOptions { qps: 1, rate_bps: 0, ..Default::default() };
+    let opts = EndpointOptions { qps: 1, ..Default::default() };
     let bytes = 256u64 << 20;
     let (cpu0, t0) = (process_cpu_s(), std::time::Instant::now());
     let r = run_step(plan, &[HostTransfer { src: a, dst: b, bytes }], &opts)?;

@@ -154,6 +154,25 @@ impl IngressAccount {
         (held * fraction) >> 16
     }
 
+    /// When the account, draining linearly as [`Self::held_at`] has it, holds `bytes` or fewer
+    /// (at the earliest: arrivals in between only delay it). Rounded late, never early: the
+    /// account holds at most `bytes` then.
+    #[inline(always)]
+    pub const fn drains_to(&self, bytes: u64) -> u64 {
+        if self.held_bytes <= bytes || self.drained_by_ns <= self.updated_ns {
+            return self.updated_ns;
+        }
+        // left = span x bytes / held in 16-bit fixed point, as held_at (no 128-bit products in
+        // BPF), the fraction rounded down so that the time rounds late.
+        const CAP: u64 = 1 << 47;
+        let span = self.drained_by_ns - self.updated_ns;
+        let span = if span > CAP { CAP } else { span };
+        let held = if self.held_bytes > CAP { CAP } else { self.held_bytes };
+        let fraction = ((if bytes > CAP { CAP } else { bytes }) << 16) / held;
+        let left = (span * fraction) >> 16;
+        self.drained_by_ns - left
+    }
+
     /// A packet of `len` bytes from this ingress was queued at `now_ns` and leaves the switch at
     /// `departs_ns`. Returns the bytes held after it.
     #[inline(always)]
@@ -321,6 +340,30 @@ mod tests {
         assert_eq!(b.admit(10, 64, 10), 64);
         assert_eq!(b.held_at(10), 64);
         assert_eq!(b.held_at(11), 0);
+    }
+
+    #[test]
+    fn an_account_drains_to_a_level_at_the_time_held_at_says_rounded_late() {
+        let mut a = IngressAccount::default();
+        a.admit(1_000, 1_500, 3_500);
+        assert_eq!(a.drains_to(750), 2_250);
+        assert_eq!(a.drains_to(1_500), 1_000, "already there");
+        assert_eq!(a.drains_to(0), 3_500);
+        // Over spans and depths a switch sees, the time is never early and at most a few ns
+        // late (the fixed point's resolution is a 65536th of the span).
+        for (span, held) in [(7, 5_000), (81_920, 512 << 10), (40_000_000, 3 << 20), (1 << 46, 1 << 40)] {
+            let acct =
+                IngressAccount { held_bytes: held, updated_ns: 100, drained_by_ns: 100 + span, max_held_bytes: held };
+            for level in [1, held / 3, held / 2, held - 1] {
+                let t = acct.drains_to(level);
+                assert!(acct.held_at(t) <= level, "span {span} held {held} level {level}: late enough");
+                let slack = (span >> 15) + 1;
+                assert!(
+                    t <= 100 + span && (t <= 100 + slack || acct.held_at(t - slack) > level),
+                    "span {span} held {held} level {level}: t {t} not late by more"
+                );
+            }
+        }
     }
 
     #[test]

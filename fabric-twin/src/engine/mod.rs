@@ -668,7 +668,7 @@ impl<'n, R: Routing> Twin<'n, R> {
         let Some(phantom) = self.phantom.get(p as usize) else { return refresh_at };
         let switch = self.switches[self.ports[p as usize].node as usize].as_ref().expect("a switch");
         let xon = u64::from(switch.spec.qos.xon_bytes);
-        refresh_at.min(drains_to(&phantom.account[class], xon).max(self.events.now() + 1))
+        refresh_at.min(phantom.account[class].drains_to(xon).max(self.events.now() + 1))
     }
 
     /// Packet `q` of `class` left switch `node`'s queue: its bytes are no longer held.
@@ -939,17 +939,6 @@ impl<'n, R: Routing> Twin<'n, R> {
             peak_packets: self.packets.peak(),
         }
     }
-}
-
-/// When an ingress account, draining linearly to its `drained_by_ns`, holds `bytes` (at the
-/// earliest: arrivals in between only delay it).
-fn drains_to(account: &queue::IngressAccount, bytes: u64) -> Nanos {
-    if account.held_bytes <= bytes {
-        return account.updated_ns;
-    }
-    let span = u128::from(account.drained_by_ns.saturating_sub(account.updated_ns));
-    let left = (span * u128::from(bytes) / u128::from(account.held_bytes)) as u64;
-    account.drained_by_ns - left
 }
 
 fn host_port(hosts: &[Option<Host>], h: usize) -> u32 {

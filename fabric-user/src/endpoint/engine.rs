@@ -1114,7 +1114,7 @@ mod tests {
         let h = |n: &str| plan.node_by_name(n).unwrap();
         let t = |a: &str, b: &str| HostTransfer { src: h(a), dst: h(b), bytes: 1 << 20 };
         let transfers = [t("z0r0h0", "z0r1h0"), t("z0r0h0", "z0r2h0"), t("z0r1h0", "z0r0h0")];
-        let opts = EndpointOptions { qps: 4, rate_bps: 0, time_scale: plan.topology.time_scale, ..Default::default() };
+        let opts = EndpointOptions { qps: 4, time_scale: plan.topology.time_scale, ..Default::default() };
         let line = host_link_rate_bps(&plan, opts.time_scale);
         let plain = plan_qps(&plan, &transfers, &opts);
         assert_eq!(plain.len(), 12);
@@ -1132,5 +1132,25 @@ mod tests {
         // A NIC faster than the run's rate changes nothing.
         let fast = StepShape { nic_rate_bps: [(h("z0r0h0"), 10 * line)].into(), ..Default::default() };
         assert_eq!(fast.rate_of(&plan, &transfers, 0, &opts), line);
+    }
+
+    /// The default rate is the host link's modelled rate at the topology's time scale: slowed
+    /// twice as much, a sender sends half as fast (a fixed default would outrun the link).
+    #[test]
+    fn the_default_rate_follows_the_topology_and_its_time_scale() {
+        let mut topology = crate::model::topology::Topology::default_topology();
+        let rate_at = |topology: &crate::model::topology::Topology| {
+            let plan = Plan::new(topology);
+            let opts = EndpointOptions { time_scale: topology.time_scale, ..Default::default() };
+            transfer_rate_bps(&plan, &opts)
+        };
+        let default = rate_at(&topology);
+        assert_eq!(default, topology.modelled_rate_bps(topology.tiers.host.rate_gbps));
+        topology.time_scale *= 2;
+        assert_eq!(rate_at(&topology), default / 2);
+        topology.tiers.host.rate_gbps /= 4.0;
+        assert_eq!(rate_at(&topology), default / 8);
+        let set = EndpointOptions { rate_bps: 12_345, ..Default::default() };
+        assert_eq!(transfer_rate_bps(&Plan::new(&topology), &set), 12_345);
     }
 }

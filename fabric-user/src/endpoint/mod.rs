@@ -143,8 +143,9 @@ pub struct EndpointOptions {
     pub sport: SportPolicy,
     /// RoCE path MTU in bytes (256..=4096, must fit the link MTU).
     pub path_mtu: u32,
-    /// Sending rate of one transfer (all its QPs together), bits/s; 0: the host link's modelled
-    /// rate (`tiers.host.rate_gbps` / `time_scale`).
+    /// Sending rate of one transfer (all its QPs together), bits/s in the options' time; 0 (the
+    /// default): the host link's modelled rate (`tiers.host.rate_gbps` / `time_scale`), which
+    /// follows the topology's rates and time scale.
     pub rate_bps: u64,
     /// The responder ACKs every this many packets (and at message end).
     pub ack_every: u32,
@@ -203,7 +204,7 @@ impl Default for EndpointOptions {
             qps: 1,
             sport: SportPolicy::PerQp,
             path_mtu: 1024,
-            rate_bps: 100_000_000,
+            rate_bps: 0,
             ack_every: 4,
             window: 4096,
             // 64 ms: what a RoCE NIC waits with the usual local ACK timeout exponent (14).

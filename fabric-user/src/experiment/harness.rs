@@ -412,7 +412,7 @@ pub fn base_options(collective: crate::model::workload::Collective, ranks: usize
         hash: None,
         hash_seed: None,
         seed: 1,
-        endpoint: crate::endpoint::EndpointOptions { rate_bps: 0, ..Default::default() },
+        endpoint: crate::endpoint::EndpointOptions::default(),
     }
 }
 

@@ -69,16 +69,30 @@ impl Routing for SimRoutes<'_> {
     }
 }
 
-/// The twin's description of `fabric`, every link with `delay_ns` of propagation.
+/// The twin of `net` (built from `fabric`) for endpoints set up as `cfg` says, as `p` asks:
+/// RED seeded from its seed, its switches' queue model, and the fabric's lossy ports lossy.
+pub fn twin_of<'n, R: Routing>(
+    net: &'n Network<R>,
+    fabric: &SimFabric,
+    cfg: EndpointConfig,
+    p: &PacketOptions,
+) -> Twin<'n, R> {
+    let mut twin = Twin::new(net, cfg, p.seed);
+    twin.set_queue_model(p.queues);
+    apply_loss(&mut twin, fabric, p.seed);
+    twin
+}
+
 /// Makes the fabric's lossy switch ports ([`SimFabric::loss`]) lossy in `twin`, each port's
 /// draws seeded from `seed` and the port, as the testbed seeds a degraded link.
-pub fn apply_loss<R: Routing>(twin: &mut Twin<'_, R>, fabric: &SimFabric, seed: u64) {
+fn apply_loss<R: Routing>(twin: &mut Twin<'_, R>, fabric: &SimFabric, seed: u64) {
     for &(node, port, ppm) in &fabric.loss {
         let port_seed = seed ^ ((node as u64) << 32 | port as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         twin.set_loss(node, port, fabric_common::fault::PortLoss::new(ppm, port_seed));
     }
 }
 
+/// The twin's description of `fabric`, every link with `delay_ns` of propagation.
 pub fn network(fabric: &SimFabric, delay_ns: u64) -> Result<Network<SimRoutes<'_>>> {
     let plan = &fabric.plan;
     let congestion = &plan.topology.congestion;
@@ -121,7 +135,8 @@ pub fn network(fabric: &SimFabric, delay_ns: u64) -> Result<Network<SimRoutes<'_
     Network::new(nodes, tiers, SimRoutes(fabric)).context("the topology, as the twin reads it")
 }
 
-/// The endpoints of `fabric run` with options `o`, at the modelled (unscaled) rates.
+/// The endpoints of `fabric run` with options `o`, at the modelled (unscaled) rates: a set
+/// `rate_bps` is taken in modelled time.
 pub fn endpoint_config(o: &EndpointOptions) -> Result<EndpointConfig> {
     let mtu = PathMtu::from_bytes(o.path_mtu).with_context(|| format!("--path-mtu {}", o.path_mtu))?;
     let cc = match o.cc {
@@ -140,6 +155,8 @@ pub fn endpoint_config(o: &EndpointOptions) -> Result<EndpointConfig> {
         ack_every: o.ack_every,
         window_packets: o.window,
         retransmit_timeout_ns: o.retransmit_timeout_ns,
+        // A set rate is a transfer's, shared by its QPs as the engine shares it.
+        qp_rate_bps: if o.rate_bps == 0 { 0 } else { (o.rate_bps / u64::from(o.qps.max(1))).max(1) },
         burst_bytes: pacer_burst_bytes(o.path_mtu),
         dscp: o.dscp,
         ecn: o.ecn,
@@ -386,9 +403,7 @@ pub fn simulate_packet_run_with(
         }
         None => Vec::new(),
     };
-    let mut twin = Twin::new(&net, cfg, p.seed);
-    twin.set_queue_model(p.queues);
-    apply_loss(&mut twin, fabric, p.seed);
+    let mut twin = twin_of(&net, fabric, cfg, p);
     let mut load = MemberLoad::new(fabric);
     let mut stats = PacketStats {
         cc: o.endpoint.cc.as_str(),
@@ -483,6 +498,26 @@ mod tests {
             };
             assert_eq!(twin_load, predicted, "{}: packets and bytes per ECMP member", r.case);
         }
+    }
+
+    /// A set rate paces each QP at its share, as the engine does; none paces at the line.
+    #[test]
+    fn a_set_rate_paces_the_qps_at_their_share() {
+        let fabric = build_fabric(None, None).unwrap();
+        // One transfer: nothing but its own pacing and link holds it back.
+        let line = SimOptions {
+            ranks: Some(2),
+            message_bytes: 8 << 20,
+            ..case(Collective::Incast, HashMode::Eecmp, 2, CcMode::None)
+        };
+        assert_eq!(endpoint_config(&line.endpoint).unwrap().qp_rate_bps, 0);
+        let mut slow = line.clone();
+        slow.endpoint.rate_bps = 100_000_000_000;
+        assert_eq!(endpoint_config(&slow.endpoint).unwrap().qp_rate_bps, 50_000_000_000);
+        let [at_line, at_quarter] =
+            [&line, &slow].map(|o| simulate_packet(&mut fabric.clone(), o, &PACKET).unwrap().completion_s);
+        let ratio = at_quarter / at_line;
+        assert!((3.7..4.1).contains(&ratio), "a quarter of the line took {ratio:.2}x as long");
     }
 
     #[test]

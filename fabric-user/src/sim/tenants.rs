@@ -6,11 +6,10 @@
 use std::collections::HashMap;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use fabric_twin::Twin;
 
 use super::{
     MemberLoad, SimOptions, StepRuns, install_te_on,
-    packet::{PacketOptions, add_member_load, apply_loss, endpoint_config, network, qp_specs},
+    packet::{PacketOptions, add_member_load, endpoint_config, network, qp_specs, twin_of},
     steps_of,
 };
 use crate::{
@@ -46,9 +45,7 @@ pub fn simulate_packet_tenants(fabric: &mut SimFabric, jobs: &[SimOptions], p: &
     install_te_on(fabric, first.hash, &first.endpoint, &rounds)?;
     let fabric = &*fabric;
     let net = network(fabric, p.link_delay_ns)?;
-    let mut twin = Twin::new(&net, endpoint_config(&first.endpoint)?, p.seed);
-    twin.set_queue_model(p.queues);
-    apply_loss(&mut twin, fabric, p.seed);
+    let mut twin = twin_of(&net, fabric, endpoint_config(&first.endpoint)?, p);
     let mut out = TenantsRun {
         completion_s: vec![0.0; jobs.len()],
         load: MemberLoad::new(fabric),

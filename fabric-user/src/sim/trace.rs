@@ -24,7 +24,6 @@ use std::collections::HashMap;
 
 use anyhow::{Context as _, Result, ensure};
 use fabric_common::config::HashMode;
-use fabric_twin::Twin;
 use serde::Serialize;
 
 use super::packet::{PacketOptions, endpoint_config, network, qp_specs};
@@ -122,9 +121,7 @@ pub fn simulate_input(
     }
     let fabric = &*fabric;
     let net = network(fabric, p.link_delay_ns)?;
-    let mut twin = Twin::new(&net, endpoint_config(&t.endpoint)?, p.seed);
-    twin.set_queue_model(p.queues);
-    super::packet::apply_loss(&mut twin, fabric, p.seed);
+    let mut twin = super::packet::twin_of(&net, fabric, endpoint_config(&t.endpoint)?, p);
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut r = TraceSimResult {
         file: t.file.display().to_string(),

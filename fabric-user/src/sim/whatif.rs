@@ -25,12 +25,12 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use fabric_twin::{Change, Scheduled, Twin};
+use fabric_twin::{Change, Scheduled};
 use serde::Serialize;
 
 use super::{
     SimOptions, SimResult,
-    packet::{PacketOptions, endpoint_config, network, qp_specs, simulate_packet},
+    packet::{PacketOptions, endpoint_config, network, qp_specs, simulate_packet, twin_of},
     steps_of,
 };
 pub use super::{WhatIfKind, WhatIfReport};
@@ -241,8 +241,7 @@ pub fn simulate_whatif(
     let fixed = repaired(plan, &down, o, &hosts, &steps)?;
     let (net, fixed_net) = (network(&base, p.link_delay_ns)?, network(&fixed, p.link_delay_ns)?);
     let job = job_changes(plan, &links, w, detect_ns);
-    let mut twin = Twin::new(&net, endpoint_config(&o.endpoint)?, p.seed);
-    twin.set_queue_model(p.queues);
+    let mut twin = twin_of(&net, &base, endpoint_config(&o.endpoint)?, p);
     let mut report = WhatIfReport {
         kind: w.kind,
         target: w.target.clone(),

@@ -26,11 +26,16 @@ pub fn topology(file: Option<&str>, prefix: &str) -> Topology {
 
 /// Brings a testbed up; it is torn down when the guard drops, even on panic.
 pub fn up(file: Option<&str>, prefix: &str) -> (DownOnDrop, State) {
+    up_topology(&topology(file, prefix))
+}
+
+/// [`up`] for a topology built or changed by the test.
+pub fn up_topology(topology: &Topology) -> (DownOnDrop, State) {
     netns::require_capabilities().expect("this test needs root: it builds network namespaces");
     use_fabric_binary();
-    let guard = DownOnDrop(prefix.into());
-    testbed::up(&topology(file, prefix), true).unwrap_or_else(|e| panic!("{e:#}"));
-    (guard, State::load(prefix).unwrap())
+    let guard = DownOnDrop(topology.prefix.clone());
+    testbed::up(topology, true).unwrap_or_else(|e| panic!("{e:#}"));
+    (guard, State::load(&topology.prefix).unwrap())
 }
 
 /// `up` starts the switch agent as `fabric agent`; tests are not that binary, so point it there.
