@@ -167,8 +167,11 @@ impl IngressAccount {
         const CAP: u64 = 1 << 47;
         let span = self.drained_by_ns - self.updated_ns;
         let span = if span > CAP { CAP } else { span };
-        let held = if self.held_bytes > CAP { CAP } else { self.held_bytes };
-        let fraction = ((if bytes > CAP { CAP } else { bytes }) << 16) / held;
+        // Both byte counts scaled alike, so that the held one fits 47 bits and the ratio stays
+        // (held rounded up, `bytes` < held down: the fraction only shrinks).
+        let shift = if self.held_bytes > CAP { 17 - self.held_bytes.leading_zeros() } else { 0 };
+        let held = ((self.held_bytes - 1) >> shift) + 1;
+        let fraction = ((bytes >> shift) << 16) / held;
         let left = (span * fraction) >> 16;
         self.drained_by_ns - left
     }
@@ -349,8 +352,8 @@ mod tests {
         assert_eq!(a.drains_to(750), 2_250);
         assert_eq!(a.drains_to(1_500), 1_000, "already there");
         assert_eq!(a.drains_to(0), 3_500);
-        // Over spans and depths a switch sees, the time is never early and at most a few ns
-        // late (the fixed point's resolution is a 65536th of the span).
+        // Over spans and depths a switch sees, and beyond, the time is never early and late by
+        // at most a 32768th of the span (the fixed point's resolution is a 65536th of it).
         for (span, held) in [(7, 5_000), (81_920, 512 << 10), (40_000_000, 3 << 20), (1 << 46, 1 << 40)] {
             let acct =
                 IngressAccount { held_bytes: held, updated_ns: 100, drained_by_ns: 100 + span, max_held_bytes: held };
@@ -364,6 +367,10 @@ mod tests {
                 );
             }
         }
+        // Beyond 47 bits of bytes the ratio still decides: half drains at half the span.
+        let huge = IngressAccount { held_bytes: 1 << 62, updated_ns: 0, drained_by_ns: 1 << 30, max_held_bytes: 0 };
+        assert_eq!(huge.drains_to(1 << 61), 1 << 29);
+        assert_eq!(huge.drains_to((1 << 61) + 1), 1 << 29, "rounded late: the fraction only shrinks");
     }
 
     #[test]

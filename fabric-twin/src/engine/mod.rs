@@ -354,7 +354,12 @@ impl<'n, R: Routing> Twin<'n, R> {
                     self.hosts.push(None);
                 }
                 NodeKind::Host => {
-                    let line = node.ports[0].rate_bps;
+                    // The congestion control's line rate is a QP's pace, as the testbed's
+                    // engine gives it (DCQCN starts and recovers towards it).
+                    let line = match self.cfg.qp_rate_bps {
+                        0 => node.ports[0].rate_bps,
+                        r => r,
+                    };
                     self.switches.push(None);
                     self.hosts.push(Some(Host::new(net.port_index(n, 0), self.cfg.cc.build(line))));
                 }

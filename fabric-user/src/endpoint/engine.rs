@@ -220,6 +220,12 @@ pub fn transfer_rate_bps(plan: &Plan, opts: &EndpointOptions) -> u64 {
     if opts.rate_bps == 0 { host_link_rate_bps(plan, opts.time_scale) } else { opts.rate_bps }
 }
 
+/// One QP's share of a transfer's rate over its `qps` QPs (at least 1 bit/s). Shared with the
+/// twin, which paces its QPs the same way.
+pub fn per_qp_rate_bps(transfer_rate_bps: u64, qps: u32) -> u64 {
+    (transfer_rate_bps / u64::from(qps.max(1))).max(1)
+}
+
 /// [`plan_qps`] with the step's per-transfer QP counts and slow NICs (`shape`).
 pub fn plan_qps_shaped(
     plan: &Plan,
@@ -237,7 +243,7 @@ pub fn plan_qps_shaped(
     let mut qps = Vec::new();
     for (f, t) in transfers.iter().enumerate() {
         let q = u64::from(shape.qps_of(f, opts));
-        let rate_bps = (shape.rate_of(plan, transfers, f, opts) / q).max(1);
+        let rate_bps = per_qp_rate_bps(shape.rate_of(plan, transfers, f, opts), shape.qps_of(f, opts));
         for k in 0..q {
             let (req_qpn, resp_qpn) = (alloc(t.src), alloc(t.dst));
             let sport = match opts.sport {
@@ -327,7 +333,7 @@ pub fn run_step_shaped(
     let rate_bps = transfer_rate_bps(plan, opts);
     // The congestion control's line rate: one QP's share of the run's rate at the run's QP
     // count (a DCQCN QP of a slow NIC starts above its pacer's rate and is paced anyway).
-    let per_qp_rate = (rate_bps / u64::from(opts.qps.max(1))).max(1);
+    let per_qp_rate = per_qp_rate_bps(rate_bps, opts.qps);
     // The slow receiver's end.
     let slow = slow.map(|(host, d)| (host, run.start + Duration::from_nanos(d)));
     // Nobody sends before every host has its sockets: a datagram to a port not yet open is lost

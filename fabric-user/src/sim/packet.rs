@@ -156,7 +156,7 @@ pub fn endpoint_config(o: &EndpointOptions) -> Result<EndpointConfig> {
         window_packets: o.window,
         retransmit_timeout_ns: o.retransmit_timeout_ns,
         // A set rate is a transfer's, shared by its QPs as the engine shares it.
-        qp_rate_bps: if o.rate_bps == 0 { 0 } else { (o.rate_bps / u64::from(o.qps.max(1))).max(1) },
+        qp_rate_bps: if o.rate_bps == 0 { 0 } else { crate::endpoint::engine::per_qp_rate_bps(o.rate_bps, o.qps) },
         burst_bytes: pacer_burst_bytes(o.path_mtu),
         dscp: o.dscp,
         ecn: o.ecn,
@@ -500,24 +500,33 @@ mod tests {
         }
     }
 
-    /// A set rate paces each QP at its share, as the engine does; none paces at the line.
+    /// A set rate paces each QP at its share, as the engine does, DCQCN's QPs too (their rate
+    /// starts and recovers there); none paces at the line.
     #[test]
     fn a_set_rate_paces_the_qps_at_their_share() {
         let fabric = build_fabric(None, None).unwrap();
-        // One transfer: nothing but its own pacing and link holds it back.
-        let line = SimOptions {
-            ranks: Some(2),
-            message_bytes: 8 << 20,
-            ..case(Collective::Incast, HashMode::Eecmp, 2, CcMode::None)
-        };
-        assert_eq!(endpoint_config(&line.endpoint).unwrap().qp_rate_bps, 0);
-        let mut slow = line.clone();
-        slow.endpoint.rate_bps = 100_000_000_000;
-        assert_eq!(endpoint_config(&slow.endpoint).unwrap().qp_rate_bps, 50_000_000_000);
-        let [at_line, at_quarter] =
-            [&line, &slow].map(|o| simulate_packet(&mut fabric.clone(), o, &PACKET).unwrap().completion_s);
-        let ratio = at_quarter / at_line;
-        assert!((3.7..4.1).contains(&ratio), "a quarter of the line took {ratio:.2}x as long");
+        for cc in [CcMode::None, CcMode::Dcqcn] {
+            // One transfer: nothing but its own pacing and link holds it back.
+            let line = SimOptions {
+                ranks: Some(2),
+                message_bytes: 8 << 20,
+                ..case(Collective::Incast, HashMode::Eecmp, 2, cc)
+            };
+            assert_eq!(endpoint_config(&line.endpoint).unwrap().qp_rate_bps, 0);
+            let mut slow = line.clone();
+            slow.endpoint.rate_bps = 100_000_000_000;
+            assert_eq!(endpoint_config(&slow.endpoint).unwrap().qp_rate_bps, 50_000_000_000);
+            let [at_line, at_quarter] = [&line, &slow].map(|o| {
+                let mut f = fabric.clone();
+                let run = simulate_packet_run(&mut f, o, &PACKET, true).unwrap();
+                let (_, result) = crate::sim::record::records(&f, o, &run, "rate");
+                (run.result.completion_s, result.flows[0].intended_bps)
+            });
+            let ratio = at_quarter.0 / at_line.0;
+            assert!((3.7..4.1).contains(&ratio), "{cc:?}: a quarter of the line took {ratio:.2}x as long");
+            // The records say what the endpoints were asked for.
+            assert_eq!((at_line.1, at_quarter.1), (400_000_000_000, 100_000_000_000), "{cc:?}");
+        }
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub fn records(fabric: &SimFabric, o: &SimOptions, run: &PacketRun, job_id: &str
             step_ns.push(s.report.completion_ns);
         }
         add_ports(fabric, &s.report, s.repeat as u64, &mut ports);
-        flows.extend(flow_results(fabric, s));
+        flows.extend(flow_results(fabric, s, o.endpoint.rate_bps));
         bytes_needed += s.repeat as u64 * s.transfers.iter().map(|t| t.bytes).sum::<u64>();
         bytes_delivered += s.repeat as u64 * done_bytes(&s.report);
     }
@@ -280,7 +280,8 @@ fn sum_uplinks(steps: &[StepRecord]) -> Option<Vec<UplinkLoad>> {
 }
 
 /// One flow per transfer of the step: its QPs (consecutive in the step's QP list) summed.
-fn flow_results(fabric: &SimFabric, s: &RunStep) -> Vec<FlowResult> {
+/// `rate_bps` is the run's rate per transfer (0: the host link's), as the endpoints paced it.
+fn flow_results(fabric: &SimFabric, s: &RunStep, rate_bps: u64) -> Vec<FlowResult> {
     let names = |n: usize| fabric.plan.nodes[n].name.clone();
     let mut out: Vec<FlowResult> = Vec::new();
     for (spec, q) in s.qps.iter().zip(&s.report.qps) {
@@ -295,8 +296,10 @@ fn flow_results(fabric: &SimFabric, s: &RunStep) -> Vec<FlowResult> {
                 udp_sports: Vec::new(),
                 completion_ns: 0,
                 goodput_bps: 0.0,
-                // The twin paces every QP at its host link's rate.
-                intended_bps: (fabric.plan.links[fabric.plan.nodes[q.src].ports[0].link].rate_gbps * 1e9) as u64,
+                intended_bps: match rate_bps {
+                    0 => (fabric.plan.links[fabric.plan.nodes[q.src].ports[0].link].rate_gbps * 1e9) as u64,
+                    r => r,
+                },
                 packets_sent: 0,
                 retransmitted: 0,
                 timeouts: 0,
