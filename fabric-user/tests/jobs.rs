@@ -238,8 +238,9 @@ fn independent_jobs_start_at_their_own_time_and_overlap() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_guard, state) = common::up(None, &common::unique_prefix('i', 0));
     // a: two iterations from the start; b: one iteration, 20 ms later, on other hosts. At the
-    // host link's rate per transfer (100 Mbit/s of wall rate on this topology) a's 1 MiB ring steps take 20 ms each at least (its pacers'
-    // bound), so a runs for 240 ms or more: b starts while a runs.
+    // host link's rate per transfer (100 Mbit/s of wall rate on this topology) a's 1 MiB ring
+    // steps take 20 ms each at least (its pacers' bound), so a runs for 240 ms or more: b
+    // starts while a runs.
     let file: JobsFile = toml::from_str(
         r#"
 [run]

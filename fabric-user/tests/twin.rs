@@ -14,7 +14,9 @@
 //!   compared with the twin's marking seeds that took as many ([`DCQCN_SEEDS`]). At the default
 //!   time scale the four senders' endpoints often fall behind and take fewer cuts, and are not
 //!   compared when no seed took as many; a two-sender DCQCN incast, and the four senders on the
-//!   default testbed slowed twice as much, keep their pace and must take a count a seed took;
+//!   default testbed slowed twice as much, keep their pace and must then take a count a seed
+//!   took (asserted on a run with at most [`RERUN_LATE_SHARE`] of its sleeps late, after one
+//!   rerun; a run later than that is reported);
 //! - the testbed's own model error, measured: a paused XDP switch keeps forwarding
 //!   (`sent_while_paused`). Each incast also runs on the twin with the testbed's phantom queues
 //!   (`QueueModel::Phantom`); under PFC only, its packets sent into paused ports and its
@@ -433,7 +435,8 @@ fn cuts_verdict(what: &str, (cuts, marks): (u64, u64), kept_pace: bool, twin: &[
 
 /// The four-sender DCQCN incast on the default testbed slowed twice as much. At the default
 /// time scale its endpoints often fall behind (a tenth of their sleeps wake late) and take fewer
-/// cuts than the twin; slowed, they keep their pace and must take the twin's.
+/// cuts than the twin; slowed, they keep their pace and must take the twin's (asserted as
+/// [`check_dcqcn_by_cuts`] says).
 fn check_four_senders_slowed(completion: &mut CompletionCheck) -> Vec<String> {
     let mut topology = common::topology(None, &common::unique_prefix('w', 0));
     topology.time_scale *= 2;

@@ -69,8 +69,9 @@ pub struct EndpointConfig {
     pub window_packets: u32,
     pub retransmit_timeout_ns: u64,
     pub retry_limit: u32,
-    /// Pacing rate of each QP; 0: its host link's rate (the host's QPs share the link, which
-    /// serializes their packets in turn).
+    /// Pacing rate of each QP, and the congestion control's line (DCQCN starts and recovers
+    /// there); 0: its host link's rate (the host's QPs share the link, which serializes their
+    /// packets in turn).
     pub qp_rate_bps: u64,
     /// Pacer burst, bytes.
     pub burst_bytes: u64,

@@ -221,7 +221,7 @@ pub fn transfer_rate_bps(plan: &Plan, opts: &EndpointOptions) -> u64 {
 }
 
 /// One QP's share of a transfer's rate over its `qps` QPs (at least 1 bit/s). Shared with the
-/// twin, which paces its QPs the same way.
+/// twin, which paces its QPs the same way when a rate is set.
 pub fn per_qp_rate_bps(transfer_rate_bps: u64, qps: u32) -> u64 {
     (transfer_rate_bps / u64::from(qps.max(1))).max(1)
 }

@@ -32,10 +32,16 @@ pub struct TenantsRun {
 /// Runs `jobs` together on the twin (one job alone is a valid call: its own completion).
 pub fn simulate_packet_tenants(fabric: &mut SimFabric, jobs: &[SimOptions], p: &PacketOptions) -> Result<TenantsRun> {
     let first = jobs.first().context("tenants: no job")?;
+    let endpoints = endpoint_config(&first.endpoint)?;
     for (j, o) in jobs.iter().enumerate() {
         ensure!(
             o.hash == first.hash && o.hash_seed == first.hash_seed && o.endpoint.qps == first.endpoint.qps,
             "tenants: job {j} asks for another hash mode, hash seed or QP count than job 0 (the switches run one)"
+        );
+        ensure!(
+            endpoint_config(&o.endpoint)? == endpoints,
+            "tenants: job {j} asks for other endpoint settings (rate, MTU, congestion control, transport...) \
+             than job 0 (the twin's hosts run one)"
         );
     }
     fabric.set_hash(first.hash, first.hash_seed);
@@ -45,7 +51,7 @@ pub fn simulate_packet_tenants(fabric: &mut SimFabric, jobs: &[SimOptions], p: &
     install_te_on(fabric, first.hash, &first.endpoint, &rounds)?;
     let fabric = &*fabric;
     let net = network(fabric, p.link_delay_ns)?;
-    let mut twin = twin_of(&net, fabric, endpoint_config(&first.endpoint)?, p);
+    let mut twin = twin_of(&net, fabric, endpoints, p);
     let mut out = TenantsRun {
         completion_s: vec![0.0; jobs.len()],
         load: MemberLoad::new(fabric),
@@ -178,6 +184,9 @@ mod tests {
         assert!(e(&[a.clone(), a.clone()]).contains("both hold z0r0h0"));
         assert!(e(&[a.clone(), ring(&B, HashMode::Pin, 8)]).contains("hash mode"));
         assert!(e(&[a.clone(), ring(&B[..3], HashMode::Eecmp, 8)]).contains("do not align"));
+        let mut slow = ring(&B, HashMode::Eecmp, 8);
+        slow.endpoint.rate_bps = 100_000_000_000;
+        assert!(e(&[a.clone(), slow]).contains("job 1 asks for other endpoint settings"));
         let _ = &mut f;
     }
 }
