@@ -90,6 +90,15 @@ fn jobs_survive_link_faults_an_agent_restart_and_concurrent_stats() {
                 std::thread::sleep(Duration::from_millis(100));
             }
         });
+        // The threads above stop even when a job below panics: a failed job fails the test
+        // instead of leaving it waiting for them.
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
         let start = Instant::now();
         let mut n = 0;
         while start.elapsed() < SOAK {
@@ -100,7 +109,6 @@ fn jobs_survive_link_faults_an_agent_restart_and_concurrent_stats() {
             jobs.push((collective, r));
             n += 1;
         }
-        stop.store(true, Ordering::Relaxed);
     });
     let (faults, restarts, reads) = (faults.into_inner(), restarts.into_inner(), reads.into_inner());
     assert!(

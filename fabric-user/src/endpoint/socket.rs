@@ -14,6 +14,24 @@ use anyhow::{Context as _, Result};
 /// Most packets per batched call.
 pub const BATCH: usize = 64;
 
+/// How long a bind waits for its address to be free: a soak run (link faults, agent restarts,
+/// back-to-back jobs) once found a host's 4791 still taken when the next job bound it, moments
+/// after the previous job's sockets were closed; the holder is not identified.
+const BIND_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `UdpSocket::bind`, retried while the address is in use, up to [`BIND_WAIT`].
+fn bind_when_free(addr: SocketAddrV4) -> std::io::Result<UdpSocket> {
+    let start = std::time::Instant::now();
+    loop {
+        match UdpSocket::bind(addr) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && start.elapsed() < BIND_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// A UDP socket bound to `addr` for RoCEv2: non-blocking, with DF always set (`IP_PMTUDISC_DO`):
 /// the kernel then never fragments, and gives DF datagrams of an unconnected socket IPv4
 /// identification 0, so the sender knows the whole IP header the ICRC covers
@@ -27,7 +45,7 @@ pub fn roce_socket(addr: SocketAddrV4) -> Result<UdpSocket> {
 /// [`roce_socket`] whose packets leave with `tos` unless a batch says otherwise (DSCP and ECN
 /// bits: UDP sockets keep the ECN bits as given). Received datagrams report their TOS.
 pub fn roce_socket_with_tos(addr: SocketAddrV4, tos: u8) -> Result<UdpSocket> {
-    let s = UdpSocket::bind(addr).with_context(|| format!("binding UDP {addr}"))?;
+    let s = bind_when_free(addr).with_context(|| format!("binding UDP {addr}"))?;
     s.set_nonblocking(true)?;
     let val: libc::c_int = libc::IP_PMTUDISC_DO;
     // SAFETY: valid socket and option of the stated size.
