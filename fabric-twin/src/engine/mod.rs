@@ -356,10 +356,7 @@ impl<'n, R: Routing> Twin<'n, R> {
                 NodeKind::Host => {
                     // The congestion control's line rate is a QP's pace, as the testbed's
                     // engine gives it (DCQCN starts and recovers towards it).
-                    let line = match self.cfg.qp_rate_bps {
-                        0 => node.ports[0].rate_bps,
-                        r => r,
-                    };
+                    let line = self.cfg.qp_pace_bps(node.ports[0].rate_bps);
                     self.switches.push(None);
                     self.hosts.push(Some(Host::new(net.port_index(n, 0), self.cfg.cc.build(line))));
                 }
@@ -384,10 +381,7 @@ impl<'n, R: Routing> Twin<'n, R> {
                     return Err(TwinError::NotAHost { index, field, node });
                 }
             }
-            let rate = match self.cfg.qp_rate_bps {
-                0 => self.net.nodes[spec.src].ports[0].rate_bps,
-                r => r,
-            };
+            let rate = self.cfg.qp_pace_bps(self.net.nodes[spec.src].ports[0].rate_bps);
             let (s, d) = (spec.src, spec.dst);
             let Ok([sender, receiver]) = self.hosts.get_disjoint_mut([s, d]) else {
                 return Err(TwinError::Loopback { index, host: s });

@@ -85,6 +85,14 @@ pub struct EndpointConfig {
 }
 
 impl EndpointConfig {
+    /// A QP's pace on a host whose link runs at `host_line_bps`: the set rate, or that line.
+    pub fn qp_pace_bps(&self, host_line_bps: u64) -> u64 {
+        match self.qp_rate_bps {
+            0 => host_line_bps,
+            r => r,
+        }
+    }
+
     /// `fabric-roce`'s own defaults ([`RequesterConfig::new`], [`ResponderConfig::new`]) at
     /// path MTU `mtu` under `cc`: the lossless DSCP, ECN-capable, paced at the host link's rate
     /// with a burst of two full packets.

@@ -242,8 +242,9 @@ pub fn plan_qps_shaped(
     };
     let mut qps = Vec::new();
     for (f, t) in transfers.iter().enumerate() {
-        let q = u64::from(shape.qps_of(f, opts));
-        let rate_bps = per_qp_rate_bps(shape.rate_of(plan, transfers, f, opts), shape.qps_of(f, opts));
+        let qp_count = shape.qps_of(f, opts);
+        let q = u64::from(qp_count);
+        let rate_bps = per_qp_rate_bps(shape.rate_of(plan, transfers, f, opts), qp_count);
         for k in 0..q {
             let (req_qpn, resp_qpn) = (alloc(t.src), alloc(t.dst));
             let sport = match opts.sport {
