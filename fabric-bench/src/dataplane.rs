@@ -3,8 +3,11 @@
 //! redirect. Figures are ratios; absolute nanoseconds are printed but depend on the machine.
 use std::time::Duration;
 
-use anyhow::Result;
-use fabric_common::config::HashMode;
+use anyhow::{Result, bail};
+use fabric_common::{
+    config::HashMode,
+    parse::{IpHeader, parse_packet},
+};
 use serde::Serialize;
 
 use fabric_testkit::fixture::{FixtureSwitch, FrameSpec, frame, in_private_netns, port_mac};
@@ -59,15 +62,64 @@ fn bench_qos(enabled: bool) -> fabric_common::qos::QosConfig {
     q
 }
 
-/// Mean ns/packet of `packets` runs of `program` on `frame`.
-fn measure_once(sw: &mut FixtureSwitch, program: &str, frame: &[u8], packets: u64) -> Result<f64> {
+/// Mean ns/packet of `packets` runs of `c.program` on `c.frame`. Every call's runs are checked
+/// to have taken the path the case times (see [`Case::check`]).
+fn measure_once(sw: &mut FixtureSwitch, c: &Case, packets: u64) -> Result<f64> {
     let mut total = Duration::ZERO;
     let calls = packets.div_ceil(CHUNK as u64);
     for _ in 0..calls {
         // Fresh copy each call: the TTL starts from 255 again.
-        total += sw.time(program, 0, frame, CHUNK)? * CHUNK;
+        let timed = sw.time(c.program, 0, &c.frame, CHUNK)?;
+        c.check(timed.action, &timed.frame, CHUNK)?;
+        total += timed.per_run * CHUNK;
     }
     Ok(total.as_nanos() as f64 / (calls * CHUNK as u64) as f64)
+}
+
+/// The XDP actions the cases end in (the kernel's `enum xdp_action`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum XdpAction {
+    Pass = 2,
+    Redirect = 4,
+}
+
+/// What each run of a case must do for its time to mean what its label says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Path {
+    /// XDP_PASS, the frame untouched.
+    Pass,
+    /// XDP_REDIRECT, the frame untouched (parse + fixed redirect).
+    Redirect,
+    /// XDP_REDIRECT after the switch's rewrite, on every run: the TTL fell by one per run.
+    Forward,
+}
+
+/// How many runs decremented the frame's TTL (IPv4) or hop limit (IPv6) from `before` to
+/// `after`; `None` if either is no IP frame or the TTL grew.
+fn ttl_decrements(before: &[u8], after: &[u8]) -> Option<u32> {
+    let ttl = |f: &[u8]| match parse_packet(f).ok()?.ip {
+        IpHeader::V4 { ttl, .. } => Some(ttl),
+        IpHeader::V6 { hop_limit, .. } => Some(hop_limit),
+    };
+    ttl(before)?.checked_sub(ttl(after)?).map(u32::from)
+}
+
+/// Whether `runs` runs that returned `action` (the last one's) and left `after` of `before`
+/// took `path`, or what they did instead.
+fn check_path(path: Path, before: &[u8], action: u32, after: &[u8], runs: u32) -> Result<()> {
+    let (want_action, want_decrements) = match path {
+        Path::Pass => (XdpAction::Pass, 0),
+        Path::Redirect => (XdpAction::Redirect, 0),
+        Path::Forward => (XdpAction::Redirect, runs),
+    };
+    if action != want_action as u32 {
+        bail!("the last of {runs} runs returned XDP action {action}, not {want_action:?}");
+    }
+    match ttl_decrements(before, after) {
+        Some(n) if n == want_decrements => Ok(()),
+        Some(n) => bail!("{n} of {runs} runs decremented the TTL, where {want_decrements} should have"),
+        None => bail!("the frame the runs left is no IP frame with a TTL at most the one sent"),
+    }
 }
 
 /// One benchmark case: a program, a hash mode to configure first, a frame.
@@ -79,9 +131,21 @@ struct Case {
     qos: bool,
     family: &'static str,
     frame: Vec<u8>,
+    /// What every run must do.
+    path: Path,
 }
 
-pub fn dataplane(packets: u64, rounds: u32) -> Result<DataplaneReport> {
+impl Case {
+    /// A benchmark that timed another path than its label's (an early exit of the switch, say)
+    /// would report a figure for code it never ran: each call is checked, and the run stops.
+    fn check(&self, action: u32, after: &[u8], runs: u32) -> Result<()> {
+        check_path(self.path, &self.frame, action, after, runs).map_err(|e| {
+            anyhow::anyhow!("{} ({}): {e}: its time would not be the path it names", self.label, self.family)
+        })
+    }
+}
+
+pub fn dataplane(packets: u64, rounds: u32, modes: &[HashMode]) -> Result<DataplaneReport> {
     // A private namespace for the fixture's veths; it vanishes with the thread.
     in_private_netns(|| {
         let frames = [("ipv4", bench_frame(false)), ("ipv6", bench_frame(true))];
@@ -92,6 +156,7 @@ pub fn dataplane(packets: u64, rounds: u32) -> Result<DataplaneReport> {
             qos: false,
             family: "ipv4",
             frame: frames[0].1.clone(),
+            path: Path::Pass,
         }];
         for (family, f) in &frames {
             cases.push(Case {
@@ -101,10 +166,11 @@ pub fn dataplane(packets: u64, rounds: u32) -> Result<DataplaneReport> {
                 qos: false,
                 family,
                 frame: f.clone(),
+                path: Path::Redirect,
             });
         }
         for qos in [false, true] {
-            for mode in HashMode::ROUTING {
+            for &mode in modes {
                 for (family, f) in &frames {
                     cases.push(Case {
                         label: if qos {
@@ -117,12 +183,15 @@ pub fn dataplane(packets: u64, rounds: u32) -> Result<DataplaneReport> {
                         qos,
                         family,
                         frame: f.clone(),
+                        path: Path::Forward,
                     });
                 }
             }
         }
         // Rounds outermost, so that the machine's slow phases hit every case alike.
         let mut sw = FixtureSwitch::new(HashMode::FiveTuple, 0x5eed)?;
+        // Every repeated run on the one buffer must find the frame still addressed to the switch.
+        sw.hairpin_next_hops()?;
         for p in 0..=fabric_testkit::fixture::UPLINKS {
             sw.dp.set_port_rate(p, 400_000_000_000)?;
         }
@@ -133,7 +202,7 @@ pub fn dataplane(packets: u64, rounds: u32) -> Result<DataplaneReport> {
             for (i, c) in cases.iter().enumerate() {
                 sw.set_mode(c.mode, 0x5eed)?;
                 sw.dp.set_qos(bench_qos(c.qos))?;
-                samples[i].push(measure_once(&mut sw, c.program, &c.frame, packets)?);
+                samples[i].push(measure_once(&mut sw, c, packets)?);
             }
         }
         let median = |v: &mut Vec<f64>| {
@@ -205,4 +274,43 @@ pub fn print_dataplane(r: &DataplaneReport) {
         "the congestion model costs at most {:.2}x the plain switch (same mode and family)",
         r.worst_congestion_over_plain
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `frame` with its TTL (or hop limit) lowered by `by`, as that many forwarding runs leave it.
+    fn forwarded(frame: &[u8], ipv6: bool, by: u8) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        let at = if ipv6 { 14 + 7 } else { 14 + 8 };
+        f[at] -= by;
+        f
+    }
+
+    #[test]
+    fn a_forwarding_case_must_have_forwarded_on_every_run() {
+        for ipv6 in [false, true] {
+            let sent = bench_frame(ipv6);
+            let redirect = XdpAction::Redirect as u32;
+            assert!(check_path(Path::Forward, &sent, redirect, &forwarded(&sent, ipv6, 200), 200).is_ok());
+            // One forwarding run, then 199 early exits (a frame no longer for the switch): the
+            // benchmark's old blind spot.
+            let err = check_path(Path::Forward, &sent, XdpAction::Pass as u32, &forwarded(&sent, ipv6, 1), 200);
+            assert!(err.unwrap_err().to_string().contains("not Redirect"));
+            let err = check_path(Path::Forward, &sent, redirect, &forwarded(&sent, ipv6, 1), 200);
+            assert!(err.unwrap_err().to_string().contains("1 of 200 runs"));
+        }
+    }
+
+    #[test]
+    fn a_reference_case_must_leave_the_frame_as_sent() {
+        let sent = bench_frame(false);
+        assert!(check_path(Path::Redirect, &sent, XdpAction::Redirect as u32, &sent, 200).is_ok());
+        assert!(check_path(Path::Pass, &sent, XdpAction::Pass as u32, &sent, 200).is_ok());
+        assert!(check_path(Path::Pass, &sent, XdpAction::Redirect as u32, &sent, 200).is_err());
+        let touched = forwarded(&sent, false, 1);
+        assert!(check_path(Path::Redirect, &sent, XdpAction::Redirect as u32, &touched, 200).is_err());
+        assert!(check_path(Path::Redirect, &sent, XdpAction::Redirect as u32, &sent[..20], 200).is_err());
+    }
 }

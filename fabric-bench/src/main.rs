@@ -50,6 +50,14 @@ enum BenchCommand {
         /// Rounds per case (the median is reported).
         #[arg(long, default_value_t = 5)]
         rounds: u32,
+        /// The routing modes to measure, without and with the congestion model.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "five-tuple,eecmp,pin,te,flowlet,adaptive,spray,wcmp",
+            value_parser = fabric_user::model::topology::parse_hash_mode
+        )]
+        modes: Vec<fabric_common::config::HashMode>,
         /// Where to write the JSON report.
         #[arg(long, default_value = "results/bench/dataplane.json")]
         json: PathBuf,
@@ -133,8 +141,8 @@ fn run() -> Result<()> {
             forwarding::print_forwarding(&report);
             write_json(&json, &report)?;
         }
-        BenchCommand::Dataplane { packets, rounds, json } => {
-            let report = dataplane::dataplane(packets, rounds)?;
+        BenchCommand::Dataplane { packets, rounds, modes, json } => {
+            let report = dataplane::dataplane(packets, rounds, &modes)?;
             dataplane::print_dataplane(&report);
             write_json(&json, &report)?;
         }

@@ -125,16 +125,46 @@ impl FixtureSwitch {
         Ok((res, out))
     }
 
-    /// Runs `program` `repeat` times on `frame` arriving on `port`; returns the kernel's mean
-    /// time per run.
-    pub fn time(&mut self, program: &str, port: u32, frame: &[u8], repeat: u32) -> Result<std::time::Duration> {
+    /// Runs `program` `repeat` times on `frame` arriving on `port`: the kernel's mean time per
+    /// run, the last run's action, and the frame as the runs left it (non-live test_run runs
+    /// every repeat on one buffer, so each run sees what the one before it wrote).
+    pub fn time(&mut self, program: &str, port: u32, frame: &[u8], repeat: u32) -> Result<Timed> {
         let ctx = xdp_md(frame.len(), self.ifindex[port as usize]);
+        let mut out = vec![0u8; frame.len() + 256];
         let prog = self.dp.program(program)?;
         let res = prog
-            .test_run(TestRunOptions { data_in: Some(frame), ctx_in: Some(&ctx), repeat, ..Default::default() })
+            .test_run(TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(&ctx),
+                repeat,
+                ..Default::default()
+            })
             .context("BPF_PROG_TEST_RUN")?;
-        Ok(res.duration)
+        out.truncate(res.data_size_out as usize);
+        Ok(Timed { per_run: res.duration, action: res.return_value, frame: out })
     }
+
+    /// Points the uplink group's next-hop MACs at port 0's own MAC. A frame from host A then
+    /// stays addressed to the switch after the MAC rewrite, so that every one of a benchmark's
+    /// repeated runs on one buffer takes the forwarding path: with the real next hops, every
+    /// run after the first would see a frame for another host and pass it to the kernel.
+    pub fn hairpin_next_hops(&mut self) -> Result<()> {
+        let uplinks: Vec<_> =
+            (1..=UPLINKS).map(|p| GroupMember { port: p, dst_mac: port_mac(0), src_mac: port_mac(p) }).collect();
+        self.dp.set_group(GROUP_UPLINKS, &EcmpGroup::from_members(&uplinks).expect("fits"))
+    }
+}
+
+/// What [`FixtureSwitch::time`] measured and what the runs left behind.
+#[derive(Clone, Debug)]
+pub struct Timed {
+    /// The kernel's mean time per run.
+    pub per_run: std::time::Duration,
+    /// The last run's XDP action.
+    pub action: u32,
+    /// The frame after the last run.
+    pub frame: Vec<u8>,
 }
 
 /// The 24-byte `struct xdp_md` that BPF_PROG_TEST_RUN takes as context.

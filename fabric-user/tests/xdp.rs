@@ -283,6 +283,38 @@ fn truncated_at_every_length_is_dropped_with_its_reason_and_never_forwarded() {
     });
 }
 
+/// The data-plane benchmark times repeated runs on one buffer (non-live test_run). With real
+/// next hops only the first run forwards: it rewrites the destination MAC, and every later run
+/// sees a frame for another host and passes it. With the benchmark's hairpinned next hops every
+/// run forwards, and the transmit counters, the TTL and the action say so.
+#[test]
+fn repeated_runs_forward_every_time_only_with_hairpinned_next_hops() {
+    with_switch(HashMode::Eecmp, 9, |sw| {
+        const RUNS: u32 = 50;
+        let sent = frame(&FrameSpec { ttl: 200, ..Default::default() });
+        let ttl_after = |f: &[u8]| match parse_packet(f).expect("an IP frame").ip {
+            fabric_common::parse::IpHeader::V4 { ttl, .. } => ttl,
+            fabric_common::parse::IpHeader::V6 { hop_limit, .. } => hop_limit,
+        };
+        let tx = |sw: &mut FixtureSwitch| counters(sw).iter().map(|c| c.tx_packets).sum::<u64>();
+
+        let before = tx(sw);
+        let real = sw.time(PROGRAM_SWITCH, 0, &sent, RUNS)?;
+        assert_eq!(real.action, XDP_PASS, "the last run passed a frame no longer for the switch");
+        assert_eq!(ttl_after(&real.frame), 199, "only the first run forwarded");
+        assert_eq!(tx(sw) - before, 1);
+        assert_eq!(counters(sw)[0].passes[PassReason::OtherHost as usize], u64::from(RUNS) - 1);
+
+        sw.hairpin_next_hops()?;
+        let before = tx(sw);
+        let hairpin = sw.time(PROGRAM_SWITCH, 0, &sent, RUNS)?;
+        assert_eq!(hairpin.action, XDP_REDIRECT);
+        assert_eq!(ttl_after(&hairpin.frame), 200 - RUNS as u8, "every run forwarded");
+        assert_eq!(tx(sw) - before, u64::from(RUNS));
+        Ok(())
+    });
+}
+
 #[test]
 fn counters_add_up_to_the_packets_fed() {
     with_switch(HashMode::Eecmp, 9, |sw| {
