@@ -3,7 +3,7 @@ use crate::config::{GeneratorConfig, PortInfo, SwitchConfig};
 use crate::counters::{MemberCounters, PortCounters};
 use crate::fault::PortLoss;
 use crate::qos::{ClassCounters, PfcEvent, QosConfig};
-use crate::queue::{EgressQueue, IngressAccount};
+use crate::queue::{EgressQueue, IngressAccount, LineRate};
 use crate::route::{EcmpGroup, GroupMember};
 use crate::te::TeEntry;
 
@@ -32,6 +32,8 @@ unsafe impl aya::Pod for PfcEvent {}
 unsafe impl aya::Pod for EgressQueue {}
 // SAFETY: as above.
 unsafe impl aya::Pod for IngressAccount {}
+// SAFETY: as above (six u64).
+unsafe impl aya::Pod for LineRate {}
 // SAFETY: as above.
 unsafe impl aya::Pod for TeEntry {}
 // SAFETY: as above.

@@ -37,40 +37,142 @@ pub struct EgressQueue {
 const _: () = assert!(core::mem::size_of::<EgressQueue>() == 48);
 
 // The arithmetic below runs in the XDP program, where LLVM's BPF target has no 128-bit
-// arithmetic (not even the overflow check of a 64-bit multiply): it stays in u64 by computing in
-// kbit/s (rates are whole kbit/s) and splitting products so that no factor can overflow.
+// arithmetic (not even the overflow check of a 64-bit multiply) and divides with a real
+// division instruction even by a constant (no multiply-high to do it by reciprocal). A 64-bit
+// division costs the live switch several nanoseconds, and a packet through the model needed six
+// of them; so a port's rate comes with its reciprocals, computed once by [`LineRate::new`] when
+// the rate is set, and the per-packet work is a multiply and a shift.
 
-/// Bytes a port at `rate_bps` sends in `ns` nanoseconds: `ns x kbps / 8e6`, split into whole
-/// 8 ms periods and the rest (each product < 2^63 for any rate below 10^12 kbit/s).
+/// `bytes = ns x kbps / 8e6`: 8e6 ns is the time in which a port sends `kbps` bytes.
+const NS_PER_KBIT_BYTE: u64 = 8_000_000;
+
+/// A port's line rate and the fixed-point factors that turn time into bytes and back without a
+/// division: what the switch's `PORT_RATE` map holds per port, and what every simulator uses
+/// for the same arithmetic. Rates are whole kbit/s. Results are those of the exact integer
+/// formulas (`ns x kbps / 8e6`, `bytes x 8e6 / kbps`, rounded down), or one more: the factors
+/// are rounded up (so that whole results stay whole), and the fast path takes inputs below
+/// 2^32 only (4.3 s, 4 GiB), where a factor's rounding adds less than one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct LineRate {
+    /// The rate, bit/s, as set.
+    pub bps: u64,
+    kbps: u64,
+    /// Bytes per ns, 32 fractional bits, rounded up.
+    bytes_per_ns_q32: u64,
+    /// The longest time the fast `bytes_in` takes (below 2^32, and without overflow); longer
+    /// uses the division.
+    fast_ns_max: u64,
+    /// Ns per byte, 32 fractional bits, rounded up.
+    ns_per_byte_q32: u64,
+    /// The most bytes the fast `transmit_ns` takes (as `fast_ns_max`).
+    fast_bytes_max: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<LineRate>() == 48);
+
+/// The largest input of [`LineRate`]'s fast path: a factor rounded up by less than one unit in
+/// 2^32 then adds less than one to the result.
+const FAST_INPUT_MAX: u64 = u32::MAX as u64;
+
+impl LineRate {
+    /// A port that never sends (no rate set).
+    pub const STOPPED: LineRate = LineRate::new(0);
+
+    /// The factors for `bps` (below 1 kbit/s a port never sends: zero bytes in any time, and a
+    /// transmit time of `u64::MAX / 4`). Rates up to 10^15 bit/s.
+    pub const fn new(bps: u64) -> Self {
+        let kbps = bps / 1000;
+        if kbps == 0 {
+            return LineRate {
+                bps,
+                kbps,
+                bytes_per_ns_q32: 0,
+                fast_ns_max: u64::MAX,
+                ns_per_byte_q32: 0,
+                fast_bytes_max: 0,
+            };
+        }
+        const fn min(a: u64, b: u64) -> u64 {
+            if a < b { a } else { b }
+        }
+        // kbps x 2^32 / 8e6, rounded up, split so that no step overflows (kbps % 8e6 < 2^23).
+        let whole = (kbps / NS_PER_KBIT_BYTE) << 32;
+        let rest = ((kbps % NS_PER_KBIT_BYTE) << 32).div_ceil(NS_PER_KBIT_BYTE);
+        let bytes_per_ns_q32 = whole + rest;
+        let ns_per_byte_q32 = (NS_PER_KBIT_BYTE << 32).div_ceil(kbps);
+        LineRate {
+            bps,
+            kbps,
+            bytes_per_ns_q32,
+            fast_ns_max: min(u64::MAX / bytes_per_ns_q32, FAST_INPUT_MAX),
+            ns_per_byte_q32,
+            fast_bytes_max: min(u64::MAX / ns_per_byte_q32, FAST_INPUT_MAX),
+        }
+    }
+
+    /// Bytes the port sends in `ns` nanoseconds (at most 2^40 ns, 18 minutes, are counted).
+    #[inline(always)]
+    pub const fn bytes_in(&self, ns: u64) -> u64 {
+        if ns <= self.fast_ns_max {
+            return (ns * self.bytes_per_ns_q32) >> 32;
+        }
+        // Beyond the fast range: whole 8 ms periods and the rest, exact (each product below
+        // 2^63 for any rate below 10^15 bit/s).
+        let ns = if ns > 1 << 40 { 1 << 40 } else { ns };
+        (ns / NS_PER_KBIT_BYTE) * self.kbps + ((ns % NS_PER_KBIT_BYTE) * self.kbps) / NS_PER_KBIT_BYTE
+    }
+
+    /// Nanoseconds the port takes to send `bytes` (at most 2^40 bytes are counted).
+    #[inline(always)]
+    pub const fn transmit_ns(&self, bytes: u64) -> u64 {
+        if self.kbps == 0 {
+            return u64::MAX / 4;
+        }
+        let bytes = if bytes > 1 << 40 { 1 << 40 } else { bytes };
+        if bytes <= self.fast_bytes_max {
+            return (bytes * self.ns_per_byte_q32) >> 32;
+        }
+        (bytes * NS_PER_KBIT_BYTE) / self.kbps
+    }
+
+    /// Nanoseconds the port is busy with a frame of `frame_len` bytes as XDP sees it (without
+    /// FCS): its wire time, [`WIRE_OVERHEAD_BYTES`] included. Queue depths derived from it are
+    /// in wire bytes.
+    #[inline(always)]
+    pub const fn frame_transmit_ns(&self, frame_len: u64) -> u64 {
+        self.transmit_ns(frame_len.saturating_add(WIRE_OVERHEAD_BYTES))
+    }
+
+    /// Depth in bytes at `now_ns` of the port's queue whose tail is `tail_ns`, paused until
+    /// `paused_until_ns`: what is left after the port resumes and sends until `tail_ns`.
+    #[inline(always)]
+    pub const fn depth_bytes(&self, tail_ns: u64, paused_until_ns: u64, now_ns: u64) -> u64 {
+        let from = max(now_ns, paused_until_ns);
+        if tail_ns <= from { 0 } else { self.bytes_in(tail_ns - from) }
+    }
+}
+
+/// Bytes a port at `rate_bps` sends in `ns` nanoseconds ([`LineRate::bytes_in`]).
 #[inline(always)]
 pub const fn bytes_in(ns: u64, rate_bps: u64) -> u64 {
-    const PERIOD: u64 = 8_000_000;
-    let kbps = rate_bps / 1000;
-    (ns / PERIOD) * kbps + ((ns % PERIOD) * kbps) / PERIOD
+    LineRate::new(rate_bps).bytes_in(ns)
 }
 
 /// What an Ethernet frame costs a link beyond the bytes XDP sees: preamble and start delimiter
 /// (8), frame check sequence (4) and the inter-frame gap (12). About 2% of a 1 KiB frame.
 pub const WIRE_OVERHEAD_BYTES: u64 = 8 + 4 + 12;
 
-/// Nanoseconds a port at `rate_bps` is busy with a frame of `frame_len` bytes as XDP sees it
-/// (without FCS): its wire time, [`WIRE_OVERHEAD_BYTES`] included. Queue depths derived from it
-/// are in wire bytes.
+/// [`LineRate::frame_transmit_ns`] for a port at `rate_bps`.
 #[inline(always)]
 pub const fn frame_transmit_ns(frame_len: u64, rate_bps: u64) -> u64 {
-    transmit_ns(frame_len.saturating_add(WIRE_OVERHEAD_BYTES), rate_bps)
+    LineRate::new(rate_bps).frame_transmit_ns(frame_len)
 }
 
-/// Nanoseconds a port at `rate_bps` takes to send `bytes` (a port slower than 1 kbit/s never
-/// finishes; at most 2^40 bytes are counted).
+/// [`LineRate::transmit_ns`] for a port at `rate_bps`.
 #[inline(always)]
 pub const fn transmit_ns(bytes: u64, rate_bps: u64) -> u64 {
-    let kbps = rate_bps / 1000;
-    if kbps == 0 {
-        return u64::MAX / 4;
-    }
-    let bytes = if bytes > 1 << 40 { 1 << 40 } else { bytes };
-    (bytes * 8_000_000) / kbps
+    LineRate::new(rate_bps).transmit_ns(bytes)
 }
 
 #[inline(always)]
@@ -78,12 +180,10 @@ const fn max(a: u64, b: u64) -> u64 {
     if a > b { a } else { b }
 }
 
-/// Depth in bytes at `now_ns` of a queue whose tail is `tail_ns`, paused until
-/// `paused_until_ns`: what is left after the port resumes and sends until `tail_ns`.
+/// [`LineRate::depth_bytes`] for a port at `rate_bps`.
 #[inline(always)]
 pub const fn depth_bytes(tail_ns: u64, paused_until_ns: u64, now_ns: u64, rate_bps: u64) -> u64 {
-    let from = max(now_ns, paused_until_ns);
-    if tail_ns <= from { 0 } else { bytes_in(tail_ns - from, rate_bps) }
+    LineRate::new(rate_bps).depth_bytes(tail_ns, paused_until_ns, now_ns)
 }
 
 /// The new tail after a packet that takes `transmit_ns` joins the queue at `now_ns`. An idle
@@ -276,6 +376,43 @@ mod tests {
     use super::*;
 
     const GBPS: u64 = 1_000_000_000;
+
+    /// The exact formulas, in 128 bits: what [`LineRate`] stands in for.
+    fn exact_bytes_in(ns: u64, kbps: u64) -> u128 {
+        u128::from(ns.min(1 << 40)) * u128::from(kbps) / 8_000_000
+    }
+    fn exact_transmit_ns(bytes: u64, kbps: u64) -> u128 {
+        u128::from(bytes.min(1 << 40)) * 8_000_000 / u128::from(kbps)
+    }
+
+    #[test]
+    fn line_rate_factors_give_the_exact_results_or_one_more_just_below_an_integer() {
+        let mut rng = crate::rng::SplitMix64::new(7);
+        let rates = [1_000, 999_999, 25 * GBPS / 4000, 100 * GBPS / 4000, 400 * GBPS, 1_600 * GBPS, 1_000_000 * GBPS];
+        for &bps in &rates {
+            let line = LineRate::new(bps);
+            let kbps = bps / 1000;
+            for i in 0..4000u32 {
+                // Short spans and frames, and spans and byte counts beyond the fast range.
+                let x = match i % 4 {
+                    0 => rng.next_u64() % 10_000,
+                    1 => rng.next_u64() % 100_000_000,
+                    2 => rng.next_u64() >> (rng.next_u64() % 64),
+                    _ => u64::MAX - rng.next_u64() % 1000,
+                };
+                let (got, exact) = (u128::from(line.bytes_in(x)), exact_bytes_in(x, kbps));
+                assert!(got == exact || got == exact + 1, "{bps} bit/s, {x} ns: {got} bytes, exact {exact}");
+                let (got, exact) = (u128::from(line.transmit_ns(x)), exact_transmit_ns(x, kbps));
+                assert!(got == exact || got == exact + 1, "{bps} bit/s, {x} bytes: {got} ns, exact {exact}");
+            }
+        }
+        // Whole results stay whole: 100 Gbit/s is 12.5 bytes and 0.08 ns a byte.
+        let line = LineRate::new(100 * GBPS);
+        assert_eq!((line.bytes_in(800), line.transmit_ns(10_000), line.transmit_ns(1)), (10_000, 800, 0));
+        // Below 1 kbit/s a port never sends.
+        let stopped = LineRate::new(999);
+        assert_eq!((stopped.bytes_in(u64::MAX), stopped.transmit_ns(1)), (0, u64::MAX / 4));
+    }
 
     #[test]
     fn drains_at_the_line_rate_and_not_while_paused() {

@@ -17,7 +17,7 @@ use fabric_common::{
     parse::{IpHeader, ParsedPacket},
     pfc::{CLASSES, PauseFrame, quanta_to_ns},
     qos::{BufferMode, ClassCounters, PfcEvent, QosConfig, Verdict, class_of, class_slot, tos_of},
-    queue::{depth_bytes, enqueue_tail, frame_transmit_ns, mark_ce_ipv4, mark_ce_ipv6, pause_shift, paused_time_delta},
+    queue::{LineRate, enqueue_tail, mark_ce_ipv4, mark_ce_ipv6, pause_shift, paused_time_delta},
     wire::ipv4,
 };
 
@@ -97,8 +97,9 @@ pub fn offer(
     let class = class_of(tos);
     let slot = class_slot(egress, class);
     let Some(q) = QUEUES.get_ptr_mut(slot) else { return Ok(()) };
-    let rate = PORT_RATE.get(egress).copied().unwrap_or(0);
-    let tx = frame_transmit_ns(len, rate);
+    // The rate's factors, set with it: no division per packet (`LineRate`).
+    let line = PORT_RATE.get(egress).copied().unwrap_or(LineRate::STOPPED);
+    let tx = line.frame_transmit_ns(len);
     // The pool's use matters in shared-buffer mode only: a static buffer skips the lookup.
     let pool_used =
         if qos.buffer_mode == BufferMode::Shared as u32 { POOL_USED.get(0).copied().unwrap_or(0) } else { 0 };
@@ -116,7 +117,7 @@ pub fn offer(
     // RED's random number only where it decides (see `QosConfig::verdict_with`).
     // SAFETY: bpf_get_prandom_u32 takes no arguments and has no preconditions.
     let draw = || unsafe { bpf_get_prandom_u32() };
-    let judge = |new_tail: u64| qos.verdict_with(tos, depth_bytes(new_tail, paused_until, now, rate), limit, draw);
+    let judge = |new_tail: u64| qos.verdict_with(tos, line.depth_bytes(new_tail, paused_until, now), limit, draw);
     let (verdict, new_tail) = judge_and_enqueue(tail_ptr, paused_until, now, tx, judge);
     let counters = class_counters(slot);
     let Verdict::Forward { mark, over_headroom } = verdict else {
@@ -125,7 +126,7 @@ pub fn offer(
         }
         return Err(DropReason::BufferOverflow);
     };
-    let depth = depth_bytes(new_tail, paused_until, now, rate);
+    let depth = line.depth_bytes(new_tail, paused_until, now);
     // SAFETY: `q` is a valid, aligned map value (above); the field is accessed only through
     // volatile, untorn u64 loads and stores (READ_ONCE/WRITE_ONCE), never a reference. A racy
     // maximum: telemetry, and only a simultaneous new maximum is lost.
@@ -263,7 +264,7 @@ fn account_ingress(ingress: u32, class: usize, now: u64, len: u64, departs: u64,
 pub fn receive_pause(pkt: &XdpPacket, port: u32) -> bool {
     let Ok(frame) = PauseFrame::read(pkt) else { return false };
     let Some(qos) = QOS.get(0) else { return true };
-    let rate = PORT_RATE.get(port).copied().unwrap_or(0);
+    let rate = PORT_RATE.get(port).map_or(0, |l| l.bps);
     if qos.enabled == 0 || rate == 0 {
         return true;
     }

@@ -21,7 +21,7 @@ use fabric_common::{
     pfc::CLASSES,
     qos::class_slot,
     qos::{ClassCounters, QosConfig},
-    queue::{EgressQueue, IngressAccount, depth_bytes},
+    queue::{EgressQueue, IngressAccount, LineRate},
     route::{EcmpGroup, MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_ROUTES, RouteTarget},
     te::{MAX_TE_FLOWS, TeEntry, TeKey},
 };
@@ -163,7 +163,7 @@ impl MemberState for Tables {
         if paused_until > now {
             return PAUSED;
         }
-        depth_bytes(tail, paused_until, now, PORT_RATE.get(m.port).copied().unwrap_or(0))
+        PORT_RATE.get(m.port).copied().unwrap_or(LineRate::STOPPED).depth_bytes(tail, paused_until, now)
     }
 
     #[inline(always)]
@@ -210,9 +210,10 @@ impl MemberState for Tables {
 #[map]
 pub static QOS: Array<QosConfig> = Array::with_max_entries(1, 0);
 
-/// Port index -> modelled (time-scaled) line rate in bit/s.
+/// Port index -> modelled (time-scaled) line rate, with the factors that spare the model a
+/// division per packet.
 #[map]
-pub static PORT_RATE: Array<u64> = Array::with_max_entries(MAX_PORTS, 0);
+pub static PORT_RATE: Array<LineRate> = Array::with_max_entries(MAX_PORTS, 0);
 
 /// Port index -> injected loss on the link it sends into (`fabric_common::fault`).
 #[map]

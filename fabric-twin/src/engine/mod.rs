@@ -522,9 +522,7 @@ impl<'n, R: Routing> Twin<'n, R> {
                 return PAUSED;
             }
             // Phantom: as the XDP switch's `member_load` reads its modelled queue (not paused).
-            phantom
-                .get(e)
-                .map_or(port.queued_bytes[class], |ph| queue::depth_bytes(ph.tail_ns[class], 0, now, port.rate_bps))
+            phantom.get(e).map_or(port.queued_bytes[class], |ph| port.line.depth_bytes(ph.tail_ns[class], 0, now))
         };
         let view = EgressView { routing, me: node, now_ns: now, ports: &net.nodes[node].ports, load };
         let Some((group, member, out)) = switch.egress(&view, dst, parsed) else {
@@ -590,7 +588,7 @@ impl<'n, R: Routing> Twin<'n, R> {
         let egress = &self.ports[e as usize];
         let paused_until = egress.paused_until(class);
         let tail = self.phantom[e as usize].tail_ns[class];
-        let depth = queue::depth_bytes(tail, paused_until, now, egress.rate_bps);
+        let depth = egress.line.depth_bytes(tail, paused_until, now);
         let transmit = egress.transmit_ns(frame_len);
         let switch = self.switches[egress.node as usize].as_mut().expect("a switch");
         let Admission::Queue { tos, marked, over_headroom } = switch.admit(tos, depth, wire) else {

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use fabric_common::{
     pfc::{CLASSES, PauseFrame},
-    queue::{self, IngressAccount},
+    queue::{self, IngressAccount, LineRate},
 };
 use fabric_roce::pause::PauseState;
 
@@ -72,6 +72,8 @@ pub struct Port {
     /// Until when the frame being sent occupies the link.
     pub busy_until: Nanos,
     pub rate_bps: u64,
+    /// `rate_bps` with its factors: the switch's arithmetic for transmit times and depths.
+    pub line: LineRate,
     pub delay_ns: u64,
     /// A Resume event is pending for this time.
     pub resume_at: Option<Nanos>,
@@ -103,6 +105,7 @@ impl Port {
             peer,
             busy_until: 0,
             rate_bps,
+            line: LineRate::new(rate_bps),
             delay_ns,
             resume_at: None,
             busy: false,
@@ -158,7 +161,7 @@ impl Port {
     /// Time the link is busy with a frame of `frame_len`.
     #[inline]
     pub fn transmit_ns(&self, frame_len: u32) -> Nanos {
-        queue::frame_transmit_ns(u64::from(frame_len), self.rate_bps)
+        self.line.frame_transmit_ns(u64::from(frame_len))
     }
 
     /// Queues a packet in `class`; returns the class's depth with it, wire bytes.

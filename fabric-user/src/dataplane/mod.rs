@@ -19,7 +19,7 @@ use fabric_common::{
     maps,
     pfc::CLASSES,
     qos::{ClassCounters, QosConfig, class_slot},
-    queue::{EgressQueue, IngressAccount},
+    queue::{EgressQueue, IngressAccount, LineRate},
     route::{EcmpGroup, MAX_GROUP_MEMBERS, MAX_GROUPS, RouteTarget},
     te::{TeEntry, TeKey},
 };
@@ -291,15 +291,17 @@ impl SwitchDataplane {
     }
 
     /// The modelled (time-scaled) line rate of a port, bit/s.
+    /// Written whole with the factors derived from it ([`LineRate::new`]), so that the switch
+    /// never reads a rate with another rate's factors.
     pub fn set_port_rate(&mut self, port: u32, rate_bps: u64) -> Result<()> {
-        let mut m: Array<&mut MapData, u64> = self.map(maps::PORT_RATE)?;
-        m.set(port, rate_bps, 0).with_context(|| format!("rate of port {port}"))?;
+        let mut m: Array<&mut MapData, LineRate> = self.map(maps::PORT_RATE)?;
+        m.set(port, LineRate::new(rate_bps), 0).with_context(|| format!("rate of port {port}"))?;
         Ok(())
     }
 
     pub fn port_rate(&mut self, port: u32) -> Result<u64> {
-        let m: Array<&mut MapData, u64> = self.map(maps::PORT_RATE)?;
-        Ok(m.get(&port, 0)?)
+        let m: Array<&mut MapData, LineRate> = self.map(maps::PORT_RATE)?;
+        Ok(m.get(&port, 0)?.bps)
     }
 
     /// Sets the injected loss of the link port `port` sends into (zero threshold: none). The
