@@ -63,17 +63,39 @@ fn bench_qos(enabled: bool) -> fabric_common::qos::QosConfig {
 }
 
 /// Mean ns/packet of `packets` runs of `c.program` on `c.frame`. Every call's runs are checked
-/// to have taken the path the case times (see [`Case::check`]).
+/// to have taken the path the case times (see [`Case::check`]), and the congestion model to
+/// have queued every run of a case with the model and none of one without.
 fn measure_once(sw: &mut FixtureSwitch, c: &Case, packets: u64) -> Result<f64> {
     let mut total = Duration::ZERO;
     let calls = packets.div_ceil(CHUNK as u64);
+    let queued_before = modelled_packets(sw)?;
     for _ in 0..calls {
         // Fresh copy each call: the TTL starts from 255 again.
         let timed = sw.time(c.program, 0, &c.frame, CHUNK)?;
         c.check(timed.action, &timed.frame, CHUNK)?;
         total += timed.per_run * CHUNK;
     }
-    Ok(total.as_nanos() as f64 / (calls * CHUNK as u64) as f64)
+    let runs = calls * CHUNK as u64;
+    let queued = modelled_packets(sw)? - queued_before;
+    let want = if c.qos { runs } else { 0 };
+    if queued != want {
+        bail!(
+            "{} ({}): the congestion model queued {queued} of {runs} runs, where {want} should have been: its \
+             time would not be the path it names",
+            c.label,
+            c.family
+        );
+    }
+    Ok(total.as_nanos() as f64 / runs as f64)
+}
+
+/// Packets the congestion model has queued on any port of the fixture, every class.
+fn modelled_packets(sw: &mut FixtureSwitch) -> Result<u64> {
+    let mut n = 0;
+    for port in 0..=fabric_testkit::fixture::UPLINKS {
+        n += sw.dp.port_class_counters(port)?.iter().map(|c| c.packets).sum::<u64>();
+    }
+    Ok(n)
 }
 
 /// The XDP actions the cases end in (the kernel's `enum xdp_action`).

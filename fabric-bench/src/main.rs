@@ -20,6 +20,21 @@ struct Cli {
     which: BenchCommand,
 }
 
+/// `--modes`: the routing modes a benchmark measures.
+#[derive(clap::Args)]
+struct Modes {
+    /// Routing modes, comma-separated (default: every one).
+    #[arg(long = "modes", value_delimiter = ',', value_parser = fabric_user::model::topology::parse_hash_mode)]
+    modes: Vec<fabric_common::config::HashMode>,
+}
+
+impl Modes {
+    /// The modes given, or every routing mode.
+    fn or_every(self) -> Vec<fabric_common::config::HashMode> {
+        if self.modes.is_empty() { fabric_common::config::HashMode::ROUTING.to_vec() } else { self.modes }
+    }
+}
+
 #[derive(Subcommand)]
 enum BenchCommand {
     /// Time to bring up and tear down each shipped topology and synthetic ones of 8..4,096
@@ -51,13 +66,8 @@ enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         rounds: u32,
         /// The routing modes to measure, without and with the congestion model.
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "five-tuple,eecmp,pin,te,flowlet,adaptive,spray,wcmp",
-            value_parser = fabric_user::model::topology::parse_hash_mode
-        )]
-        modes: Vec<fabric_common::config::HashMode>,
+        #[command(flatten)]
+        modes: Modes,
         /// Where to write the JSON report.
         #[arg(long, default_value = "results/bench/dataplane.json")]
         json: PathBuf,
@@ -83,13 +93,8 @@ enum BenchCommand {
         /// The routing modes to measure with the congestion model on (every mode pays its own
         /// code on the path's one-member groups: flowlet its table update, adaptive and wcmp
         /// their reads).
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "five-tuple,eecmp,pin,te,flowlet,adaptive,spray,wcmp",
-            value_parser = fabric_user::model::topology::parse_hash_mode
-        )]
-        modes: Vec<fabric_common::config::HashMode>,
+        #[command(flatten)]
+        modes: Modes,
         /// Rounds (the median is reported); each round measures every case once.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
@@ -137,12 +142,13 @@ fn run() -> Result<()> {
             write_json(&json, &report)?;
         }
         BenchCommand::Forwarding { json, modes, rounds, seconds, sizes } => {
-            let report = forwarding::forwarding(&forwarding::Options { modes, rounds, seconds, sizes })?;
+            let report =
+                forwarding::forwarding(&forwarding::Options { modes: modes.or_every(), rounds, seconds, sizes })?;
             forwarding::print_forwarding(&report);
             write_json(&json, &report)?;
         }
         BenchCommand::Dataplane { packets, rounds, modes, json } => {
-            let report = dataplane::dataplane(packets, rounds, &modes)?;
+            let report = dataplane::dataplane(packets, rounds, &modes.or_every())?;
             dataplane::print_dataplane(&report);
             write_json(&json, &report)?;
         }

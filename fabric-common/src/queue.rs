@@ -43,16 +43,18 @@ const _: () = assert!(core::mem::size_of::<EgressQueue>() == 48);
 // of them; so a port's rate comes with its reciprocals, computed once by [`LineRate::new`] when
 // the rate is set, and the per-packet work is a multiply and a shift.
 
-/// `bytes = ns x kbps / 8e6`: 8e6 ns is the time in which a port sends `kbps` bytes.
-const NS_PER_KBIT_BYTE: u64 = 8_000_000;
+/// `bytes = ns x kbps / 8e6`: a port at 1 kbit/s takes 8e6 ns a byte.
+const NS_PER_BYTE_AT_1_KBPS: u64 = 8_000_000;
 
 /// A port's line rate and the fixed-point factors that turn time into bytes and back without a
 /// division: what the switch's `PORT_RATE` map holds per port, and what every simulator uses
 /// for the same arithmetic. Rates are whole kbit/s. Results are those of the exact integer
 /// formulas (`ns x kbps / 8e6`, `bytes x 8e6 / kbps`, rounded down), or one more: the factors
 /// are rounded up (so that whole results stay whole), and the fast path takes inputs below
-/// 2^32 only (4.3 s, 4 GiB), where a factor's rounding adds less than one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// 2^32 (4.3 s, 4 GiB) whose product with the factor fits 64 bits (at 400 Gbit/s, spans up to
+/// 86 ms), where a factor's rounding adds less than one; longer inputs take the exact division.
+/// The default is [`Self::STOPPED`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C)]
 pub struct LineRate {
     /// The rate, bit/s, as set.
@@ -75,13 +77,23 @@ const _: () = assert!(core::mem::size_of::<LineRate>() == 48);
 /// 2^32 then adds less than one to the result.
 const FAST_INPUT_MAX: u64 = u32::MAX as u64;
 
+impl Default for LineRate {
+    fn default() -> Self {
+        Self::STOPPED
+    }
+}
+
+/// The fastest rate [`LineRate`] takes, bit/s: the slow path's products stay below 2^63.
+pub const MAX_RATE_BPS: u64 = 1_000_000_000_000_000;
+
 impl LineRate {
     /// A port that never sends (no rate set).
     pub const STOPPED: LineRate = LineRate::new(0);
 
     /// The factors for `bps` (below 1 kbit/s a port never sends: zero bytes in any time, and a
-    /// transmit time of `u64::MAX / 4`). Rates up to 10^15 bit/s.
+    /// transmit time of `u64::MAX / 4`; above [`MAX_RATE_BPS`] it sends at that rate).
     pub const fn new(bps: u64) -> Self {
+        let bps = if bps > MAX_RATE_BPS { MAX_RATE_BPS } else { bps };
         let kbps = bps / 1000;
         if kbps == 0 {
             return LineRate {
@@ -97,10 +109,10 @@ impl LineRate {
             if a < b { a } else { b }
         }
         // kbps x 2^32 / 8e6, rounded up, split so that no step overflows (kbps % 8e6 < 2^23).
-        let whole = (kbps / NS_PER_KBIT_BYTE) << 32;
-        let rest = ((kbps % NS_PER_KBIT_BYTE) << 32).div_ceil(NS_PER_KBIT_BYTE);
+        let whole = (kbps / NS_PER_BYTE_AT_1_KBPS) << 32;
+        let rest = ((kbps % NS_PER_BYTE_AT_1_KBPS) << 32).div_ceil(NS_PER_BYTE_AT_1_KBPS);
         let bytes_per_ns_q32 = whole + rest;
-        let ns_per_byte_q32 = (NS_PER_KBIT_BYTE << 32).div_ceil(kbps);
+        let ns_per_byte_q32 = (NS_PER_BYTE_AT_1_KBPS << 32).div_ceil(kbps);
         LineRate {
             bps,
             kbps,
@@ -120,7 +132,7 @@ impl LineRate {
         // Beyond the fast range: whole 8 ms periods and the rest, exact (each product below
         // 2^63 for any rate below 10^15 bit/s).
         let ns = if ns > 1 << 40 { 1 << 40 } else { ns };
-        (ns / NS_PER_KBIT_BYTE) * self.kbps + ((ns % NS_PER_KBIT_BYTE) * self.kbps) / NS_PER_KBIT_BYTE
+        (ns / NS_PER_BYTE_AT_1_KBPS) * self.kbps + ((ns % NS_PER_BYTE_AT_1_KBPS) * self.kbps) / NS_PER_BYTE_AT_1_KBPS
     }
 
     /// Nanoseconds the port takes to send `bytes` (at most 2^40 bytes are counted).
@@ -133,7 +145,7 @@ impl LineRate {
         if bytes <= self.fast_bytes_max {
             return (bytes * self.ns_per_byte_q32) >> 32;
         }
-        (bytes * NS_PER_KBIT_BYTE) / self.kbps
+        (bytes * NS_PER_BYTE_AT_1_KBPS) / self.kbps
     }
 
     /// Nanoseconds the port is busy with a frame of `frame_len` bytes as XDP sees it (without
@@ -392,9 +404,15 @@ mod tests {
         for &bps in &rates {
             let line = LineRate::new(bps);
             let kbps = bps / 1000;
-            for i in 0..4000u32 {
-                // Short spans and frames, and spans and byte counts beyond the fast range.
-                let x = match i % 4 {
+            let edges = [line.fast_ns_max, line.fast_bytes_max, u32::MAX as u64, 1 << 40]
+                .into_iter()
+                .flat_map(|e| [e.saturating_sub(1), e, e.saturating_add(1)]);
+            for (i, edge) in (0..4000u32).zip(edges.chain(core::iter::repeat(0))) {
+                // The fast path's limits and the caps, short spans and frames, and spans and byte
+                // counts beyond the fast range.
+                let x = match i % 5 {
+                    _ if i < 12 => edge,
+                    4 => rng.next_u64() % 2_000,
                     0 => rng.next_u64() % 10_000,
                     1 => rng.next_u64() % 100_000_000,
                     2 => rng.next_u64() >> (rng.next_u64() % 64),
@@ -406,6 +424,8 @@ mod tests {
                 assert!(got == exact || got == exact + 1, "{bps} bit/s, {x} bytes: {got} ns, exact {exact}");
             }
         }
+        // Faster than the limit: the limit.
+        assert_eq!(LineRate::new(u64::MAX), LineRate::new(MAX_RATE_BPS));
         // Whole results stay whole: 100 Gbit/s is 12.5 bytes and 0.08 ns a byte.
         let line = LineRate::new(100 * GBPS);
         assert_eq!((line.bytes_in(800), line.transmit_ns(10_000), line.transmit_ns(1)), (10_000, 800, 0));

@@ -98,7 +98,7 @@ pub fn offer(
     let slot = class_slot(egress, class);
     let Some(q) = QUEUES.get_ptr_mut(slot) else { return Ok(()) };
     // The rate's factors, set with it: no division per packet (`LineRate`).
-    let line = PORT_RATE.get(egress).copied().unwrap_or(LineRate::STOPPED);
+    let line = PORT_RATE.get(egress).unwrap_or(&LineRate::STOPPED);
     let tx = line.frame_transmit_ns(len);
     // The pool's use matters in shared-buffer mode only: a static buffer skips the lookup.
     let pool_used =

@@ -163,7 +163,7 @@ impl MemberState for Tables {
         if paused_until > now {
             return PAUSED;
         }
-        PORT_RATE.get(m.port).copied().unwrap_or(LineRate::STOPPED).depth_bytes(tail, paused_until, now)
+        PORT_RATE.get(m.port).unwrap_or(&LineRate::STOPPED).depth_bytes(tail, paused_until, now)
     }
 
     #[inline(always)]

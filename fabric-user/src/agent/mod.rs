@@ -22,7 +22,7 @@ use anyhow::{Context as _, Result, bail};
 use fabric_common::{
     pfc::{CLASSES, PauseFrame, quanta_to_ns},
     qos::{BufferMode, PfcEvent},
-    queue::depth_bytes,
+    queue::LineRate,
 };
 use serde::{Deserialize, Serialize};
 
@@ -297,7 +297,8 @@ struct SwitchAgent<'p> {
     xdp_log: aya_log::EbpfLogger<XdpLog>,
     /// One raw socket per port, bound to it.
     sockets: Vec<OwnedFd>,
-    rates: Vec<u64>,
+    /// Each port's rate as the switch holds it, with its factors.
+    rates: Vec<LineRate>,
     qos: fabric_common::qos::QosConfig,
     pause_quanta: u16,
     watchdog_ns: u64,
@@ -323,7 +324,7 @@ impl<'p> SwitchAgent<'p> {
         let sockets = netns::in_named(&plan.netns(node), || {
             ports.iter().map(|p| raw_socket(&p.ifname)).collect::<Result<Vec<_>>>()
         })?;
-        let rates = (0..ports.len() as u32).map(|p| dp.port_rate(p)).collect::<Result<Vec<_>>>()?;
+        let rates = (0..ports.len() as u32).map(|p| dp.port_rate(p).map(LineRate::new)).collect::<Result<Vec<_>>>()?;
         let qos = dp.qos()?;
         let topo = &plan.topology;
         Ok(SwitchAgent {
@@ -443,7 +444,7 @@ impl<'p> SwitchAgent<'p> {
         let keys: Vec<(u32, usize)> = self.active.keys().copied().collect();
         for (port, class) in keys {
             let held = self.dp.account(port, class)?.held_at(now);
-            let pause_ns = quanta_to_ns(self.pause_quanta, self.rates[port as usize]);
+            let pause_ns = quanta_to_ns(self.pause_quanta, self.rates[port as usize].bps);
             if held < u64::from(self.qos.xon_bytes) {
                 self.send_pfc(port, class, 0)?;
                 self.dp.clear_xoff(port, class)?;
@@ -480,7 +481,7 @@ impl<'p> SwitchAgent<'p> {
         for (port, class) in busy {
             {
                 let q = self.dp.queue(port, class)?;
-                let depth = depth_bytes(q.tail_ns, q.paused_until_ns, now, self.rates[port as usize]);
+                let depth = self.rates[port as usize].depth_bytes(q.tail_ns, q.paused_until_ns, now);
                 pool += depth;
                 let h = self.histograms.entry((port, class)).or_insert_with(|| vec![0; 41]);
                 let bucket = (64 - depth.leading_zeros() as usize).min(40);

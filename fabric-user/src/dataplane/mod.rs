@@ -291,8 +291,11 @@ impl SwitchDataplane {
     }
 
     /// The modelled (time-scaled) line rate of a port, bit/s.
-    /// Written whole with the factors derived from it ([`LineRate::new`]), so that the switch
-    /// never reads a rate with another rate's factors.
+    /// Written with the factors derived from it ([`LineRate::new`]). An array map's value is
+    /// copied in without a lock, so a packet forwarded during a rate change may read some
+    /// factors of the old rate and some of the new: its transmit time and depth then lie
+    /// between the two rates' (a fast-path limit of one rate with a factor of the other could
+    /// wrap only for a queue of more than 4 GiB, or a frame far beyond any MTU).
     pub fn set_port_rate(&mut self, port: u32, rate_bps: u64) -> Result<()> {
         let mut m: Array<&mut MapData, LineRate> = self.map(maps::PORT_RATE)?;
         m.set(port, LineRate::new(rate_bps), 0).with_context(|| format!("rate of port {port}"))?;

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 
 use fabric_common::{
-    queue::{enqueue_tail, frame_transmit_ns},
+    queue::{LineRate, enqueue_tail},
     wire::{ethernet, ipv4, udp},
 };
 
@@ -29,7 +29,8 @@ pub struct Pending<T> {
 /// delivered its last byte.
 #[derive(Debug)]
 pub struct Downlink<T> {
-    rate_bps: u64,
+    /// The link's rate with its factors: no division per datagram.
+    line: LineRate,
     /// When the link finishes delivering everything queued so far.
     tail_ns: u64,
     queue: VecDeque<Pending<T>>,
@@ -37,13 +38,13 @@ pub struct Downlink<T> {
 
 impl<T> Downlink<T> {
     pub fn new(rate_bps: u64) -> Self {
-        Downlink { rate_bps, tail_ns: 0, queue: VecDeque::new() }
+        Downlink { line: LineRate::new(rate_bps), tail_ns: 0, queue: VecDeque::new() }
     }
 
     /// A datagram of `udp_payload` bytes arrived (at veth speed) at `now_ns`.
     pub fn arrive(&mut self, now_ns: u64, udp_payload: usize, item: T) {
         let frame = udp_payload as u64 + FRAME_OVERHEAD;
-        self.tail_ns = enqueue_tail(self.tail_ns, 0, now_ns, frame_transmit_ns(frame, self.rate_bps));
+        self.tail_ns = enqueue_tail(self.tail_ns, 0, now_ns, self.line.frame_transmit_ns(frame));
         self.queue.push_back(Pending { due_ns: self.tail_ns, item });
     }
 
