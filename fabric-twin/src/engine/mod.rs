@@ -645,7 +645,7 @@ impl<'n, R: Routing> Twin<'n, R> {
             return;
         }
         let quanta = switch.spec.pause_quanta;
-        let refresh = quanta_to_ns(quanta, ingress.rate_bps) / 2;
+        let refresh = quanta_to_ns(quanta, ingress.line.bps) / 2;
         let port = &mut self.ports[p as usize];
         port.pausing |= 1 << class;
         // One tending per port and class: a pending one from an earlier pause serves this one.
@@ -709,7 +709,7 @@ impl<'n, R: Routing> Twin<'n, R> {
             port.tending &= !(1 << class);
             return;
         }
-        let refresh = (quanta_to_ns(quanta, port.rate_bps) / 2).max(1);
+        let refresh = (quanta_to_ns(quanta, port.line.bps) / 2).max(1);
         let due = port.last_pause_ns[class] + refresh;
         let refresh_at = if now >= due {
             port.counters.refreshes_sent += 1;

@@ -71,8 +71,8 @@ pub struct Port {
     pub peer: u32,
     /// Until when the frame being sent occupies the link.
     pub busy_until: Nanos,
-    pub rate_bps: u64,
-    /// `rate_bps` with its factors: the switch's arithmetic for transmit times and depths.
+    /// The link's rate (`line.bps`) with its factors: the switch's arithmetic for transmit
+    /// times and depths.
     pub line: LineRate,
     pub delay_ns: u64,
     /// A Resume event is pending for this time.
@@ -104,7 +104,6 @@ impl Port {
             node,
             peer,
             busy_until: 0,
-            rate_bps,
             line: LineRate::new(rate_bps),
             delay_ns,
             resume_at: None,

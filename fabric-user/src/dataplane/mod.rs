@@ -291,6 +291,7 @@ impl SwitchDataplane {
     }
 
     /// The modelled (time-scaled) line rate of a port, bit/s.
+    ///
     /// Written with the factors derived from it ([`LineRate::new`]). An array map's value is
     /// copied in without a lock, so a packet forwarded during a rate change may read some
     /// factors of the old rate and some of the new: its transmit time and depth then lie
