@@ -10,7 +10,9 @@ use fabric_common::{
 };
 use serde::Serialize;
 
-use fabric_testkit::fixture::{FixtureSwitch, FrameSpec, frame, in_private_netns, port_mac};
+use fabric_testkit::fixture::{
+    FixtureSwitch, FrameSpec, XDP_PASS, XDP_REDIRECT, frame, in_private_netns, port_mac, xdp_action_name,
+};
 use fabric_user::dataplane::{PROGRAM_BENCH_PARSE_REDIRECT, PROGRAM_PASS, PROGRAM_SWITCH};
 
 /// Runs per test_run call. The switch rewrites TTL in place and non-live test_run reuses one
@@ -98,13 +100,6 @@ fn modelled_packets(sw: &mut FixtureSwitch) -> Result<u64> {
     Ok(n)
 }
 
-/// The XDP actions the cases end in (the kernel's `enum xdp_action`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum XdpAction {
-    Pass = 2,
-    Redirect = 4,
-}
-
 /// What each run of a case must do for its time to mean what its label says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Path {
@@ -130,12 +125,12 @@ fn ttl_decrements(before: &[u8], after: &[u8]) -> Option<u32> {
 /// took `path`, or what they did instead.
 fn check_path(path: Path, before: &[u8], action: u32, after: &[u8], runs: u32) -> Result<()> {
     let (want_action, want_decrements) = match path {
-        Path::Pass => (XdpAction::Pass, 0),
-        Path::Redirect => (XdpAction::Redirect, 0),
-        Path::Forward => (XdpAction::Redirect, runs),
+        Path::Pass => (XDP_PASS, 0),
+        Path::Redirect => (XDP_REDIRECT, 0),
+        Path::Forward => (XDP_REDIRECT, runs),
     };
-    if action != want_action as u32 {
-        bail!("the last of {runs} runs returned XDP action {action}, not {want_action:?}");
+    if action != want_action {
+        bail!("the last of {runs} runs returned {}, not {}", xdp_action_name(action), xdp_action_name(want_action));
     }
     match ttl_decrements(before, after) {
         Some(n) if n == want_decrements => Ok(()),
@@ -314,13 +309,12 @@ mod tests {
     fn a_forwarding_case_must_have_forwarded_on_every_run() {
         for ipv6 in [false, true] {
             let sent = bench_frame(ipv6);
-            let redirect = XdpAction::Redirect as u32;
-            assert!(check_path(Path::Forward, &sent, redirect, &forwarded(&sent, ipv6, 200), 200).is_ok());
+            assert!(check_path(Path::Forward, &sent, XDP_REDIRECT, &forwarded(&sent, ipv6, 200), 200).is_ok());
             // One forwarding run, then 199 early exits (a frame no longer for the switch): the
             // benchmark's old blind spot.
-            let err = check_path(Path::Forward, &sent, XdpAction::Pass as u32, &forwarded(&sent, ipv6, 1), 200);
-            assert!(err.unwrap_err().to_string().contains("not Redirect"));
-            let err = check_path(Path::Forward, &sent, redirect, &forwarded(&sent, ipv6, 1), 200);
+            let err = check_path(Path::Forward, &sent, XDP_PASS, &forwarded(&sent, ipv6, 1), 200);
+            assert!(err.unwrap_err().to_string().contains("returned XDP_PASS, not XDP_REDIRECT"));
+            let err = check_path(Path::Forward, &sent, XDP_REDIRECT, &forwarded(&sent, ipv6, 1), 200);
             assert!(err.unwrap_err().to_string().contains("1 of 200 runs"));
         }
     }
@@ -328,11 +322,11 @@ mod tests {
     #[test]
     fn a_reference_case_must_leave_the_frame_as_sent() {
         let sent = bench_frame(false);
-        assert!(check_path(Path::Redirect, &sent, XdpAction::Redirect as u32, &sent, 200).is_ok());
-        assert!(check_path(Path::Pass, &sent, XdpAction::Pass as u32, &sent, 200).is_ok());
-        assert!(check_path(Path::Pass, &sent, XdpAction::Redirect as u32, &sent, 200).is_err());
+        assert!(check_path(Path::Redirect, &sent, XDP_REDIRECT, &sent, 200).is_ok());
+        assert!(check_path(Path::Pass, &sent, XDP_PASS, &sent, 200).is_ok());
+        assert!(check_path(Path::Pass, &sent, XDP_REDIRECT, &sent, 200).is_err());
         let touched = forwarded(&sent, false, 1);
-        assert!(check_path(Path::Redirect, &sent, XdpAction::Redirect as u32, &touched, 200).is_err());
-        assert!(check_path(Path::Redirect, &sent, XdpAction::Redirect as u32, &sent[..20], 200).is_err());
+        assert!(check_path(Path::Redirect, &sent, XDP_REDIRECT, &touched, 200).is_err());
+        assert!(check_path(Path::Redirect, &sent, XDP_REDIRECT, &sent[..20], 200).is_err());
     }
 }

@@ -21,14 +21,11 @@ use fabric_common::{
 use fabric_testkit::{
     capture,
     fixture::{
-        FixtureSwitch, FrameSpec, GROUP_UPLINKS, UPLINKS, frame, in_private_netns, neighbour_mac, port_mac, xdp_md,
+        FixtureSwitch, FrameSpec, GROUP_UPLINKS, UPLINKS, XDP_DROP, XDP_PASS, XDP_REDIRECT, frame, in_private_netns,
+        neighbour_mac, port_mac, xdp_md,
     },
 };
 use fabric_user::{dataplane::PROGRAM_SWITCH, sys::netns};
-
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_REDIRECT: u32 = 4;
 
 /// Runs `f` against a fresh fixture switch; panics with the error chain on failure.
 fn with_switch(mode: HashMode, seed: u32, f: impl FnOnce(&mut FixtureSwitch) -> anyhow::Result<()> + Send) {

@@ -56,14 +56,10 @@ use fabric_common::{
     wire::{ethernet, ipv4, ipv6, udp},
 };
 use fabric_testkit::fixture::{
-    FixtureSwitch, FrameSpec, GROUP_HOST_A, GROUP_UPLINKS, HOST_A_V4, HOST_A_V6, SWITCH_V4, UPLINKS, frame,
-    in_private_netns, neighbour_mac, port_mac,
+    FixtureSwitch, FrameSpec, GROUP_HOST_A, GROUP_UPLINKS, HOST_A_V4, HOST_A_V6, SWITCH_V4, UPLINKS, XDP_DROP,
+    XDP_PASS, XDP_REDIRECT, frame, in_private_netns, neighbour_mac, port_mac,
 };
 use fabric_user::{agent::monotonic_ns, dataplane::PROGRAM_SWITCH};
-
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_REDIRECT: u32 = 4;
 
 const DEFAULT_SEED: u64 = 0x00FA_B21C_F022;
 const DEFAULT_CASES: usize = 100_000;
