@@ -406,84 +406,10 @@ fn json_report_and_chart() {
     assert!(text.contains("RoCEv2: 110 packets") && text.contains("skipped: none"), "{text}");
 }
 
-/// `tcpdump` in a host's namespace, writing what the host sends to a pcap file; stopped (and
-/// never left running) when dropped.
-struct Tcpdump {
-    child: std::process::Child,
-    stderr: std::io::BufReader<std::process::ChildStderr>,
-    path: PathBuf,
-}
-
-impl Tcpdump {
-    /// Starts capturing and returns once tcpdump says it listens. A snap length of 128 keeps
-    /// every header up to the RETH; analyze weighs each frame by its original length.
-    fn start(netns_name: &str, ifname: &str, filter: &str, path: PathBuf) -> Tcpdump {
-        use std::io::BufRead as _;
-        let mut child = std::process::Command::new("ip")
-            .args(["netns", "exec", netns_name, "tcpdump", "-i", ifname, "-s", "128", "-B", "8192", "-U", "-Z", "root"])
-            .arg("--immediate-mode")
-            .arg("-w")
-            .arg(&path)
-            .arg(filter)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("running tcpdump (cargo xtask setup installs it)");
-        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        while !line.contains("listening on") {
-            line.clear();
-            assert!(stderr.read_line(&mut line).unwrap() > 0, "tcpdump on {netns_name}:{ifname} did not start");
-        }
-        Tcpdump { child, stderr, path }
-    }
-
-    /// Stops the capture once its file has stopped growing; fails unless every frame the
-    /// kernel matched was written (tcpdump reports both counts when it exits).
-    fn stop(mut self) -> PathBuf {
-        use std::io::Read as _;
-        let size = || std::fs::metadata(&self.path).map_or(0, |m| m.len());
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut last = size();
-        loop {
-            std::thread::sleep(Duration::from_millis(300));
-            let now = size();
-            if now == last || std::time::Instant::now() > deadline {
-                break;
-            }
-            last = now;
-        }
-        self.terminate();
-        let mut summary = String::new();
-        self.stderr.read_to_string(&mut summary).unwrap();
-        let count = |what: &str| -> u64 {
-            let line = summary.lines().find(|l| l.ends_with(what)).unwrap_or_else(|| panic!("tcpdump: {summary}"));
-            line.split_whitespace().next().unwrap().parse().unwrap()
-        };
-        let (captured, matched) = (count("packets captured"), count("packets received by filter"));
-        assert!(captured == matched && count("packets dropped by kernel") == 0, "tcpdump lost frames: {summary}");
-        self.path.clone()
-    }
-
-    fn terminate(&mut self) {
-        if self.child.try_wait().unwrap().is_none() {
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-            self.child.wait().unwrap();
-        }
-    }
-}
-
-impl Drop for Tcpdump {
-    fn drop(&mut self) {
-        self.terminate();
-    }
-}
-
 /// Captures, on every host of `rtsw`'s rack, the RoCE frames it sends out of the rack: the
 /// frames `rtsw` sends up its uplinks. (An uplink itself cannot be tapped: the switches move
 /// frames between veths with XDP redirects, which no packet socket sees.)
-fn capture_rack_uplink_traffic(state: &State, rtsw: NodeId, tag: &str, dir: &Path) -> Vec<Tcpdump> {
+fn capture_rack_uplink_traffic(state: &State, rtsw: NodeId, tag: &str, dir: &Path) -> Vec<common::Tcpdump> {
     let plan = &state.plan;
     let rack: Vec<NodeId> = plan.hosts().filter(|&h| plan.rtsw_of(h) == rtsw).collect();
     let rack_dsts: Vec<String> = rack.iter().map(|&h| format!("dst host {}", plan.host_ipv4(h))).collect();
@@ -492,7 +418,9 @@ fn capture_rack_uplink_traffic(state: &State, rtsw: NodeId, tag: &str, dir: &Pat
             let filter =
                 format!("udp dst port 4791 and src host {} and not ({})", plan.host_ipv4(h), rack_dsts.join(" or "));
             let path = dir.join(format!("testbed-{tag}-{}.pcap", plan.nodes[h].name));
-            Tcpdump::start(&plan.netns(h), &plan.nodes[h].ports[0].ifname, &filter, path)
+            // A snap length of 128 keeps every header up to the RETH; analyze weighs each frame
+            // by its original length.
+            common::Tcpdump::start(&plan.netns(h), &plan.nodes[h].ports[0].ifname, &filter, 128, path)
         })
         .collect()
 }
@@ -601,12 +529,21 @@ fn a_live_capture_agrees_with_the_switch_counters_the_run_and_fabric_sim() {
     let members = fabric.members(rtsw, up).to_vec();
     for (hash, qps) in [(HashMode::FiveTuple, 1), (HashMode::Eecmp, 4), (HashMode::Pin, 2)] {
         let (sim, run_opts) = live_options(hash, qps);
-        let before = uplink_member_counters(&state, &fabric, rtsw, up);
-        let captures = tempfile::Builder::new().prefix("fabric-analyze-").tempdir().unwrap();
-        let tcpdumps = capture_rack_uplink_traffic(&state, rtsw, hash.as_str(), captures.path());
-        let result = run(&state, &run_opts, true).unwrap_or_else(|e| panic!("{hash:?}: {e:#}"));
-        let paths: Vec<PathBuf> = tcpdumps.into_iter().map(Tcpdump::stop).collect();
-        let after = uplink_member_counters(&state, &fabric, rtsw, up);
+        // A run that resent because a host fell behind is run again, captures and all.
+        let (mut before, mut _captures, mut result, mut paths, mut after);
+        let mut tries = 0;
+        loop {
+            before = uplink_member_counters(&state, &fabric, rtsw, up);
+            _captures = tempfile::Builder::new().prefix("fabric-analyze-").tempdir().unwrap();
+            let tcpdumps = capture_rack_uplink_traffic(&state, rtsw, hash.as_str(), _captures.path());
+            result = run(&state, &run_opts, true).unwrap_or_else(|e| panic!("{hash:?}: {e:#}"));
+            paths = tcpdumps.into_iter().map(common::Tcpdump::stop).collect::<Vec<PathBuf>>();
+            after = uplink_member_counters(&state, &fabric, rtsw, up);
+            tries += 1;
+            if !common::resent_for_host_drops(&result, hash.as_str()) || tries == common::TRIES_FOR_HOST_DROPS {
+                break;
+            }
+        }
         assert_eq!(result.bytes_delivered, result.bytes_needed, "{hash:?}");
         let retransmitted: u64 = result.flows.iter().map(|f| f.retransmitted).sum();
         assert_eq!(retransmitted, 0, "{hash:?}: the run retransmitted, so no exact prediction is possible");

@@ -179,11 +179,16 @@ fn a_full_pfc_event_ring_loses_the_xoff_and_counts_it() {
     });
 }
 
+/// A slow port, so that a pause outlasts any stall of the test's thread between two runs: the
+/// checks below must not depend on how soon the next run comes.
+const SLOW_PORT_BPS: u64 = 10_000_000;
+
 #[test]
 fn a_pfc_frame_is_consumed_and_pauses_its_port_until_quanta_zero() {
-    with_switch(qos(), 1_000_000_000, |sw| {
+    with_switch(qos(), SLOW_PORT_BPS, |sw| {
         let mut quanta = [0; CLASSES];
-        quanta[3] = 1000; // 512 µs at 1 Gbit/s
+        quanta[3] = 10_000; // 512 ms at 10 Mbit/s: 512 bit times per quantum
+        const PAUSE_NS: u64 = 10_000 * 512 * 1_000_000_000 / SLOW_PORT_BPS;
         quanta[5] = 7; // not enabled: ignored
         let pause = PauseFrame { src: neighbour_mac(2), class_enable: 1 << 3, quanta }.emit();
         let before = monotonic_ns();
@@ -192,7 +197,7 @@ fn a_pfc_frame_is_consumed_and_pauses_its_port_until_quanta_zero() {
         let c = sw.dp.port_counters(2)?;
         assert_eq!((c.rx_pfc_frames, c.total_drops(), c.tx_packets), (1, 0, 0));
         let q = sw.dp.queue(2, 3)?;
-        assert!(q.paused_until_ns >= before + 512_000 && q.paused_until_ns <= monotonic_ns() + 512_000, "{q:?}");
+        assert!(q.paused_until_ns >= before + PAUSE_NS && q.paused_until_ns <= monotonic_ns() + PAUSE_NS, "{q:?}");
         assert_eq!(q.pauses_received, 1);
         assert_eq!(sw.dp.queue(2, 5)?.paused_until_ns, 0, "class 5 was not enabled");
         assert_eq!(sw.dp.queue(1, 3)?.paused_until_ns, 0, "only the receiving port pauses");
@@ -200,9 +205,11 @@ fn a_pfc_frame_is_consumed_and_pauses_its_port_until_quanta_zero() {
         // Quanta 0 resumes at once; the paused time is what elapsed.
         let resume = PauseFrame { src: neighbour_mac(2), class_enable: 1 << 3, quanta: [0; CLASSES] }.emit();
         sw.run(PROGRAM_SWITCH, 2, &resume)?;
+        let resumed_by = monotonic_ns();
         let q = sw.dp.queue(2, 3)?;
         assert_eq!(q.paused_until_ns, 0);
-        assert!(q.paused_total_ns < 512_000, "resumed early: {} ns paused", q.paused_total_ns);
+        assert!(q.paused_total_ns <= resumed_by - before, "paused longer than the test ran: {q:?}");
+        assert!(q.paused_total_ns < PAUSE_NS, "resumed early: {} ns paused", q.paused_total_ns);
 
         // 802.3x PAUSE (opcode 1) is MAC control too, but not PFC: consumed, counted as bad.
         let mut x = pause;
@@ -217,7 +224,8 @@ fn a_pfc_frame_is_consumed_and_pauses_its_port_until_quanta_zero() {
 
 #[test]
 fn packets_sent_into_a_paused_port_count_as_the_models_error() {
-    with_switch(qos(), 1_000_000_000, |sw| {
+    // u16::MAX quanta: 3.4 s at this rate, longer than the checks below take.
+    with_switch(qos(), SLOW_PORT_BPS, |sw| {
         let f = roce(TOS_ROCE_ECT, false);
         let (_, out) = sw.run(PROGRAM_SWITCH, 0, &f)?;
         // Which uplink does this flow take? The one whose class-3 queue counted it.
@@ -235,7 +243,7 @@ fn packets_sent_into_a_paused_port_count_as_the_models_error() {
         assert_eq!(c.sent_while_paused, 3);
         // A paused queue does not drain: all four packets are still in it.
         let q = sw.dp.queue(port, 3)?;
-        let depth = fabric_common::queue::depth_bytes(q.tail_ns, q.paused_until_ns, monotonic_ns(), 1_000_000_000);
+        let depth = fabric_common::queue::depth_bytes(q.tail_ns, q.paused_until_ns, monotonic_ns(), SLOW_PORT_BPS);
         assert!(depth >= 3 * f.len() as u64, "depth {depth}");
         Ok(())
     });

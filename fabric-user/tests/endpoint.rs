@@ -104,24 +104,15 @@ fn a_captured_run_decodes_in_tshark() {
     let dst = state.plan.node_by_name("z0r2h1").unwrap();
     let pcap = std::env::temp_dir().join(format!("fabric-run-{}.pcap", std::process::id()));
     let ifname = state.plan.nodes[dst].ports[0].ifname.clone();
-    let mut tcpdump = Command::new("ip")
-        .args(["netns", "exec", &state.plan.netns(dst), "tcpdump", "--immediate-mode", "-B", "16384", "-U"])
-        .args(["-s", "0", "-i", &ifname, "-w"])
-        .arg(&pcap)
-        .args(["udp", "port", "4791"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("tcpdump (apt-get install tcpdump)");
-    std::thread::sleep(Duration::from_millis(500));
+    // Whole frames; started once tcpdump listens, stopped once its file stops growing, and
+    // failed if the kernel dropped any frame it matched.
+    let tcpdump = common::Tcpdump::start(&state.plan.netns(dst), &ifname, "udp port 4791", 0, pcap.clone());
     let mut o = opts(Collective::Permutation, 3, SportPolicy::PerQp, HashMode::Eecmp, 1);
     o.ranks = Some(2);
     o.placement = Placement::Explicit { hosts: vec!["z0r0h0".into(), "z0r2h1".into()] };
     o.message_bytes = 64 * 1024;
     let r = go(&state, &o);
-    std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(tcpdump.id() as i32, libc::SIGINT) };
-    tcpdump.wait().unwrap();
+    tcpdump.stop();
     let out = Command::new("tshark")
         .arg("-r")
         .arg(&pcap)

@@ -120,3 +120,108 @@ pub fn read_members(
     }
     load
 }
+
+/// Whether `run` resent packets because a host fell behind: a host's own socket dropped
+/// datagrams (a software endpoint on a busy machine, loss outside the fabric, which the fabric
+/// cannot prevent), so running again is fair. Panics when it resent with no host drop: then
+/// the fabric lost them.
+pub fn resent_for_host_drops(run: &fabric_user::run::RunResult, label: &str) -> bool {
+    let resent: u64 = run.flows.iter().map(|f| f.retransmitted).sum();
+    let host_drops: u64 = run.hosts.iter().map(|h| h.udp_receive_drops).sum();
+    assert!(resent == 0 || host_drops > 0, "{label}: {resent} packets resent, yet no host's socket dropped any");
+    if resent > 0 {
+        eprintln!("{label}: {resent} packets resent after {host_drops} host socket drops; once more");
+    }
+    resent > 0
+}
+
+/// How many times a test runs a job whose exact counts it compares, while the runs resend for
+/// host drops ([`resent_for_host_drops`]).
+pub const TRIES_FOR_HOST_DROPS: usize = 3;
+
+/// `tcpdump` in a host's namespace, writing what the host sends to a pcap file; stopped (and
+/// never left running) when dropped.
+pub struct Tcpdump {
+    child: std::process::Child,
+    stderr: std::io::BufReader<std::process::ChildStderr>,
+    path: std::path::PathBuf,
+}
+
+impl Tcpdump {
+    /// Starts capturing the first `snaplen` bytes of each frame (0: all of it) and returns once
+    /// tcpdump says it listens.
+    pub fn start(netns_name: &str, ifname: &str, filter: &str, snaplen: u32, path: std::path::PathBuf) -> Tcpdump {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                netns_name,
+                "tcpdump",
+                "-i",
+                ifname,
+                "-s",
+                &snaplen.to_string(),
+                "-B",
+                "16384",
+                "-U",
+            ])
+            .args(["-Z", "root"])
+            .arg("--immediate-mode")
+            .arg("-w")
+            .arg(&path)
+            .arg(filter)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running tcpdump (cargo xtask setup installs it)");
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("listening on") {
+            line.clear();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "tcpdump on {netns_name}:{ifname} did not start");
+        }
+        Tcpdump { child, stderr, path }
+    }
+
+    /// Stops the capture once its file has stopped growing; fails unless every frame the
+    /// kernel matched was written (tcpdump reports both counts when it exits).
+    pub fn stop(mut self) -> std::path::PathBuf {
+        use std::io::Read as _;
+        let size = || std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut last = size();
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let now = size();
+            if now == last || std::time::Instant::now() > deadline {
+                break;
+            }
+            last = now;
+        }
+        self.terminate();
+        let mut summary = String::new();
+        self.stderr.read_to_string(&mut summary).unwrap();
+        let count = |what: &str| -> u64 {
+            let line = summary.lines().find(|l| l.ends_with(what)).unwrap_or_else(|| panic!("tcpdump: {summary}"));
+            line.split_whitespace().next().unwrap().parse().unwrap()
+        };
+        let (captured, matched) = (count("packets captured"), count("packets received by filter"));
+        assert!(captured == matched && count("packets dropped by kernel") == 0, "tcpdump lost frames: {summary}");
+        self.path.clone()
+    }
+
+    fn terminate(&mut self) {
+        if self.child.try_wait().unwrap().is_none() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            self.child.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for Tcpdump {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
