@@ -530,20 +530,14 @@ fn a_live_capture_agrees_with_the_switch_counters_the_run_and_fabric_sim() {
     for (hash, qps) in [(HashMode::FiveTuple, 1), (HashMode::Eecmp, 4), (HashMode::Pin, 2)] {
         let (sim, run_opts) = live_options(hash, qps);
         // A run that resent because a host fell behind is run again, captures and all.
-        let (mut before, mut _captures, mut result, mut paths, mut after);
-        let mut tries = 0;
-        loop {
-            before = uplink_member_counters(&state, &fabric, rtsw, up);
-            _captures = tempfile::Builder::new().prefix("fabric-analyze-").tempdir().unwrap();
-            let tcpdumps = capture_rack_uplink_traffic(&state, rtsw, hash.as_str(), _captures.path());
-            result = run(&state, &run_opts, true).unwrap_or_else(|e| panic!("{hash:?}: {e:#}"));
-            paths = tcpdumps.into_iter().map(common::Tcpdump::stop).collect::<Vec<PathBuf>>();
-            after = uplink_member_counters(&state, &fabric, rtsw, up);
-            tries += 1;
-            if !common::resent_for_host_drops(&result, hash.as_str()) || tries == common::TRIES_FOR_HOST_DROPS {
-                break;
-            }
-        }
+        let (result, (before, after, paths, _captures)) = common::until_no_host_drop_resends(hash.as_str(), || {
+            let before = uplink_member_counters(&state, &fabric, rtsw, up);
+            let captures = tempfile::Builder::new().prefix("fabric-analyze-").tempdir().unwrap();
+            let tcpdumps = capture_rack_uplink_traffic(&state, rtsw, hash.as_str(), captures.path());
+            let result = run(&state, &run_opts, true).unwrap_or_else(|e| panic!("{hash:?}: {e:#}"));
+            let paths: Vec<PathBuf> = tcpdumps.into_iter().map(common::Tcpdump::stop).collect();
+            (result, (before, uplink_member_counters(&state, &fabric, rtsw, up), paths, captures))
+        });
         assert_eq!(result.bytes_delivered, result.bytes_needed, "{hash:?}");
         let retransmitted: u64 = result.flows.iter().map(|f| f.retransmitted).sum();
         assert_eq!(retransmitted, 0, "{hash:?}: the run retransmitted, so no exact prediction is possible");

@@ -54,17 +54,11 @@ fn predicted_member_loads_equal_the_xdp_member_counters() {
         };
         // A run that resent because a host fell behind is run again: its counters hold the
         // resent packets too.
-        let (mut before, mut result, mut after);
-        let mut tries = 0;
-        loop {
-            before = common::read_members(&state, &fabric);
-            result = run(&state, &opts, true).unwrap_or_else(|e| panic!("{label}: {e:#}"));
-            after = common::read_members(&state, &fabric);
-            tries += 1;
-            if !common::resent_for_host_drops(&result, &label) || tries == common::TRIES_FOR_HOST_DROPS {
-                break;
-            }
-        }
+        let (result, (before, after)) = common::until_no_host_drop_resends(&label, || {
+            let before = common::read_members(&state, &fabric);
+            let result = run(&state, &opts, true).unwrap_or_else(|e| panic!("{label}: {e:#}"));
+            (result, (before, common::read_members(&state, &fabric)))
+        });
         let retransmitted: u64 = result.flows.iter().map(|f| f.retransmitted).sum();
         assert_eq!(retransmitted, 0, "{label}: the run retransmitted, so no exact prediction is possible");
         assert_eq!(result.bytes_delivered, result.bytes_needed, "{label}");

@@ -117,13 +117,7 @@ fn te_beats_eecmp_on_uplink_balance_and_recomputes_its_placement_after_a_link_fa
     let placement = te::assign(&state.plan, &state.down_links, &flows).unwrap();
     assert_installed(&state, &placement);
 
-    let mut after = go(&state, &ring(None));
-    for _ in 1..common::TRIES_FOR_HOST_DROPS {
-        if !common::resent_for_host_drops(&after, "TE after the link failure") {
-            break;
-        }
-        after = go(&state, &ring(None));
-    }
+    let (after, ()) = common::until_no_host_drop_resends("TE after the link failure", || (go(&state, &ring(None)), ()));
     assert_eq!(after.bytes_delivered, after.bytes_needed);
     let retransmitted: u64 = after.flows.iter().map(|f| f.retransmitted).sum();
     assert_eq!(retransmitted, 0, "the run retransmitted, so its bytes are not the job's alone");
