@@ -158,17 +158,19 @@ impl FixtureSwitch {
 
 /// XDP actions a run can return (the kernel's `enum xdp_action`), to compare with
 /// [`Timed::action`] and test_run's return value.
+pub const XDP_ABORTED: u32 = 0;
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
 pub const XDP_REDIRECT: u32 = 4;
 
 /// The kernel's name of an XDP action, for messages.
 pub fn xdp_action_name(action: u32) -> String {
     match action {
-        0 => "XDP_ABORTED".into(),
+        XDP_ABORTED => "XDP_ABORTED".into(),
         XDP_DROP => "XDP_DROP".into(),
         XDP_PASS => "XDP_PASS".into(),
-        3 => "XDP_TX".into(),
+        XDP_TX => "XDP_TX".into(),
         XDP_REDIRECT => "XDP_REDIRECT".into(),
         other => format!("XDP action {other}"),
     }

@@ -9,11 +9,11 @@ use fabric_common::{
     qos::{BufferMode, PfcEvent, QosConfig},
     queue::{ECN_CE, ECN_MASK, RedParams},
 };
-use fabric_testkit::fixture::{FixtureSwitch, FrameSpec, UPLINKS, frame, in_private_netns, neighbour_mac, set_tos};
+use fabric_testkit::fixture::{
+    FixtureSwitch, FrameSpec, UPLINKS, XDP_DROP, XDP_REDIRECT, frame, in_private_netns, neighbour_mac, set_tos,
+};
 use fabric_user::{agent::monotonic_ns, dataplane::PROGRAM_SWITCH};
 
-const XDP_DROP: u32 = 1;
-const XDP_REDIRECT: u32 = 4;
 /// RoCE data: DSCP 26 (class 3, lossless) with ECT(0); the same without ECT; best effort ECT(0).
 const TOS_ROCE_ECT: u8 = 26 << 2 | 0b10;
 const TOS_ROCE_NOT_ECT: u8 = 26 << 2;
@@ -187,8 +187,9 @@ const SLOW_PORT_BPS: u64 = 10_000_000;
 fn a_pfc_frame_is_consumed_and_pauses_its_port_until_quanta_zero() {
     with_switch(qos(), SLOW_PORT_BPS, |sw| {
         let mut quanta = [0; CLASSES];
-        quanta[3] = 10_000; // 512 ms at 10 Mbit/s: 512 bit times per quantum
-        const PAUSE_NS: u64 = 10_000 * 512 * 1_000_000_000 / SLOW_PORT_BPS;
+        const QUANTA: u16 = 10_000;
+        const PAUSE_NS: u64 = QUANTA as u64 * 512 * 1_000_000_000 / SLOW_PORT_BPS; // 512 bit times each: 512 ms
+        quanta[3] = QUANTA;
         quanta[5] = 7; // not enabled: ignored
         let pause = PauseFrame { src: neighbour_mac(2), class_enable: 1 << 3, quanta }.emit();
         let before = monotonic_ns();

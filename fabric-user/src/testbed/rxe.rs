@@ -462,10 +462,12 @@ pub fn hw_counters(dev: &str) -> Result<BTreeMap<String, u64>> {
     Ok(out)
 }
 
-/// rxe counters that must stay zero on a clean run: each says the fabric lost or reordered a
-/// packet (the receiver saw a sequence gap and NAKed it), or that a transfer failed. A frame
-/// whose ICRC does not check is dropped silently by the receiver; it shows up as a sequence
-/// error, or, at a message's tail, as a packet sent and never received.
+/// rxe counters that must stay zero on a clean run: a sequence error (the receiver saw a gap in
+/// a QP's requests and NAKed it: the fabric lost or reordered a packet), a transfer that failed
+/// (retries exhausted), or a host or device error (no receive buffer posted, the link went
+/// down). A frame whose ICRC does not check is dropped silently by the receiver; it shows up as
+/// a sequence error, or, at a message's tail, only as a packet sent and never received, which
+/// the runs check apart (sent and received packets of both devices).
 /// Not among them: [`RETRY_COUNTERS`], and `send_err`, which counts packets the local stack
 /// refused to transmit (the veth's ring was full) and that rxe sent again; both are reported.
 pub const ERROR_COUNTERS: &[&str] = &[
@@ -478,11 +480,14 @@ pub const ERROR_COUNTERS: &[&str] = &[
     "link_downed",
 ];
 
-/// rxe counters of its retransmission timer: the requester resent what was unacknowledged when
-/// the timer fired, and the receiver discarded the copies it already had. Our fabric never
-/// holds a packet (its queues are modelled), so with every packet sent received and no sequence
-/// error these are the hosts' timing: rxe's send path can stall on the 6.1 kernel under
-/// software emulation until the timer (`qp_timeout`) fires. Reported, not an error.
+/// rxe counters of its resends, whatever caused them: the requester resent what was
+/// unacknowledged (its retransmission timer fired, or a NAK asked), and the receiver discarded
+/// the copies it already had. Reported, not an error. With no sequence error and every packet
+/// sent received, a write or send was delivered once and in order, and the resends were the
+/// retransmission timer's: the hosts' timing, as our fabric never holds a packet (its queues
+/// are modelled). On the 6.1 kernel under software emulation rxe's send path now and then
+/// stalls until the timer (`qp_timeout`) fires. (For reads they can also mean a response that
+/// came early, which rxe drops and recovers by timer: reordering.)
 pub const RETRY_COUNTERS: &[&str] = &["completer_retry_err", "duplicate_request"];
 
 /// Removes a testbed's rxe hosts: devices, rules, tables, veths; the local rule goes back to

@@ -121,17 +121,19 @@ pub fn read_members(
     load
 }
 
-/// Whether `run` resent packets because a host fell behind: a host's own socket dropped
-/// datagrams (a software endpoint on a busy machine, loss outside the fabric, which the fabric
-/// cannot prevent), so running again is fair. Panics when it resent with no host drop: then
-/// the fabric lost them.
+/// The packets `run` resent, and the datagrams its hosts' own sockets dropped for want of
+/// buffer (a software endpoint that fell behind on a busy machine: loss outside the fabric,
+/// which the fabric cannot prevent).
+pub fn resent_and_host_drops(run: &fabric_user::run::RunResult) -> (u64, u64) {
+    let resent = run.flows.iter().map(|f| f.retransmitted).sum();
+    (resent, run.hosts.iter().map(|h| h.udp_receive_drops).sum())
+}
+
+/// Whether `run` resent packets because a host fell behind ([`resent_and_host_drops`]), so that
+/// running it again is fair. Panics when it resent with no host drop: then the fabric lost them.
 pub fn resent_for_host_drops(run: &fabric_user::run::RunResult, label: &str) -> bool {
-    let resent: u64 = run.flows.iter().map(|f| f.retransmitted).sum();
-    let host_drops: u64 = run.hosts.iter().map(|h| h.udp_receive_drops).sum();
+    let (resent, host_drops) = resent_and_host_drops(run);
     assert!(resent == 0 || host_drops > 0, "{label}: {resent} packets resent, yet no host's socket dropped any");
-    if resent > 0 {
-        eprintln!("{label}: {resent} packets resent after {host_drops} host socket drops; once more");
-    }
     resent > 0
 }
 
@@ -151,6 +153,8 @@ pub fn until_no_host_drop_resends<T>(
         if !resent_for_host_drops(&run, label) || tries == TRIES_FOR_HOST_DROPS {
             return (run, also);
         }
+        let (resent, host_drops) = resent_and_host_drops(&run);
+        eprintln!("{label}: {resent} packets resent after {host_drops} host socket drops; once more");
         tries += 1;
     }
 }
