@@ -117,7 +117,7 @@ fn te_beats_eecmp_on_uplink_balance_and_recomputes_its_placement_after_a_link_fa
     let placement = te::assign(&state.plan, &state.down_links, &flows).unwrap();
     assert_installed(&state, &placement);
 
-    let (after, ()) = common::until_no_host_drop_resends("TE after the link failure", || (go(&state, &ring(None)), ()));
+    let after = common::run_until_no_host_drop_resends("TE after the link failure", || go(&state, &ring(None)));
     assert_eq!(after.bytes_delivered, after.bytes_needed);
     let retransmitted: u64 = after.flows.iter().map(|f| f.retransmitted).sum();
     assert_eq!(retransmitted, 0, "the run retransmitted, so its bytes are not the job's alone");

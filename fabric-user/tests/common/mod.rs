@@ -129,12 +129,13 @@ pub fn resent_and_host_drops(run: &fabric_user::run::RunResult) -> (u64, u64) {
     (resent, run.hosts.iter().map(|h| h.udp_receive_drops).sum())
 }
 
-/// Whether `run` resent packets because a host fell behind ([`resent_and_host_drops`]), so that
-/// running it again is fair. Panics when it resent with no host drop: then the fabric lost them.
-pub fn resent_for_host_drops(run: &fabric_user::run::RunResult, label: &str) -> bool {
+/// `run`'s resends and host drops ([`resent_and_host_drops`]) when it resent because a host fell
+/// behind, so that running it again is fair; `None` when it resent nothing. Panics when it
+/// resent with no host drop: then the fabric lost them.
+pub fn resent_for_host_drops(run: &fabric_user::run::RunResult, label: &str) -> Option<(u64, u64)> {
     let (resent, host_drops) = resent_and_host_drops(run);
     assert!(resent == 0 || host_drops > 0, "{label}: {resent} packets resent, yet no host's socket dropped any");
-    resent > 0
+    (resent > 0).then_some((resent, host_drops))
 }
 
 /// How many times a test runs a job whose exact counts it compares, while the runs resend for
@@ -150,13 +151,22 @@ pub fn until_no_host_drop_resends<T>(
     let mut tries = 1;
     loop {
         let (run, also) = attempt();
-        if !resent_for_host_drops(&run, label) || tries == TRIES_FOR_HOST_DROPS {
-            return (run, also);
+        match resent_for_host_drops(&run, label) {
+            Some((resent, host_drops)) if tries < TRIES_FOR_HOST_DROPS => {
+                eprintln!("{label}: {resent} packets resent after {host_drops} host socket drops; once more");
+                tries += 1;
+            }
+            _ => return (run, also),
         }
-        let (resent, host_drops) = resent_and_host_drops(&run);
-        eprintln!("{label}: {resent} packets resent after {host_drops} host socket drops; once more");
-        tries += 1;
     }
+}
+
+/// [`until_no_host_drop_resends`] for a job the test reads nothing around.
+pub fn run_until_no_host_drop_resends(
+    label: &str,
+    mut run: impl FnMut() -> fabric_user::run::RunResult,
+) -> fabric_user::run::RunResult {
+    until_no_host_drop_resends(label, || (run(), ())).0
 }
 
 /// `tcpdump` on an interface in a host's namespace, writing the frames its filter matches to a
