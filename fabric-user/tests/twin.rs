@@ -612,10 +612,10 @@ fn pace_gate(p: &Pair) -> Option<String> {
 
 /// Why `p`'s PFC frames are not compared, if they are not: its endpoints waited for a CPU more
 /// than [`CPU_WAIT_SHARE_MAX`] of their time. A sender waiting for a CPU leaves gaps in which the
-/// receiver's queue drains, so it pauses less often: under PFC only, measured here, 42-54 frames
-/// against the twin's 64 at 13-20% CPU wait, 34-36 at 33-45% (a busy loop beside the test).
-/// Late wakes do not gate them: each costs a sender one packet's slot, and under PFC only the
-/// testbed wakes late on 10-15% of its sleeps whatever its CPU wait.
+/// receiver's queue drains, so it pauses less often: under PFC only, in 13 runs here, 47-54
+/// frames against the twin's 64 at 16-19% CPU wait, 34-44 at 26-45% (some with a busy loop
+/// beside the test). Late wakes do not gate them: each costs a sender at most one packet's
+/// slot, and the run that sent 36 frames, at 30% CPU wait, woke late on only 9.4% of its sleeps.
 fn wait_gate(p: &Pair) -> Option<String> {
     let wait = p.testbed.cpu_wait_share.unwrap_or(1.0);
     (wait > CPU_WAIT_SHARE_MAX).then(|| format!("its endpoints waited for a CPU {:.0}% of the time", 100.0 * wait))
