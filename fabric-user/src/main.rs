@@ -22,7 +22,7 @@ struct Cli {
 #[derive(clap::Args)]
 struct Which {
     /// Testbed prefix (default: the prefix of --topology, else of the default topology).
-    #[arg(long)]
+    #[arg(long, value_parser = fabric_user::model::topology::validate::parse_prefix)]
     prefix: Option<String>,
     /// Topology file whose prefix to use.
     #[arg(long)]
@@ -41,12 +41,19 @@ impl Which {
 #[derive(Subcommand)]
 enum LinkAction {
     /// Take a link down and repair every ECMP group around it.
-    Down { link: String },
+    Down {
+        /// A link as SWITCH:PEER, e.g. z0r0:z0c1 (either end; `fabric status` lists them).
+        link: String,
+    },
     /// Bring a link back and restore the groups.
-    Up { link: String },
+    Up {
+        /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
+        link: String,
+    },
     /// A gray failure: lower the link's modelled rate and/or make it lose frames (at its switch
     /// ends, on what they send): `fabric link degrade z0r0:z0c1 --rate 100 --loss 0.1%`.
     Degrade {
+        /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
         link: String,
         /// Modelled rate in Gbit/s, above 0 and at most the link's own.
         #[arg(long)]
@@ -59,9 +66,13 @@ enum LinkAction {
         seed: u64,
     },
     /// Give a degraded link back its own rate and no loss.
-    Restore { link: String },
+    Restore {
+        /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
+        link: String,
+    },
     /// Take a link down and up repeatedly, routing repaired each time.
     Flap {
+        /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
         link: String,
         /// One down-and-up cycle, half down and half up (e.g. 200ms, 2s; at least 10ms).
         #[arg(long, default_value = "200ms", value_parser = parse_period_arg)]
@@ -75,9 +86,24 @@ enum LinkAction {
 #[derive(Subcommand)]
 enum SwitchAction {
     /// Every link of the switch down at once (a reboot, a drain), routing repaired around it.
-    Down { switch: String },
+    Down {
+        /// A switch by name, e.g. z0c1.
+        switch: String,
+    },
     /// Bring every link of the switch back.
-    Up { switch: String },
+    Up {
+        /// A switch by name, e.g. z0c1.
+        switch: String,
+    },
+}
+
+/// `--watch`: whole seconds, at least 1 (0 would redraw without pause and keep a core busy).
+fn parse_watch(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("must be at least 1 second".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{e}: a whole number of seconds, at least 1")),
+    }
 }
 
 fn parse_loss_arg(s: &str) -> Result<u32, String> {
@@ -106,7 +132,7 @@ enum Command {
         #[arg(long)]
         topology: Option<PathBuf>,
         /// Override the topology's prefix.
-        #[arg(long)]
+        #[arg(long, value_parser = fabric_user::model::topology::validate::parse_prefix)]
         prefix: Option<String>,
         /// No progress bar.
         #[arg(long)]
@@ -125,13 +151,14 @@ enum Command {
     /// frames its XDP data plane asks for, samples queues, runs the PFC watchdog.
     #[command(hide = true)]
     Agent {
-        #[arg(long)]
+        #[arg(long, value_parser = fabric_user::model::topology::validate::parse_prefix)]
         prefix: String,
     },
     /// What exists of a testbed and whether it is healthy.
     Status {
         #[command(flatten)]
         which: Which,
+        /// Print it as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -153,17 +180,18 @@ enum Command {
     Stats {
         #[command(flatten)]
         which: Which,
+        /// Print the counters as JSON.
         #[arg(long)]
         json: bool,
-        /// Refresh every N seconds until interrupted.
-        #[arg(long, value_name = "SECONDS")]
+        /// Refresh every N seconds (1 or more) until interrupted.
+        #[arg(long, value_name = "SECONDS", value_parser = parse_watch)]
         watch: Option<u64>,
         /// Print the counters in the Prometheus text format instead.
         #[arg(long, conflicts_with = "json")]
         prometheus: bool,
     },
     /// Serve the testbed's counters in the Prometheus text format at http://ADDR/metrics
-    /// (loopback addresses only).
+    /// (loopback unless --allow-remote).
     Exporter {
         #[command(flatten)]
         which: Which,
@@ -202,7 +230,10 @@ enum Command {
     },
     /// A job's report: its completion times joined with the network's counters over its
     /// lifetime, and a short diagnosis (JOB: an id from `fabric run`, or a job JSON file).
-    Report { job: String },
+    Report {
+        /// A job id (printed by `fabric run`), a job record, or the run result `fabric run` wrote.
+        job: String,
+    },
     /// Run a collective with the project's RoCEv2 endpoints and report completion times and
     /// uplink balance.
     /// `fabric run trace FILE` replays a Chakra or PARAM trace (testbed/traces/README.md).
@@ -226,8 +257,11 @@ enum Command {
         #[command(flatten)]
         which: Which,
         /// Write the result (JSON, schema fabric.run/2) here; default results/run-<workload>-<time>.json.
-        #[arg(long)]
+        /// (With --jobs or --straggler the run is a jobs run: its summary and job records go to
+        /// results/jobs/, and its results to results/run-JOB.json.)
+        #[arg(long, conflicts_with_all = ["jobs", "straggler"])]
         json: Option<PathBuf>,
+        /// No progress bar.
         #[arg(long)]
         quiet: bool,
     },
@@ -237,6 +271,7 @@ enum Command {
     Ping {
         #[command(flatten)]
         which: Which,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
         /// Check at least N ordered pairs, drawn at random: every host as source and as
@@ -340,10 +375,14 @@ fn run() -> Result<()> {
                     Some(file)
                 }
                 (None, Some(s)) => {
-                    let spec = match file {
+                    let mut spec = match file {
                         Some(f) => fabric_user::run::RunSpec::from_file(&f)?,
                         None => spec,
                     };
+                    // As in a plain run, the ranks default to every host of the testbed.
+                    if spec.ranks.is_none() {
+                        spec.ranks = Some(State::load(&which.prefix()?)?.plan.hosts().count());
+                    }
                     let mut file = fabric_user::run::jobs::JobsFile::of_run(&spec)?;
                     file.set_straggler(&s)?;
                     Some(file)
@@ -564,7 +603,10 @@ fn run_collective(spec: &fabric_user::run::RunSpec, prefix: &str, json: Option<P
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(&path, serde_json::to_vec_pretty(&result)?)?;
-    println!("wrote {}", path.display());
+    match &result.job_id {
+        Some(id) => println!("wrote {} and the job record (fabric report {id})", path.display()),
+        None => println!("wrote {}", path.display()),
+    }
     Ok(())
 }
 

@@ -401,6 +401,7 @@ fn switch_agents_send_pfc_that_spreads_from_the_receivers_rack_to_the_spine_and_
 
 use fabric_user::{
     endpoint::{CcMode, EndpointOptions, SlowReceiver},
+    experiment::{harness::DepthSnapshot, incast::cts_queue_limit_bytes},
     model::placement::Placement,
     model::workload::Collective,
     run::{RunOptions, RunResult, run},
@@ -442,8 +443,15 @@ fn lossless_drops(state: &State) -> u64 {
 fn incast_pfc_only_pauses_without_loss_dcqcn_pauses_less_and_cts_stays_under_its_bound() {
     let (_guard, state) = common::up(None, &common::unique_prefix('i', 0));
 
+    // The deepest queue toward the receiver during a run, as the switch agents sampled it.
+    let downlink_queue = |run: &dyn Fn() -> RunResult| {
+        let before = DepthSnapshot::read(&state);
+        let r = run();
+        (DepthSnapshot::read(&state).max_since_on(&before, "z0r0", "z0r0h0"), r)
+    };
+
     // PFC only (Meta's production choice): the fabric pauses, nothing is lost or resent.
-    let none = go(&state, &incast(CcMode::None, 4 << 20));
+    let (queue_none, none) = downlink_queue(&|| go(&state, &incast(CcMode::None, 4 << 20)));
     assert_eq!(none.bytes_delivered, none.bytes_needed);
     let pfc_none = none.congestion.pfc_xoff_sent + none.congestion.pfc_refresh_sent;
     assert!(pfc_none > 0, "an incast at line rate must pause: {:?}", none.congestion);
@@ -482,12 +490,14 @@ fn incast_pfc_only_pauses_without_loss_dcqcn_pauses_less_and_cts_stays_under_its
     );
 
     // CTS: the receiver admits at most channels x buffer in flight, and so never needs to pause.
-    let cts = go(&state, &incast(CcMode::Cts, 4 << 20));
+    // Measured in the network: the queue toward the receiver stays within the bound's log2
+    // bucket, which PFC alone's queue exceeds (so the measure can tell the two apart).
+    let (queue_cts, cts) = downlink_queue(&|| go(&state, &incast(CcMode::Cts, 4 << 20)));
     assert_eq!(cts.bytes_delivered, cts.bytes_needed);
-    let bound = cts.cts_bound_bytes.expect("a CTS bound");
-    assert_eq!(bound, 4 * 64 * 1024);
-    let root = cts.hosts.iter().find(|h| h.host == "z0r0h0").unwrap();
-    assert!(root.cts_max_in_flight_bytes > 0 && root.cts_max_in_flight_bytes <= bound, "{root:?}");
+    let limit = cts_queue_limit_bytes(4 * 64 * 1024);
+    eprintln!("deepest queue z0r0 -> z0r0h0: CTS {queue_cts} B, PFC only {queue_none} B, CTS limit {limit} B");
+    assert!(queue_cts > 0 && queue_cts <= limit, "CTS queued {queue_cts} B toward the receiver, over {limit} B");
+    assert!(queue_none > limit, "PFC alone queued {queue_none} B, within CTS's {limit} B: the measure cannot tell");
     let pfc_cts = cts.congestion.pfc_xoff_sent + cts.congestion.pfc_refresh_sent;
     assert!(pfc_cts < pfc_none, "CTS must pause less than PFC alone: {:?}", cts.congestion);
     assert_eq!(lossless_drops(&state), 0);

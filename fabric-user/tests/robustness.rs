@@ -247,6 +247,37 @@ fn a_controller_killed_during_up_leaves_nothing_after_down() {
     assert_eq!(root_links(), before, "nothing was left in the root namespace");
 }
 
+/// A `--prefix` that could name a path outside the testbed's folders (`..`, a slash, nothing)
+/// is refused by every command before it touches anything: `down` removes what a prefix names.
+#[test]
+fn a_prefix_that_is_not_a_testbed_name_is_refused_and_touches_nothing() {
+    let canary_name = format!("fabric-canary-{}", std::process::id());
+    let canary = std::path::Path::new("/run").join(&canary_name);
+    std::fs::create_dir_all(canary.join("agent")).unwrap();
+    std::fs::write(canary.join("state.json"), "keep").unwrap();
+    let outside = format!("../{canary_name}");
+    for (args, prefix) in [
+        (&["down"][..], outside.as_str()),
+        (&["down"], ".."),
+        (&["down"], ""),
+        (&["down"], "Fab"),
+        (&["status"], outside.as_str()),
+        (&["stats"], "a/b"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
+            .args(args)
+            .args(["--prefix", prefix])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} --prefix {prefix:?} succeeded: {err}");
+        assert!(err.contains("--prefix") && err.contains("a testbed prefix is 1..=6 characters"), "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read_to_string(canary.join("state.json")).unwrap(), "keep", "nothing outside was touched");
+    assert!(canary.join("agent").is_dir());
+    std::fs::remove_dir_all(&canary).unwrap();
+}
+
 #[test]
 fn two_testbeds_run_side_by_side() {
     netns::require_capabilities().expect("this test needs root");

@@ -88,6 +88,11 @@ fn default_testbed_forwards_only_through_xdp_survives_a_link_failure_and_leaves_
     // ones unless told not to): a host link too, whose host then still has its IPv6 route.
     testbed::check_addresses(&state.plan).expect("a repaired spine link keeps its addresses");
     testbed::set_link(&prefix, "z0r0:z0r0h0", false).unwrap();
+    // `ping` with a host cut off: that host's pairs are reported unreachable (its own echoes
+    // find no route at all), every other pair answers.
+    let r = probe::all_pairs(&State::load(&prefix).unwrap()).unwrap();
+    assert_eq!((r.pairs, r.reachable, r.unreachable.len()), (112, 84, 28), "{:?}", r.unreachable);
+    assert!(r.unreachable.iter().all(|(s, d)| s == "z0r0h0" || d.starts_with("z0r0h0 ")), "{:?}", r.unreachable);
     testbed::set_link(&prefix, "z0r0:z0r0h0", true).unwrap();
     let state = State::load(&prefix).unwrap();
     testbed::check_addresses(&state.plan).expect("a repaired host link keeps its addresses");

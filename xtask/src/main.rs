@@ -46,7 +46,8 @@ enum Command {
     /// Bring up the default testbed, run the main demo, tear down.
     Demo,
     /// Boot a Debian 6.1 kernel under qemu (virtme-ng) and run a command in it (default:
-    /// `fabric check`: the XDP program passes the oldest supported kernel's verifier).
+    /// `fabric check`, the XDP program passes the oldest supported kernel's verifier, then
+    /// `fabric rxe smoke`, soft-RoCE across the XDP fabric).
     Vm {
         /// Kernel package to boot (default: the 6.1 image `linux-image-amd64` depends on).
         #[arg(long)]

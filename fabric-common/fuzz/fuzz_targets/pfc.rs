@@ -1,5 +1,5 @@
-//! `fabric_common::pfc::PauseFrame::parse`, the 802.1Qbb priority flow control decoder (not wired
-//! into the data plane yet), on arbitrary frames.
+//! `fabric_common::pfc::PauseFrame::parse`, the 802.1Qbb priority flow control decoder (the
+//! switch program decodes the PAUSE frames it receives with it), on arbitrary frames.
 //!
 //! Properties:
 //! - parsing never panics, and neither do `class_quanta` (any class) and `quanta_to_ns` (any

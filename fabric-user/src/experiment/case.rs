@@ -94,3 +94,46 @@ pub fn mean(v: &[f64]) -> f64 {
 pub fn find<'a>(cases: &'a [Case], key: &str) -> &'a Case {
     cases.iter().find(|c| c.key == key).unwrap_or_else(|| panic!("no case {key}"))
 }
+
+/// Support for the scenarios' verdict tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Case, find};
+    use crate::experiment::verdict::{Decision, Verdict};
+
+    /// A comparison a scenario makes: its verdict's key, the two cases (the one claimed better
+    /// first) and the metric it compares them on.
+    pub type Compared<'a> = (&'a str, (&'a str, &'a str), &'a str);
+
+    /// `cases` with the per-seed values of `metric` of cases `a` and `b` exchanged.
+    pub fn swapped(cases: &[Case], (a, b): (&str, &str), metric: &str) -> Vec<Case> {
+        let (va, vb) = (find(cases, a).values_of(metric), find(cases, b).values_of(metric));
+        assert!(!va.is_empty() && !vb.is_empty(), "cases {a} and {b} both measure {metric}");
+        let mut out = cases.to_vec();
+        for c in &mut out {
+            if c.key == a {
+                c.values.insert(metric.into(), vb.clone());
+            } else if c.key == b {
+                c.values.insert(metric.into(), va.clone());
+            }
+        }
+        out
+    }
+
+    /// Each comparison matches on `cases` and does not match once its two cases' values are
+    /// exchanged: the verdict is decided by those cases and that metric, in the claimed
+    /// direction, and can come out either way.
+    pub fn assert_each_can_fail(cases: &[Case], verdicts: impl Fn(&[Case]) -> Vec<Verdict>, compared: &[Compared]) {
+        let decision = |v: &[Verdict], key: &str| {
+            let v = v.iter().find(|v| v.key == key).unwrap_or_else(|| panic!("no verdict {key}"));
+            (v.direction, v.evidence())
+        };
+        let ok = verdicts(cases);
+        for &(key, pair, metric) in compared {
+            let (d, why) = decision(&ok, key);
+            assert_eq!(d, Decision::Matches, "{key} on the cases as given: {why}");
+            let (d, why) = decision(&verdicts(&swapped(cases, pair, metric)), key);
+            assert_eq!(d, Decision::DoesNotMatch, "{key} with {pair:?} exchanged on {metric}: {why}");
+        }
+    }
+}

@@ -282,10 +282,12 @@ mod tests {
         assert_eq!(decision(&slower, "a2a-dcqcn-200g-slower"), Decision::Matches);
         assert_eq!(decision(&slower, "ar-dcqcn-200g-slower"), Decision::Matches);
         assert_eq!(decision(&slower, "a2a-400g-thresholds-help"), Decision::Matches);
+        assert_eq!(decision(&slower, "incast-400g-thresholds-help"), Decision::Matches);
         // DCQCN as fast as PFC only (what a control that turns DCQCN off gives).
         let same = verdicts(&cases([40.0, 60.0], [0.2, 0.5], [5.0, 5.0, 5.0]));
         assert_eq!(decision(&same, "a2a-dcqcn-200g-slower"), Decision::DoesNotMatch);
         assert_eq!(decision(&same, "incast-dcqcn-200g-slower"), Decision::DoesNotMatch);
         assert_eq!(decision(&same, "a2a-400g-thresholds-help"), Decision::DoesNotMatch);
+        assert_eq!(decision(&same, "incast-400g-thresholds-help"), Decision::DoesNotMatch);
     }
 }

@@ -21,7 +21,7 @@ pub struct ExperimentArgs {
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
     /// Testbed prefix to start from (1..=4 chars of [a-z0-9]; default x + the pid).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::model::topology::validate::parse_prefix)]
     pub prefix: Option<String>,
     /// Time scale of the experiments (default: the ECMP and placement ones calibrate it on this
     /// machine, from 20000 doubling until the endpoints keep 70% of their rate; incast and

@@ -288,7 +288,7 @@ fn fixed_sport_identity(cases: &[Case]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::verdict::Decision;
+    use crate::experiment::{case::testing::assert_each_can_fail, verdict::Decision};
 
     fn cases(eecmp_balance: [f64; 3], eecmp_ms: [f64; 3], fixed_balance: [f64; 3]) -> Vec<Case> {
         let c = |k, b: [f64; 3], t: [f64; 3]| Case::with(k, &[("max_over_mean", &b), ("completion_ms", &t)]);
@@ -338,5 +338,20 @@ mod tests {
         // A fixed source port that spread after all would break the identity.
         let spread = verdicts(&cases([1.1, 1.05, 1.2], [70.0, 66.0, 75.0], [1.2, 1.1, 1.3]));
         assert_eq!(decision(&spread, "fixed-sport-no-entropy"), Decision::DoesNotMatch);
+    }
+
+    #[test]
+    fn the_comparisons_turn_with_their_cases() {
+        // E-ECMP halfway between one QP (2.0) and TE (1.0), so that TE's lead is clear too.
+        assert_each_can_fail(
+            &cases([1.4, 1.35, 1.45], [70.0, 66.0, 75.0], [2.0, 1.8, 2.2]),
+            verdicts,
+            &[
+                ("eecmp-balance", ("eecmp-8qp", "ft-1qp"), "max_over_mean"),
+                ("eecmp-completion", ("eecmp-8qp", "ft-1qp"), "completion_ms"),
+                ("te-balance", ("te-8qp", "eecmp-8qp"), "max_over_mean"),
+                ("perqp-sport-spreads", ("ft-8qp-perqp", "ft-1qp"), "max_over_mean"),
+            ],
+        );
     }
 }

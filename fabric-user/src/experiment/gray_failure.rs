@@ -185,7 +185,14 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
     }
     let mut verdicts = verdicts(&cases, &runs);
     verdicts.retain(|v| v.key != "keeps-delivering");
-    verdicts.push(Verdict::fact(
+    verdicts.push(twin_keeps_delivering(&runs));
+    Ok(twin_outcome(hosts, message, cases, verdicts, runs))
+}
+
+/// On the twin a run's QPs are counted, not its bytes, and the flaps and the straggler are
+/// judged whole: every QP and every whole run must finish, and some must have run.
+fn twin_keeps_delivering(runs: &Runs) -> Verdict {
+    Verdict::fact(
         "keeps-delivering",
         "Every faulty run on the twin completes every QP (slow, lossy and flapping links, a straggler)",
         format!(
@@ -193,8 +200,7 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
             runs.delivered, runs.needed, runs.whole_finished, runs.whole
         ),
         runs.delivered == runs.needed && runs.needed > 0 && runs.whole_finished == runs.whole && runs.whole > 0,
-    ));
-    Ok(twin_outcome(hosts, message, cases, verdicts, runs))
+    )
 }
 
 /// One E-ECMP case on the twin: the options, fabric and seed its faulty runs share.
@@ -700,6 +706,22 @@ mod tests {
 
     fn runs(lost: u64, retransmitted: u64, delivered: u64) -> Runs {
         Runs { rows: Vec::new(), delivered, needed: 10, lost, retransmitted, ..Default::default() }
+    }
+
+    #[test]
+    fn on_the_twin_every_qp_and_every_whole_run_must_finish() {
+        let twin = |delivered, whole, whole_finished| {
+            twin_keeps_delivering(&Runs { whole, whole_finished, ..runs(1, 8, delivered) }).direction
+        };
+        assert_eq!(twin(10, 3, 3), Decision::Matches);
+        assert_eq!(twin(9, 3, 3), Decision::DoesNotMatch, "a QP that never completed");
+        assert_eq!(twin(10, 3, 2), Decision::DoesNotMatch, "a flap or straggler run that never finished");
+        assert_eq!(twin(10, 0, 0), Decision::DoesNotMatch, "no whole run at all: nothing shown");
+        assert_eq!(
+            twin_keeps_delivering(&Runs { whole: 3, whole_finished: 3, ..Default::default() }).direction,
+            Decision::DoesNotMatch,
+            "no QP counted at all"
+        );
     }
 
     #[test]

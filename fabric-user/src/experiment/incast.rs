@@ -354,14 +354,20 @@ fn verdicts(cases: &[Case], queue: &str) -> Vec<Verdict> {
     ]
 }
 
+/// The deepest queue toward a receiver, as the agents sample it (the top of a log2 bucket), that
+/// CTS with `bound_bytes` of payload in flight may show: the queue holds frames, headers and wire
+/// overhead too (about 2% at 4 KiB).
+pub fn cts_queue_limit_bytes(bound_bytes: u64) -> u64 {
+    log2_bucket_top(bound_bytes + bound_bytes * 3 / 100)
+}
+
 /// CTS bounds the bytes in flight toward the receiver: measured in the network, as the deepest
 /// sampled queue of the receiver's RTSW port toward it, at the log2 resolution of the agents'
 /// depth histograms; PFC alone must exceed the same bound, or the measure could not tell.
 fn cts_bound(cases: &[Case], queue: &str) -> Verdict {
     let cts = case(cases, "cts");
     let bound_kib = cts.values_of("cts_bound_kib").first().copied().unwrap_or(0.0);
-    // The bound is payload; the queue holds frames (headers and wire overhead, about 2% at 4 KiB).
-    let limit_kib = log2_bucket_top((bound_kib * 1024.0 * 1.03) as u64) as f64 / 1024.0;
+    let limit_kib = cts_queue_limit_bytes((bound_kib * 1024.0) as u64) as f64 / 1024.0;
     let under = cts.values_of("downlink_queue_kib");
     let pfc = case(cases, "pfc-only").values_of("downlink_queue_kib");
     let holds = !under.is_empty() && under.iter().all(|&q| q <= limit_kib) && pfc.iter().all(|&q| q > limit_kib);
@@ -404,7 +410,7 @@ fn lossless(cases: &[Case]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::verdict::Decision;
+    use crate::experiment::{case::testing::assert_each_can_fail, verdict::Decision};
 
     fn cases(cts_queue: [f64; 3], pfc_queue: [f64; 3], lost: [f64; 3], unexplained: [f64; 3]) -> Vec<Case> {
         let c = |k: &str, pfc: [f64; 3], queue: [f64; 3], ms: [f64; 3]| {
@@ -458,6 +464,21 @@ mod tests {
         assert_eq!(
             decision(&testbed_verdicts(&cases([256.0; 3], [256.0; 3], [0.0; 3], [0.0; 3])), "cts-bounds-in-flight"),
             Decision::DoesNotMatch
+        );
+    }
+
+    #[test]
+    fn the_comparisons_turn_with_their_cases() {
+        assert_each_can_fail(
+            &cases([256.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3]),
+            testbed_verdicts,
+            &[
+                ("cts-pauses-less", ("cts", "pfc-only"), "pfc_frames"),
+                ("cts-over-xoff-pauses", ("cts", "cts-over-xoff"), "pfc_frames"),
+                ("dcqcn-paper-no-better", ("pfc-only", "dcqcn"), "completion_ms"),
+                ("dcqcn-tuned-pauses-less", ("dcqcn-tuned", "pfc-only"), "pfc_frames"),
+                ("dcqcn-tuned-recovers-slowly", ("pfc-only", "dcqcn-tuned"), "completion_ms"),
+            ],
         );
     }
 

@@ -149,15 +149,20 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
     let verdicts = vec![
         pin_suffers_more(&cases, "drain").headline(),
         pin_suffers_more(&cases, "failure"),
-        Verdict::fact(
-            "keeps-delivering",
-            "The fabric keeps delivering after the failure (routes repaired, losses resent): every QP of every \
-             run completes",
-            format!("{finished} of {runs} runs with a failure completed every QP"),
-            finished == runs && runs > 0,
-        ),
+        twin_keeps_delivering(finished, runs),
     ];
     Ok(twin_outcome(hosts, message, cases, verdicts, rows))
+}
+
+/// On the twin: `finished` of the `runs` with a failure completed every QP.
+fn twin_keeps_delivering(finished: u64, runs: u64) -> Verdict {
+    Verdict::fact(
+        "keeps-delivering",
+        "The fabric keeps delivering after the failure (routes repaired, losses resent): every QP of every run \
+         completes",
+        format!("{finished} of {runs} runs with a failure completed every QP"),
+        finished == runs && runs > 0,
+    )
 }
 
 fn twin_options(message: u64, m: &Mode) -> crate::sim::SimOptions {
@@ -438,5 +443,25 @@ mod tests {
         let v = verdicts(&cases([110.0, 111.0, 109.0]), 9, 10);
         assert_eq!(v[0].direction, Decision::DoesNotMatch, "{}", v[0].evidence());
         assert_eq!(v[2].direction, Decision::DoesNotMatch);
+    }
+
+    #[test]
+    fn redistributed_needs_the_failed_link_to_carry_less_in_every_mode_and_seed() {
+        assert_eq!(verdicts(&cases([140.0, 141.0, 139.0]), 10, 10)[1].key, "redistributed");
+        // One seed of one mode whose failed link carried as much as when healthy: groups not repaired.
+        for (mode, seed) in [(1, 0), (3, 2), (5, 1)] {
+            let mut c = cases([140.0, 141.0, 139.0]);
+            let healthy = c[mode - 1].values_of("victim_share_pct")[seed];
+            c[mode].values.get_mut("victim_share_pct").unwrap()[seed] = healthy;
+            let v = verdicts(&c, 10, 10);
+            assert_eq!(v[1].direction, Decision::DoesNotMatch, "{} seed {seed}: {}", c[mode].key, v[1].measured);
+        }
+    }
+
+    #[test]
+    fn on_the_twin_every_run_with_a_failure_must_complete() {
+        assert_eq!(twin_keeps_delivering(6, 6).direction, Decision::Matches);
+        assert_eq!(twin_keeps_delivering(5, 6).direction, Decision::DoesNotMatch);
+        assert_eq!(twin_keeps_delivering(0, 0).direction, Decision::DoesNotMatch, "no run: nothing shown");
     }
 }

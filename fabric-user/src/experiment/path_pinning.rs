@@ -335,7 +335,7 @@ fn fragmentation_interaction(cases: &[Case]) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::verdict::Decision;
+    use crate::experiment::{case::testing::assert_each_can_fail, verdict::Decision};
 
     fn cases(eecmp_contig: [f64; 3], eecmp_frag: [f64; 3]) -> Vec<Case> {
         let c = |k, t: [f64; 3]| Case::with(k, &[("completion_ms", &t)]);
@@ -370,5 +370,19 @@ mod tests {
         let v = verdicts(&cases([60.0, 61.0, 59.0], [100.0, 101.0, 99.0]));
         assert_eq!(v[0].direction, Decision::DoesNotMatch);
         assert_eq!(v.iter().find(|v| v.key == "2x-links-relieve-pin").unwrap().direction, Decision::DoesNotMatch);
+    }
+
+    #[test]
+    fn the_comparisons_turn_with_their_cases() {
+        assert_each_can_fail(
+            &cases([60.0, 61.0, 59.0], [66.0, 67.0, 65.0]),
+            verdicts,
+            &[
+                ("eecmp-beats-pin-fragmented", ("eecmp-fragmented", "pin-fragmented"), "completion_ms"),
+                ("pin-fragmentation-penalty", ("pin-contiguous", "pin-fragmented"), "completion_ms"),
+                ("te-beats-pin-fragmented", ("te-fragmented", "pin-fragmented"), "completion_ms"),
+                ("2x-rate-relieves-pin", ("pin-fragmented-2x-rate", "pin-fragmented"), "completion_ms"),
+            ],
+        );
     }
 }

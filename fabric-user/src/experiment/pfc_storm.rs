@@ -283,7 +283,7 @@ fn verdicts(cases: &[Case], watchdog: &str) -> Vec<Verdict> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiment::verdict::Decision;
+    use crate::experiment::{case::testing::assert_each_can_fail, verdict::Decision};
 
     fn cases(slow_storms: [f64; 3], healthy_storms: [f64; 3], lost: [f64; 3]) -> Vec<Case> {
         let c = |k: &str, pfc: [f64; 3], storms: [f64; 3], ms: [f64; 3], lost: [f64; 3]| {
@@ -313,5 +313,17 @@ mod tests {
         let v = verdicts(&cases([1.0, 0.0, 1.0], [0.0; 3], [0.0, 4096.0, 0.0]), "test");
         assert_eq!(v[1].direction, Decision::DoesNotMatch, "a stall the watchdog missed");
         assert_eq!(v[2].direction, Decision::DoesNotMatch, "a lost byte");
+    }
+
+    #[test]
+    fn the_comparisons_turn_with_their_cases() {
+        assert_each_can_fail(
+            &cases([1.0; 3], [0.0; 3], [0.0; 3]),
+            |c| verdicts(c, "test"),
+            &[
+                ("pauses-reach-spine", ("slow", "healthy"), "ctsw_pfc"),
+                ("stall-costs-time", ("healthy", "slow"), "completion_ms"),
+            ],
+        );
     }
 }

@@ -276,31 +276,72 @@ pub fn sort_busiest(ports: &mut [PortDelta]) {
     ports.sort_by(|a, b| b.congestion_score().cmp(&a.congestion_score()).then(b.tx_bytes.cmp(&a.tx_bytes)));
 }
 
-/// A few sentences on where the job's time went, from its own figures.
-pub fn diagnose(rec: &JobRecord) -> Vec<String> {
-    let mut out = Vec::new();
+/// A step this much slower than the median step stands out, and is explained (or not).
+const SLOW_STEP: f64 = 1.25;
+/// Steps whose worst uplink imbalances lie within this share of each other had the same one.
+const SAME_IMBALANCE: f64 = 0.1;
+
+/// A step's worst uplink imbalance: (max/mean, RTSW, its busiest uplink).
+fn worst_uplink(step: &StepRecord) -> Option<(f64, &str, &str)> {
+    let u = step
+        .uplinks
+        .iter()
+        .filter(|u| u.tx_bytes.iter().any(|p| p.1 > 0))
+        .max_by(|a, b| a.max_over_mean.total_cmp(&b.max_over_mean))?;
+    let busiest = u.tx_bytes.iter().max_by_key(|p| p.1).map_or("-", |p| p.0.as_str());
+    Some((u.max_over_mean, u.rtsw.as_str(), busiest))
+}
+
+/// The steps' times beside their uplink imbalance. An imbalance the same in every step (a ring
+/// uses the same QPs in each) is said to be so, not blamed on the slowest step; a slowest step
+/// is named only when it stands out ([`SLOW_STEP`]).
+fn steps_sentence(rec: &JobRecord) -> Option<String> {
     let mut durations: Vec<u64> = rec.steps.iter().map(|s| s.duration_ns).collect();
     durations.sort_unstable();
     let median = durations.get(durations.len() / 2).copied().unwrap_or(0).max(1);
-    if let Some(slow) = rec.steps.iter().max_by_key(|s| s.duration_ns) {
-        let worst = slow
-            .uplinks
-            .iter()
-            .filter(|u| u.tx_bytes.iter().any(|p| p.1 > 0))
-            .max_by(|a, b| a.max_over_mean.total_cmp(&b.max_over_mean));
-        if let Some(u) = worst {
-            let busiest = u.tx_bytes.iter().max_by_key(|p| p.1).map_or("-", |p| p.0.as_str());
-            out.push(format!(
-                "uplink imbalance {:.1}x on {} (busiest uplink {busiest}) while {} step {} was slowest ({:.1} ms, {:.1}x the median step)",
-                u.max_over_mean,
-                u.rtsw,
-                rec.collective,
-                slow.index + 1,
-                slow.duration_ns as f64 / 1e6,
-                slow.duration_ns as f64 / median as f64
-            ));
+    let slow = rec.steps.iter().max_by_key(|s| s.duration_ns)?;
+    let (imbalance, rtsw, busiest) = worst_uplink(slow)?;
+    let uplink = format!("{imbalance:.1}x on {rtsw} (busiest uplink {busiest})");
+    let factor = slow.duration_ns as f64 / median as f64;
+    let worst: Vec<f64> = rec.steps.iter().filter_map(worst_uplink).map(|w| w.0).collect();
+    let same = worst.iter().all(|&m| (m - imbalance).abs() <= SAME_IMBALANCE * imbalance);
+    let (what, step) = (&rec.collective, slow.index + 1);
+    Some(match (rec.steps.len(), factor >= SLOW_STEP, same) {
+        (1, _, _) => format!("uplink imbalance {uplink} during the {what}"),
+        (_, true, false) => format!(
+            "{what} step {step} was slowest ({:.1} ms, {factor:.1}x the median step), with uplink imbalance {uplink}",
+            slow.duration_ns as f64 / 1e6
+        ),
+        (_, true, true) => format!(
+            "{what} step {step} was slowest ({:.1} ms, {factor:.1}x the median step); the uplink imbalance, {uplink}, \
+             was the same in every step, so it does not explain this one",
+            slow.duration_ns as f64 / 1e6
+        ),
+        (_, false, true) => {
+            format!("uplink imbalance {uplink} in every step; no step stands out (the slowest {factor:.1}x the median)")
         }
-    }
+        (_, false, false) => {
+            let (top, top_step) = rec
+                .steps
+                .iter()
+                .filter_map(|s| worst_uplink(s).map(|w| (w, s.index + 1)))
+                .max_by(|a, b| a.0.0.total_cmp(&b.0.0))?;
+            format!(
+                "uplink imbalance up to {:.1}x on {} (busiest uplink {}) in step {top_step}, at least {:.1}x in every \
+                 step; no step stands out (the slowest {factor:.1}x the median)",
+                top.0,
+                top.1,
+                top.2,
+                worst.iter().copied().fold(f64::MAX, f64::min)
+            )
+        }
+    })
+}
+
+/// A few sentences on where the job's time went, from its own figures.
+pub fn diagnose(rec: &JobRecord) -> Vec<String> {
+    let mut out = Vec::new();
+    out.extend(steps_sentence(rec));
     if let Some(p) = rec.ports.first().filter(|p| p.congestion_score() > 0) {
         out.push(format!(
             "most congested port {}:{}: {} ECN marks, {} pauses received ({:.1} ms paused), {} XOFF requests, {} drops",
@@ -357,11 +398,29 @@ impl JobRecord {
             .with_context(|| format!("writing {}", Self::path(&self.job_id).display()))
     }
 
-    /// Loads a job by id, or from a path.
+    /// Loads a job by id, or from a path: a job record, or the run result `fabric run` wrote
+    /// (whose job's record it then loads).
     pub fn load(id_or_path: &str) -> Result<Self> {
-        let path = if id_or_path.ends_with(".json") { PathBuf::from(id_or_path) } else { Self::path(id_or_path) };
+        let is_path = id_or_path.ends_with(".json") || id_or_path.contains('/');
+        let path = if is_path { PathBuf::from(id_or_path) } else { Self::path(id_or_path) };
         let text = std::fs::read(&path).with_context(|| format!("no job record {}", path.display()))?;
-        serde_json::from_slice(&text).with_context(|| format!("corrupt job record {}", path.display()))
+        let value: serde_json::Value =
+            serde_json::from_slice(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+        if value["schema"] == super::result::RESULTS_SCHEMA {
+            let id = value["job_id"]
+                .as_str()
+                .with_context(|| format!("{} is a run result that names no job (no job_id)", path.display()))?;
+            let record = Self::path(id);
+            let text = std::fs::read(&record).with_context(|| {
+                format!(
+                    "{} is the run result of job {id}, whose record {} is missing",
+                    path.display(),
+                    record.display()
+                )
+            })?;
+            return serde_json::from_slice(&text).with_context(|| format!("corrupt job record {}", record.display()));
+        }
+        serde_json::from_value(value).with_context(|| format!("corrupt job record {}", path.display()))
     }
 }
 
@@ -482,5 +541,72 @@ mod tests {
         after.switches.push(second);
         // z0r0 had 3 flowlet moves before; z0r1 was not in the first report.
         assert_eq!(super::moves_between(&before, &after), moves(7 + 1, 4 + 2));
+    }
+
+    fn step(index: usize, ms: u64, imbalance: f64) -> super::StepRecord {
+        let uplinks = vec![crate::telemetry::stats::UplinkLoad {
+            rtsw: "z0r2".into(),
+            tx_bytes: vec![("z0c0".into(), 300), ("z0c1".into(), 100)],
+            max_over_mean: imbalance,
+            jain: 0.8,
+        }];
+        super::StepRecord { index, duration_ns: ms * 1_000_000, uplinks }
+    }
+
+    /// The diagnosis names a slowest step only when it stands out, and says when the imbalance
+    /// was the same in every step (it then explains no one step).
+    #[test]
+    fn a_steady_imbalance_is_not_blamed_on_the_slowest_step() {
+        let sentence = |steps: Vec<super::StepRecord>| {
+            let mut rec: super::JobRecord = serde_json::from_value(serde_json::json!({
+                "schema": "fabric.job/1", "job_id": "j", "testbed": "t", "collective": "allreduce", "hash": "eecmp",
+                "placement": [], "started_unix_ms": 0, "ended_unix_ms": 0, "time_scale": 1, "completion_ns": [],
+                "steps": [], "ports": [], "retransmitted_packets": 0, "cnps": 0, "diagnosis": []
+            }))
+            .unwrap();
+            rec.steps = steps;
+            super::steps_sentence(&rec).unwrap()
+        };
+        let steady = sentence(vec![step(0, 50, 2.5), step(1, 55, 2.5), step(2, 50, 2.49)]);
+        assert!(steady.starts_with("uplink imbalance 2.5x on z0r2 (busiest uplink z0c0) in every step"), "{steady}");
+        let outlier_same = sentence(vec![step(0, 50, 2.5), step(1, 80, 2.5), step(2, 50, 2.5)]);
+        assert!(
+            outlier_same.contains("step 2 was slowest") && outlier_same.contains("does not explain"),
+            "{outlier_same}"
+        );
+        let outlier = sentence(vec![step(0, 50, 1.1), step(1, 80, 2.5), step(2, 50, 1.1)]);
+        assert!(outlier.ends_with("with uplink imbalance 2.5x on z0r2 (busiest uplink z0c0)"), "{outlier}");
+        let varied = sentence(vec![step(0, 50, 1.1), step(1, 55, 2.5), step(2, 50, 1.5)]);
+        assert!(
+            varied.starts_with("uplink imbalance up to 2.5x on z0r2 (busiest uplink z0c0) in step 2, at least 1.1x"),
+            "{varied}"
+        );
+    }
+
+    /// `fabric report FILE` takes the run result `fabric run` wrote too, and says what a file is
+    /// when it is not a job record.
+    #[test]
+    fn a_run_result_leads_to_its_job_and_other_files_are_named() {
+        let dir = std::env::temp_dir().join(format!("fabric-job-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str, text: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        let err = |p: &str| format!("{:#}", super::JobRecord::load(p).unwrap_err());
+        let run = file("run.json", r#"{"schema": "fabric.run/2", "job_id": "zz-no-such-job"}"#);
+        let e = err(&run);
+        assert!(
+            e.contains("is the run result of job zz-no-such-job, whose record results/jobs/zz-no-such-job.json"),
+            "{e}"
+        );
+        let anonymous = file("anon.json", r#"{"schema": "fabric.run/2"}"#);
+        assert!(err(&anonymous).contains("is a run result that names no job"), "{}", err(&anonymous));
+        assert!(err(&file("text.json", "not json")).contains("text.json is not JSON"));
+        assert!(err(&file("other.json", "{}")).contains("corrupt job record"));
+        // A path without .json is a path, not an id under results/jobs.
+        assert!(err(dir.to_str().unwrap()).starts_with(&format!("no job record {}", dir.display())));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

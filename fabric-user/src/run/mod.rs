@@ -50,6 +50,7 @@ pub struct RunSpec {
     /// Message size per rank, bytes (K, M, G = x1000; Ki, Mi, Gi = x1024).
     #[arg(long, default_value_t = RunSpec::default().message)]
     pub message: Size,
+    /// Repetitions; each reports its collective completion time.
     #[arg(long, default_value_t = RunSpec::default().iterations)]
     pub iterations: u32,
     /// contiguous, fragmented, random:SEED or hosts:H1,H2,...
@@ -155,6 +156,9 @@ impl RunSpec {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading workload {}", path.display()))?;
         let spec: RunSpec = toml::from_str(&text).with_context(|| format!("workload file {}", path.display()))?;
         ensure!(spec.workload.is_some(), "{}: `workload` is missing", path.display());
+        // Checked here too, so that a bad value is named with its file (the message names the
+        // flag of the same name).
+        spec.check().with_context(|| format!("workload file {}", path.display()))?;
         Ok(spec)
     }
 

@@ -35,7 +35,7 @@ pub enum RxeCommand {
         #[command(flatten)]
         spec: PerftestSpec,
         /// Testbed prefix (default: the default topology's).
-        #[arg(long)]
+        #[arg(long, value_parser = crate::model::topology::validate::parse_prefix)]
         prefix: Option<String>,
         /// Write the result (JSON, schema fabric.rxe-perftest/1) here.
         #[arg(long)]
@@ -47,7 +47,7 @@ pub enum RxeCommand {
         #[command(flatten)]
         spec: AllreduceSpec,
         /// Testbed prefix (default: the default topology's).
-        #[arg(long)]
+        #[arg(long, value_parser = crate::model::topology::validate::parse_prefix)]
         prefix: Option<String>,
         /// Write the result (JSON, schema fabric.run/2 with `endpoints: "rxe"`) here.
         #[arg(long)]

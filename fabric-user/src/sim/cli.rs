@@ -81,6 +81,7 @@ pub struct SimArgs {
     /// A synthetic fabric: 1k, 4k or 24k (= meta: 8 zones x 192 racks x 16 GPUs).
     #[arg(long, value_enum)]
     pub scale: Option<Scale>,
+    /// The collective to simulate.
     #[arg(long, value_enum, default_value = "allreduce")]
     pub workload: Collective,
     /// Routing mode(s) to simulate (repeatable; default: five-tuple, eecmp and pin).
@@ -89,6 +90,7 @@ pub struct SimArgs {
     /// QPs per connection (repeatable; default: 1 and 8).
     #[arg(long)]
     pub qps: Vec<u32>,
+    /// UDP source port: per-qp (rxe's rule, from the QP numbers) or fixed (one per host pair).
     #[arg(long, value_enum, default_value_t = EndpointOptions::default().sport)]
     pub sport: SportPolicy,
     /// Message size per rank (K, M, G = x1000; Ki, Mi, Gi = x1024); larger than `fabric run`'s
@@ -110,6 +112,7 @@ pub struct SimArgs {
     /// RoCE path MTU (the same default as `fabric run`).
     #[arg(long, default_value_t = EndpointOptions::default().path_mtu)]
     pub path_mtu: u32,
+    /// The receiver ACKs every N packets (and at each message's end), as `fabric run`.
     #[arg(long, default_value_t = EndpointOptions::default().ack_every)]
     pub ack_every: u32,
     /// Take a link out of service (repeatable), as `fabric link down` does: routing goes

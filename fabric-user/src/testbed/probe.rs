@@ -294,7 +294,15 @@ fn ping_from(destinations: &[(usize, IpAddr)], id: u16, timeout: Duration) -> Re
                 }
             }
         };
-        ensure!(n >= 0, "sending ICMP echo to {dst}: {}", std::io::Error::last_os_error());
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            // A host whose own link is down has no route at all: its pairs are unreachable (and
+            // reported so), not the probe broken.
+            if matches!(e.raw_os_error(), Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::ENETDOWN)) {
+                continue;
+            }
+            anyhow::bail!("sending ICMP echo to {dst}: {e}");
+        }
     }
     let mut replied = BTreeSet::new();
     let deadline = Instant::now() + timeout;

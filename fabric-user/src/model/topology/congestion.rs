@@ -23,12 +23,53 @@ pub struct Congestion {
     /// PFC watchdog: a port/class paused longer than this (modelled µs) raises a storm event.
     #[serde(default = "default_watchdog")]
     pub watchdog_us: f64,
-    #[serde(default = "SwitchQos::rtsw")]
+    /// Each tier's table may give any subset of its fields: the rest are the tier's defaults.
+    #[serde(default = "SwitchQos::rtsw", deserialize_with = "rtsw_over_defaults")]
     pub rtsw: SwitchQos,
-    #[serde(default = "SwitchQos::ctsw")]
+    #[serde(default = "SwitchQos::ctsw", deserialize_with = "ctsw_over_defaults")]
     pub ctsw: SwitchQos,
-    #[serde(default = "SwitchQos::ctsw")]
+    #[serde(default = "SwitchQos::ctsw", deserialize_with = "ctsw_over_defaults")]
     pub atsw: SwitchQos,
+}
+
+/// A tier's table as a topology file writes it: any subset of [`SwitchQos`]'s fields.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SwitchQosFields {
+    buffer: Option<BufferKind>,
+    buffer_kb: Option<u32>,
+    alpha: Option<f64>,
+    ecn_kmin_kb: Option<u32>,
+    ecn_kmax_kb: Option<u32>,
+    ecn_pmax: Option<f64>,
+    xoff_kb: Option<u32>,
+    xon_kb: Option<u32>,
+    headroom_kb: Option<u32>,
+}
+
+impl SwitchQosFields {
+    /// The fields given, the rest from `d`.
+    fn over(self, d: SwitchQos) -> SwitchQos {
+        SwitchQos {
+            buffer: self.buffer.unwrap_or(d.buffer),
+            buffer_kb: self.buffer_kb.unwrap_or(d.buffer_kb),
+            alpha: self.alpha.unwrap_or(d.alpha),
+            ecn_kmin_kb: self.ecn_kmin_kb.unwrap_or(d.ecn_kmin_kb),
+            ecn_kmax_kb: self.ecn_kmax_kb.unwrap_or(d.ecn_kmax_kb),
+            ecn_pmax: self.ecn_pmax.unwrap_or(d.ecn_pmax),
+            xoff_kb: self.xoff_kb.unwrap_or(d.xoff_kb),
+            xon_kb: self.xon_kb.unwrap_or(d.xon_kb),
+            headroom_kb: self.headroom_kb.unwrap_or(d.headroom_kb),
+        }
+    }
+}
+
+fn rtsw_over_defaults<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SwitchQos, D::Error> {
+    Ok(SwitchQosFields::deserialize(d)?.over(SwitchQos::rtsw()))
+}
+
+fn ctsw_over_defaults<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SwitchQos, D::Error> {
+    Ok(SwitchQosFields::deserialize(d)?.over(SwitchQos::ctsw()))
 }
 
 /// The buffer, ECN and PFC settings of the switches of one tier.
@@ -214,5 +255,23 @@ mod tests {
         let err = base.with_ecn_thresholds(1, 8 << 20).unwrap_err();
         assert!(err.starts_with("congestion.rtsw.ecn_kmax_kb"), "{err}");
         assert_eq!(base, Congestion::default(), "the settings asked from are unchanged");
+    }
+
+    #[test]
+    fn a_tier_table_may_give_any_subset_of_its_fields() {
+        let c: Congestion = toml::from_str("[rtsw]\nxoff_kb = 100\nxon_kb = 50\n[atsw]\nbuffer_kb = 1024\n").unwrap();
+        let rtsw = SwitchQos { xoff_kb: 100, xon_kb: 50, ..SwitchQos::rtsw() };
+        assert_eq!((c.rtsw, c.ctsw.clone()), (rtsw, SwitchQos::ctsw()), "the rest from the tier's own defaults");
+        assert_eq!(c.atsw, SwitchQos { buffer_kb: 1024, ..SwitchQos::ctsw() });
+        let empty: Congestion = toml::from_str("[ctsw]\n").unwrap();
+        assert_eq!(empty, Congestion::default());
+        // A misspelt field is still refused, by name.
+        let err = toml::from_str::<Congestion>("[rtsw]\nxof_kb = 100\n").unwrap_err().to_string();
+        assert!(err.contains("unknown field `xof_kb`") && err.contains("xoff_kb"), "{err}");
+        // A subset is checked against the defaults it keeps: Xon 600 KiB is above the default Xoff.
+        let c: Congestion = toml::from_str("[rtsw]\nxon_kb = 600\n").unwrap();
+        let mut errs = Vec::new();
+        c.rtsw.check("congestion.rtsw", &mut errs);
+        assert_eq!(errs, [("congestion.rtsw.xon_kb".to_string(), "600 must be below xoff_kb (512)".to_string())]);
     }
 }

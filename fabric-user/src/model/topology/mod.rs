@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 mod congestion;
 pub mod load;
-mod validate;
+pub mod validate;
 
 pub use congestion::{BufferKind, Congestion, SwitchQos};
 

@@ -436,6 +436,15 @@ impl Topology {
     }
 }
 
+/// A testbed prefix given on the command line (`--prefix`), checked as a topology's `prefix` is:
+/// it names the testbed's folders under /run/fabric and /sys/fs/bpf/fabric, which `down` removes,
+/// so `..`, a slash or an empty name must never reach them.
+pub fn parse_prefix(s: &str) -> Result<String, String> {
+    check_ident(s, MAX_PREFIX_LEN).map(|()| s.to_string()).map_err(|what| {
+        format!("{s:?} {what}; a testbed prefix is 1..={MAX_PREFIX_LEN} characters of [a-z0-9] starting with a letter")
+    })
+}
+
 /// Checks an identifier: 1..=max chars of [a-z0-9], starting with a letter. Err says what is wrong.
 fn check_ident(s: &str, max: usize) -> Result<(), String> {
     if s.is_empty() {

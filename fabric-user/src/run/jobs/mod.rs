@@ -167,11 +167,12 @@ impl JobsFile {
         toml::from_str(&text).with_context(|| format!("jobs file {}", path.display()))
     }
 
-    /// A single run as a file of one job, named `job` (a run with `--straggler`).
+    /// A single run as a file of one job, named after its collective (a run with `--straggler`).
     pub fn of_run(spec: &RunSpec) -> Result<Self> {
+        let workload = spec.workload.context("no workload given")?;
         let job = JobSpec {
-            name: "job".into(),
-            workload: Some(spec.workload.context("no workload given")?),
+            name: workload.as_str().into(),
+            workload: Some(workload),
             trace: None,
             scale: None,
             ranks: Some(spec.ranks.context("--ranks: give the ranks of a run with --straggler")?),

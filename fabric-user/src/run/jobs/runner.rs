@@ -20,10 +20,11 @@ pub fn run_jobs(state: &State, jp: &JobsPlan, quiet: bool) -> Result<JobsOutcome
 /// The run's table: each job's completion and what it shared.
 pub fn print(s: &JobsSummary) {
     println!(
-        "run {} on {}: {} jobs, hash {}, mode {}, {} steps run",
+        "run {} on {}: {} job{}, hash {}, mode {}, {} steps run",
         s.run_id,
         s.testbed,
         s.jobs.len(),
+        if s.jobs.len() == 1 { "" } else { "s" },
         s.hash,
         s.mode,
         s.rounds

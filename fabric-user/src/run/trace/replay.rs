@@ -46,6 +46,7 @@ pub struct TraceArgs {
     /// Multiply every op's size by this (at least 1 byte per op).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
+    /// Replays of the trace; each reports its completion time.
     #[arg(long, default_value_t = 1)]
     pub iterations: u32,
     /// contiguous, fragmented, random:SEED or hosts:H1,H2,... (rank i on the i-th host).
@@ -54,32 +55,41 @@ pub struct TraceArgs {
     /// QPs per connection.
     #[arg(long, default_value_t = RunSpec::default().qps)]
     pub qps: u32,
+    /// UDP source port: per-qp (rxe's rule, from the QP numbers) or fixed (one per host pair).
     #[arg(long, value_enum, default_value_t = RunSpec::default().sport)]
     pub sport: SportPolicy,
-    /// Set every switch's routing mode first: five-tuple, eecmp, pin, te.
+    /// Set every switch's routing mode first: five-tuple, eecmp, pin, te, flowlet, adaptive, spray
+    /// or wcmp (docs/routing-modes.md).
     #[arg(long, value_parser = crate::model::topology::parse_hash_mode)]
     pub hash: Option<fabric_common::config::HashMode>,
+    /// Re-seed every switch's hash first.
     #[arg(long)]
     pub hash_seed: Option<u32>,
     /// Rate of one connection, bits/s (default: the host link's modelled rate).
     #[arg(long)]
     pub rate: Option<crate::model::units::Size>,
+    /// RoCE path MTU, bytes.
     #[arg(long, default_value_t = RunSpec::default().path_mtu)]
     pub path_mtu: u32,
+    /// Congestion control on top of PFC: none, dcqcn, cts.
     #[arg(long, value_enum, default_value_t = RunSpec::default().cc)]
     pub cc: CcMode,
+    /// DSCP of data and ACKs; the switches' priority class is DSCP >> 3 (26: lossless class 3).
     #[arg(long, default_value_t = 26)]
     pub dscp: u8,
+    /// Send data and ACKs ECN-capable (ECT(0)), so that switches mark CE.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub ecn: bool,
     /// Testbed prefix (default: the prefix of --topology, else of the default topology).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::model::topology::validate::parse_prefix)]
     pub prefix: Option<String>,
+    /// Topology file whose prefix to use.
     #[arg(long)]
     pub topology: Option<PathBuf>,
     /// Write the result (JSON, schema fabric.trace/1) here; default results/trace-<name>-<time>.json.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
 }
