@@ -34,7 +34,9 @@ impl Which {
         if let Some(p) = &self.prefix {
             return Ok(p.clone());
         }
-        Ok(Topology::load(self.topology.as_deref())?.prefix)
+        let topology = Topology::load(self.topology.as_deref());
+        // Only the prefix is needed: a file edited since `up` must not stand in the way.
+        Ok(topology.context("reading the testbed's prefix from --topology (or give it with --prefix)")?.prefix)
     }
 }
 

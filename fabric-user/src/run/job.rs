@@ -30,7 +30,12 @@ pub struct PortDelta {
     pub port: String,
     pub tx_bytes: u64,
     pub ecn_marked: u64,
+    /// Frames the switch dropped at this port for any reason but a lossy link.
     pub drops: u64,
+    /// Frames a degraded link lost (`fabric link degrade --loss`): not congestion. The XDP
+    /// switch counts them at the port they came in on, the twin at the port that sent them.
+    #[serde(default)]
+    pub link_lost: u64,
     pub pauses_received: u64,
     pub paused_ns: u64,
     pub sent_while_paused: u64,
@@ -244,6 +249,17 @@ fn moves_between(before: &StatsReport, after: &StatsReport) -> crate::dataplane:
     total
 }
 
+const LINK_LOSS: &str = fabric_common::counters::DropReason::LinkLoss.as_str();
+
+/// A port's drops but a lossy link's.
+fn congestion_drops(p: &crate::telemetry::stats::PortStats) -> u64 {
+    p.drops.iter().filter(|(reason, _)| **reason != LINK_LOSS).map(|(_, n)| n).sum()
+}
+
+fn link_lost(p: &crate::telemetry::stats::PortStats) -> u64 {
+    p.drops.get(LINK_LOSS).copied().unwrap_or(0)
+}
+
 fn port_deltas(before: &StatsReport, after: &StatsReport) -> Vec<PortDelta> {
     let mut out = Vec::new();
     for (sa, sb) in after.switches.iter().zip(&before.switches) {
@@ -256,7 +272,8 @@ fn port_deltas(before: &StatsReport, after: &StatsReport) -> Vec<PortDelta> {
                 port: pa.port.clone(),
                 tx_bytes: pa.tx_bytes.saturating_sub(pb.tx_bytes),
                 ecn_marked: sum(pa, |c| c.ecn_marked).saturating_sub(sum(pb, |c| c.ecn_marked)),
-                drops: pa.drops.values().sum::<u64>().saturating_sub(pb.drops.values().sum::<u64>()),
+                drops: congestion_drops(pa).saturating_sub(congestion_drops(pb)),
+                link_lost: link_lost(pa).saturating_sub(link_lost(pb)),
                 pauses_received: sum(pa, |c| c.pauses_received).saturating_sub(sum(pb, |c| c.pauses_received)),
                 paused_ns: sum(pa, |c| c.paused_ns).saturating_sub(sum(pb, |c| c.paused_ns)),
                 sent_while_paused: sum(pa, |c| c.sent_while_paused).saturating_sub(sum(pb, |c| c.sent_while_paused)),
@@ -352,6 +369,15 @@ pub fn diagnose(rec: &JobRecord) -> Vec<String> {
             p.paused_ns as f64 / 1e6,
             p.xoff_events,
             p.drops
+        ));
+    }
+    let lost: Vec<&PortDelta> = rec.ports.iter().filter(|p| p.link_lost > 0).collect();
+    if !lost.is_empty() {
+        let at: Vec<String> = lost.iter().map(|p| format!("{} at {}:{}", p.link_lost, p.switch, p.port)).collect();
+        out.push(format!(
+            "{} frames lost on degraded links, not to congestion ({})",
+            lost.iter().map(|p| p.link_lost).sum::<u64>(),
+            at.join(", ")
         ));
     }
     if !rec.faulty_at_start.is_empty() {
@@ -491,12 +517,12 @@ pub fn print(rec: &JobRecord) {
         );
     }
     println!(
-        "{:<8} {:<10} {:>12} {:>8} {:>8} {:>10} {:>6} {:>6}",
-        "switch", "port", "tx bytes", "ecn", "pauses", "paused ms", "xoff", "drops"
+        "{:<8} {:<10} {:>12} {:>8} {:>8} {:>10} {:>6} {:>6} {:>9}",
+        "switch", "port", "tx bytes", "ecn", "pauses", "paused ms", "xoff", "drops", "link lost"
     );
     for p in rec.ports.iter().take(12) {
         println!(
-            "{:<8} {:<10} {:>12} {:>8} {:>8} {:>10.1} {:>6} {:>6}",
+            "{:<8} {:<10} {:>12} {:>8} {:>8} {:>10.1} {:>6} {:>6} {:>9}",
             p.switch,
             p.port,
             p.tx_bytes,
@@ -504,7 +530,8 @@ pub fn print(rec: &JobRecord) {
             p.pauses_received,
             p.paused_ns as f64 / 1e6,
             p.xoff_events,
-            p.drops
+            p.drops,
+            p.link_lost
         );
     }
     println!("retransmitted packets {}, CNPs {}", rec.retransmitted_packets, rec.cnps);
@@ -543,6 +570,16 @@ mod tests {
         assert_eq!(super::moves_between(&before, &after), moves(7 + 1, 4 + 2));
     }
 
+    /// A record of an allreduce with no steps, ports or counts (a fixture to fill in).
+    fn empty_record() -> super::JobRecord {
+        serde_json::from_value(serde_json::json!({
+            "schema": "fabric.job/1", "job_id": "j", "testbed": "t", "collective": "allreduce", "hash": "eecmp",
+            "placement": [], "started_unix_ms": 0, "ended_unix_ms": 0, "time_scale": 1, "completion_ns": [],
+            "steps": [], "ports": [], "retransmitted_packets": 0, "cnps": 0, "diagnosis": []
+        }))
+        .unwrap()
+    }
+
     fn step(index: usize, ms: u64, imbalance: f64) -> super::StepRecord {
         let uplinks = vec![crate::telemetry::stats::UplinkLoad {
             rtsw: "z0r2".into(),
@@ -558,13 +595,7 @@ mod tests {
     #[test]
     fn a_steady_imbalance_is_not_blamed_on_the_slowest_step() {
         let sentence = |steps: Vec<super::StepRecord>| {
-            let mut rec: super::JobRecord = serde_json::from_value(serde_json::json!({
-                "schema": "fabric.job/1", "job_id": "j", "testbed": "t", "collective": "allreduce", "hash": "eecmp",
-                "placement": [], "started_unix_ms": 0, "ended_unix_ms": 0, "time_scale": 1, "completion_ns": [],
-                "steps": [], "ports": [], "retransmitted_packets": 0, "cnps": 0, "diagnosis": []
-            }))
-            .unwrap();
-            rec.steps = steps;
+            let rec = super::JobRecord { steps, ..empty_record() };
             super::steps_sentence(&rec).unwrap()
         };
         let steady = sentence(vec![step(0, 50, 2.5), step(1, 55, 2.5), step(2, 50, 2.49)]);
@@ -581,6 +612,26 @@ mod tests {
             varied.starts_with("uplink imbalance up to 2.5x on z0r2 (busiest uplink z0c0) in step 2, at least 1.1x"),
             "{varied}"
         );
+    }
+
+    /// A lossy link's drops are kept apart from the switch's own: they do not make a port the
+    /// most congested, and the diagnosis names them as loss.
+    #[test]
+    fn link_loss_is_not_congestion() {
+        let before = full_report();
+        let mut after = full_report();
+        let drops = &mut after.switches[0].ports[0].drops;
+        *drops.get_mut("no_route").unwrap() += 1;
+        drops.insert("link_loss", 2);
+        let d = super::port_deltas(&before, &after);
+        assert_eq!((d[0].port.as_str(), d[0].drops, d[0].link_lost), ("z0c1", 1, 2));
+        let mut lossy = after.clone();
+        *lossy.switches[0].ports[0].drops.get_mut("no_route").unwrap() -= 1;
+        let d = super::port_deltas(&before, &lossy);
+        assert_eq!((d[0].drops, d[0].link_lost, d[0].congestion_score()), (0, 2, 0));
+        let diagnosis = super::diagnose(&super::JobRecord { ports: d, ..empty_record() });
+        assert!(!diagnosis.iter().any(|l| l.starts_with("most congested port")), "{diagnosis:?}");
+        assert!(diagnosis.contains(&"2 frames lost on degraded links, not to congestion (2 at z0r0:z0c1)".into()));
     }
 
     /// `fabric report FILE` takes the run result `fabric run` wrote too, and says what a file is

@@ -96,6 +96,7 @@ pub fn records(fabric: &SimFabric, o: &SimOptions, run: &PacketRun, job_id: &str
             tx_bytes: c.bytes,
             ecn_marked: c.ecn_marked,
             drops: c.drops,
+            link_lost: c.link_loss,
             pauses_received: c.pauses_received,
             paused_ns: c.paused_ns.iter().sum(),
             sent_while_paused: c.sent_while_paused,
