@@ -494,7 +494,7 @@ fn incast_pfc_only_pauses_without_loss_dcqcn_pauses_less_and_cts_stays_under_its
     // bucket, which PFC alone's queue exceeds (so the measure can tell the two apart).
     let (queue_cts, cts) = downlink_queue(&|| go(&state, &incast(CcMode::Cts, 4 << 20)));
     assert_eq!(cts.bytes_delivered, cts.bytes_needed);
-    let limit = cts_queue_limit_bytes(4 * 64 * 1024);
+    let limit = cts_queue_limit_bytes(cts.cts_bound_bytes.expect("a CTS run reports its bound"));
     eprintln!("deepest queue z0r0 -> z0r0h0: CTS {queue_cts} B, PFC only {queue_none} B, CTS limit {limit} B");
     assert!(queue_cts > 0 && queue_cts <= limit, "CTS queued {queue_cts} B toward the receiver, over {limit} B");
     assert!(queue_none > limit, "PFC alone queued {queue_none} B, within CTS's {limit} B: the measure cannot tell");

@@ -273,6 +273,9 @@ fn a_prefix_that_is_not_a_testbed_name_is_refused_and_touches_nothing() {
         assert!(!out.status.success(), "{args:?} --prefix {prefix:?} succeeded: {err}");
         assert!(err.contains("--prefix") && err.contains("a testbed prefix is 1..=6 characters"), "{args:?}: {err}");
     }
+    // The library refuses too, not only the command line.
+    let err = format!("{:#}", testbed::down(&outside).unwrap_err());
+    assert!(err.contains("a testbed prefix is 1..=6 characters"), "{err}");
     assert_eq!(std::fs::read_to_string(canary.join("state.json")).unwrap(), "keep", "nothing outside was touched");
     assert!(canary.join("agent").is_dir());
     std::fs::remove_dir_all(&canary).unwrap();

@@ -514,6 +514,9 @@ pub struct DownSummary {
 /// Removes every namespace (and so every veth), pinned object and state file of the testbed.
 /// Works on a half-built or crashed testbed, and does nothing the second time.
 pub fn down(prefix: &str) -> Result<DownSummary> {
+    // What a prefix names is removed below: a name that is not a testbed's (`..`, a slash) could
+    // reach outside its folders, whoever the caller is.
+    crate::model::topology::validate::parse_prefix(prefix).map_err(|e| anyhow::anyhow!("down: {e}"))?;
     netns::require_capabilities()?;
     let mut summary = DownSummary {
         agent_stopped: crate::agent::stop(prefix)?,
