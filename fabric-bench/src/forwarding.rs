@@ -1,26 +1,38 @@
 //! `fabric-bench forwarding`: packets per second per core through a 3-hop path (RTSW, CTSW,
 //! RTSW) forwarded by the XDP switch, against the same path forwarded by the Linux kernel, and a
-//! 0-hop baseline (generator straight into the sink), all measured in the same run.
+//! 0-hop baseline (the generator's frames straight back to it), all measured in the same run.
 //!
-//! Each path is a chain of namespaces joined by veth pairs: gen → r1 → c → r2 → sink (the
-//! baseline: gen → sink). The generator is the object's `traffic_generator` program run with
-//! BPF_PROG_TEST_RUN in live-frame mode (XDP_TX out of the generator's veth) from a thread pinned
-//! to one CPU; veth hands frames to its peer's NAPI on the sending CPU, so the whole path runs on
-//! that CPU. Frames are counted where they arrive: the sink's veth runs the switch program with
-//! its port registered and no routes, so every frame is counted (per-CPU port counters) and
-//! dropped (XDP_DROP, reason no-route). CPU time is the generator thread's own (which includes
-//! the softirqs it runs) plus ksoftirqd and other CPUs' softirq time; /proc/stat cross-checks.
+//! Each path is a ring of namespaces joined by veth pairs: gen → r1 → c → r2 → gen (the
+//! baseline: gen → gen, one veth pair whose both ends are the generator's). Frames leave the
+//! generator's namespace by its veth "east" and come back by "west". veth hands frames to its
+//! peer's NAPI on the sending CPU, so the whole path runs on one CPU. Two drivers:
+//!
+//! - live frames (the default where the kernel allows it): the object's `traffic_generator`
+//!   program run with BPF_PROG_TEST_RUN in live-frame mode (XDP_TX out of "east") from a thread
+//!   pinned to one CPU. "west" runs the switch program with its port registered and no routes,
+//!   so every frame is counted (per-CPU port counters) and dropped (XDP_DROP, reason no-route).
+//!   CPU time is the generator thread's own (which includes the softirqs it runs) plus
+//!   ksoftirqd and other CPUs' softirq time; /proc/stat cross-checks.
+//! - loop (where live frames are refused, as by some sandboxes' security modules): "west" runs
+//!   the object's `traffic_loop`, which rewrites each arriving frame as the generator would and
+//!   redirects it out of "east" again. A thread pinned to one CPU sends a few frames once from
+//!   a packet socket; they then circulate in softirq on that CPU, each lap one packet through
+//!   the path, counted per CPU by the loop program. CPU time is the softirq time of every CPU
+//!   (/proc/stat); ksoftirqd's own runtime cross-checks. The loop program drops every frame once
+//!   the lease the benchmark keeps moving ahead runs out, so a killed benchmark leaves no CPU
+//!   spinning.
 //!
 //! Namespaces are named `fbfw-<pid>-…`, use 198.18.0.0/15 addresses only, and are removed on
 //! the way out, error or not (and, if a run was killed, by the next run).
 use std::{
     net::Ipv4Addr,
+    os::fd::AsRawFd as _,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, Result, bail};
 use aya::{
-    maps::{Array, Map, MapData},
+    maps::{Array, MapData, PerCpuArray},
     programs::{TestRun as _, TestRunAttrs, TestRunOptions, Xdp},
 };
 use fabric_common::{
@@ -31,8 +43,8 @@ use serde::Serialize;
 
 use fabric_testkit::fixture::{FrameSpec, frame, xdp_md};
 use fabric_user::{
-    dataplane::{PROGRAM_BENCH_PARSE_REDIRECT, PROGRAM_GENERATOR, PROGRAM_PASS, SwitchDataplane},
-    sys::netns::{self, ifindex, in_named, ip},
+    dataplane::{PROGRAM_BENCH_PARSE_REDIRECT, PROGRAM_GENERATOR, PROGRAM_LOOP, PROGRAM_PASS, SwitchDataplane},
+    sys::netns::{self, ifindex, in_named, ip, raw_socket},
 };
 
 const PREFIX: &str = "fbfw-";
@@ -42,8 +54,20 @@ const FRAMES_PER_CALL: u32 = 1 << 15;
 /// softirq run (4 NAPI polls x 64 stay under netdev_budget = 300).
 const BATCH: u32 = 64;
 const WARMUP: Duration = Duration::from_millis(300);
-/// After the last call: lets stragglers (a softirq deferred to ksoftirqd) reach the sink.
+/// After the last call (or, for the loop, after the first frames): lets stragglers (a softirq
+/// deferred to ksoftirqd) come back.
 const SETTLE: Duration = Duration::from_millis(20);
+/// Frames sent into a loop: one NAPI budget, like a live-frame batch.
+const SEED_FRAMES: u32 = BATCH;
+/// How often the loop's lease is moved ahead while it is measured.
+const LEASE_REFRESH: Duration = Duration::from_millis(10);
+/// The lease reaches this many refresh periods ahead at the loop's own pace (about 0.2 s)...
+const LEASE_PERIODS: u64 = 20;
+/// ...and at least this many laps ahead (0.2-5 s at the paths' rates: enough to outlast the
+/// sending of the first frames, which can run the loop for a while before it returns).
+const LEASE_MIN_LAPS: u64 = 1 << 21;
+/// How long a loop may take to drain once its lease is withdrawn.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// Ethernet + IPv4 + UDP + BTH in front of the payload that `fixture::frame` writes.
 const HEADERS: usize = 14 + 20 + 8 + 12;
 const TTL: u8 = 64;
@@ -59,12 +83,14 @@ const SINK_PREFIX: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 0);
 const GEN_HOST: Ipv4Addr = fabric_testkit::fixture::HOST_A_V4;
 
 const GEN_MAC: [u8; 6] = [0x02, 0xbf, 0x77, 0, 0, 0x01];
-/// Every sink's veth has this MAC (one sink program instance serves all chains).
+/// Every ring's "west" (where frames come back to the generator's namespace) has this MAC (one
+/// program instance serves all chains).
 const SINK_MAC: [u8; 6] = [0x02, 0xbf, 0x77, 0xff, 0, 0x01];
 const EAST: u8 = 1;
 const WEST: u8 = 2;
 
-/// The MAC of switch `k`'s port towards the sink (`EAST`) or towards the generator (`WEST`).
+/// The MAC of switch `k`'s port onwards round the ring (`EAST`) or back towards the generator
+/// (`WEST`).
 fn switch_mac(k: usize, side: u8) -> [u8; 6] {
     [0x02, 0xbf, 0x77, k as u8, side, 0x01]
 }
@@ -76,7 +102,7 @@ fn mac_str(m: [u8; 6]) -> String {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Path {
-    /// Generator straight into the sink: the cost of generating and receiving.
+    /// The generator's frames straight back to it: the cost of generating and receiving.
     Baseline,
     /// Three XDP switches (the project's `fabric_switch`).
     Xdp,
@@ -106,7 +132,7 @@ impl Path {
 
     pub fn label(self) -> &'static str {
         match self {
-            Path::Baseline => "baseline: gen -> sink (0 hops)",
+            Path::Baseline => "baseline: gen -> gen (0 hops)",
             Path::Xdp => "XDP switch x3 (fabric_switch)",
             Path::XdpCongestion => "XDP switch x3 + congestion model",
             Path::Kernel => "Linux kernel x3 (nexthop group x2, L4)",
@@ -116,6 +142,28 @@ impl Path {
 
     fn switches(self) -> usize {
         if self == Path::Baseline { 0 } else { 3 }
+    }
+}
+
+/// What sends the frames and counts them (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Driver {
+    /// Live frames where the kernel allows them, the loop where it refuses them.
+    Auto,
+    /// BPF_PROG_TEST_RUN with live frames.
+    LiveFrames,
+    /// A few frames circulating through the path and back, redirected by `traffic_loop`.
+    Loop,
+}
+
+impl Driver {
+    fn as_str(self) -> &'static str {
+        match self {
+            Driver::Auto => "auto",
+            Driver::LiveFrames => "live-frames",
+            Driver::Loop => "loop",
+        }
     }
 }
 
@@ -144,10 +192,12 @@ fn remove_stale() -> Result<()> {
     Ok(())
 }
 
-/// One chain of namespaces: `nodes[0]` is the generator, the last one the sink.
+/// One ring of namespaces: `nodes[0]` is the generator's, where frames leave ("east") and come
+/// back ("west"); the others are the switches.
 struct Chain {
     path: Path,
     nodes: Vec<String>,
+    /// The generator's "east", where every frame leaves (in `nodes[0]`).
     gen_ifindex: u32,
     /// The MAC the generator writes as destination: the first hop's port.
     first_hop_mac: [u8; 6],
@@ -157,12 +207,10 @@ struct Chain {
     switches: Vec<SwitchDataplane>,
 }
 
-fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane, mode: HashMode) -> Result<Chain> {
-    let base = format!("{PREFIX}{}-{}", std::process::id(), path.tag());
+/// The namespaces of a ring, created, with loopback up and IPv6 off.
+fn create_nodes(base: &str, switches: usize, guard: &mut Namespaces) -> Result<Vec<String>> {
     let mut nodes = vec![format!("{base}-gen")];
-    nodes.extend((1..=path.switches()).map(|k| format!("{base}-s{k}")));
-    nodes.push(format!("{base}-sink"));
-    let last = nodes.len() - 1;
+    nodes.extend((1..=switches).map(|k| format!("{base}-s{k}")));
     for n in &nodes {
         guard.0.push(n.clone());
         netns::create_named(n)?;
@@ -174,12 +222,34 @@ fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane, 
         })
         .with_context(|| format!("setting up namespace {n}"))?;
     }
-    // Link i joins node i ("east") and node i+1 ("west").
-    let east_mac = |i: usize| if i == 0 { GEN_MAC } else { switch_mac(i, EAST) };
-    let west_mac = |i: usize| if i == last { SINK_MAC } else { switch_mac(i, WEST) };
-    for i in 0..last {
-        let (here, next) = (&nodes[i], &nodes[i + 1]);
-        let (a, b) = (mac_str(east_mac(i)), mac_str(west_mac(i + 1)));
+    Ok(nodes)
+}
+
+/// The MAC of node `i`'s "east" (towards the next node).
+fn east_mac(i: usize) -> [u8; 6] {
+    if i == 0 { GEN_MAC } else { switch_mac(i, EAST) }
+}
+
+/// The MAC of node `i`'s "west" (from the previous node).
+fn west_mac(i: usize) -> [u8; 6] {
+    if i == 0 { SINK_MAC } else { switch_mac(i, WEST) }
+}
+
+fn build_chain(
+    path: Path,
+    guard: &mut Namespaces,
+    tools: &mut SwitchDataplane,
+    mode: HashMode,
+    driver: Driver,
+) -> Result<Chain> {
+    let base = format!("{PREFIX}{}-{}", std::process::id(), path.tag());
+    let nodes = create_nodes(&base, path.switches(), guard)?;
+    let n = nodes.len();
+    // Link i joins node i's "east" and node (i+1) mod n's "west": the last link closes the ring
+    // at the generator's namespace (for the baseline, the only link does).
+    for i in 0..n {
+        let (here, next) = (&nodes[i], &nodes[(i + 1) % n]);
+        let (a, b) = (mac_str(east_mac(i)), mac_str(west_mac((i + 1) % n)));
         in_named(here, || {
             ip(&[
                 "link", "add", "east", "address", &a, "type", "veth", "peer", "name", "west", "address", &b, "netns",
@@ -189,46 +259,53 @@ fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane, 
         })?;
         in_named(next, || ip(&["link", "set", "dev", "west", "up"]))?;
     }
+    let (switches, kernel_routes) = set_up_switches(path, &nodes, tools, mode)?;
+    let gen_ifindex = in_named(&nodes[0], || {
+        if driver == Driver::Loop {
+            tools.attach_program(PROGRAM_LOOP, ifindex("west")?)?;
+        } else {
+            // The generator program is also attached, to a veth of its own that receives
+            // nothing: BPF_PROG_TEST_RUN then finds it in the XDP dispatcher already instead of
+            // swapping it in and out around every call. Not to "west": it would bounce whatever
+            // comes back into the fabric again with a fresh TTL, forever.
+            ip(&["link", "add", "park", "type", "veth", "peer", "name", "park-peer"])?;
+            tools.attach_program(PROGRAM_GENERATOR, ifindex("park")?)?;
+            // The sink: its port registered, no routes: every frame counted, then dropped.
+            let idx = ifindex("west")?;
+            tools.add_port(idx, PortInfo::new(0, SINK_MAC))?;
+            tools.attach(idx)?;
+        }
+        ifindex("east")
+    })
+    .with_context(|| format!("the generator's namespace {}", nodes[0]))?;
+    Ok(Chain { path, first_hop_mac: west_mac(1 % n), nodes, gen_ifindex, kernel_routes, switches })
+}
 
+/// What forwards in the switch namespaces of a ring: the XDP switch, parse + fixed redirect, or
+/// the kernel (then also how it routes).
+fn set_up_switches(
+    path: Path,
+    nodes: &[String],
+    tools: &mut SwitchDataplane,
+    mode: HashMode,
+) -> Result<(Vec<SwitchDataplane>, Option<String>)> {
+    let n = nodes.len();
     let mut switches = Vec::new();
     let mut kernel_routes = None;
     match path {
         Path::Baseline => {}
         Path::Xdp | Path::XdpCongestion => {
-            for (k, node) in nodes.iter().enumerate().take(last).skip(1) {
-                let mut dp = SwitchDataplane::load()?;
-                in_named(node, || {
-                    let (west, east) = (ifindex("west")?, ifindex("east")?);
-                    dp.add_port(west, PortInfo::new(0, switch_mac(k, WEST)))?;
-                    dp.add_port(east, PortInfo::new(1, switch_mac(k, EAST)))?;
-                    let gap = fabric_common::balance::DEFAULT_FLOWLET_GAP_NS as u32;
-                    dp.set_config(SwitchConfig::new(mode, k as u32, 0).with_flowlet_gap(gap))?;
-                    let to_sink = GroupMember { port: 1, dst_mac: west_mac(k + 1), src_mac: switch_mac(k, EAST) };
-                    let to_gen = GroupMember { port: 0, dst_mac: east_mac(k - 1), src_mac: switch_mac(k, WEST) };
-                    dp.set_group(0, &EcmpGroup::from_members(&[to_sink]).expect("fits"))?;
-                    dp.set_group(1, &EcmpGroup::from_members(&[to_gen]).expect("fits"))?;
-                    dp.set_route_v4(SINK_PREFIX, 24, 0)?;
-                    dp.set_route_v4(GEN_HOST, 32, 1)?;
-                    if path == Path::XdpCongestion {
-                        let c = fabric_user::model::topology::Congestion::default();
-                        dp.set_qos(c.qos_config(&c.rtsw))?;
-                        dp.set_port_rate(0, 400_000_000_000)?;
-                        dp.set_port_rate(1, 400_000_000_000)?;
-                        dp.refresh_wcmp()?;
-                    }
-                    dp.attach(west)?;
-                    dp.attach(east)?;
-                    Ok(())
-                })
-                .with_context(|| format!("XDP switch in {node}"))?;
+            for (k, node) in nodes.iter().enumerate().skip(1) {
+                let dp = in_named(node, || xdp_switch(k, west_mac((k + 1) % n), path == Path::XdpCongestion, mode))
+                    .with_context(|| format!("XDP switch in {node}"))?;
                 switches.push(dp);
             }
         }
         Path::ParseRedirect => {
-            for (k, node) in nodes.iter().enumerate().take(last).skip(1) {
+            for (k, node) in nodes.iter().enumerate().skip(1) {
                 let mut dp = SwitchDataplane::load()?;
                 in_named(node, || {
-                    // EGRESS slot 0 is "east": every parsed frame goes on towards the sink.
+                    // EGRESS slot 0 is "east": every parsed frame goes on round the ring.
                     dp.add_port(ifindex("east")?, PortInfo::new(0, switch_mac(k, EAST)))?;
                     dp.attach_program(PROGRAM_BENCH_PARSE_REDIRECT, ifindex("west")?)
                 })
@@ -237,8 +314,8 @@ fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane, 
             }
         }
         Path::Kernel => {
-            for (k, node) in nodes.iter().enumerate().take(last).skip(1) {
-                let routes = in_named(node, || kernel_switch(k, west_mac(k + 1), east_mac(k - 1)))
+            for (k, node) in nodes.iter().enumerate().skip(1) {
+                let routes = in_named(node, || kernel_switch(k, west_mac((k + 1) % n), east_mac(k - 1)))
                     .with_context(|| format!("kernel forwarding in {node}"))?;
                 kernel_routes = Some(routes);
             }
@@ -247,22 +324,34 @@ fn build_chain(path: Path, guard: &mut Namespaces, tools: &mut SwitchDataplane, 
             in_named(&nodes[1], || tools.attach_program(PROGRAM_PASS, ifindex("west")?))?;
         }
     }
-    // The generator program is also attached, to a veth of its own that receives nothing:
-    // BPF_PROG_TEST_RUN then finds it in the XDP dispatcher already instead of swapping it in
-    // and out around every call. Not to "east": it would bounce whatever comes back (an ICMP
-    // error, say) into the fabric again with a fresh TTL, forever.
-    let gen_ifindex = in_named(&nodes[0], || {
-        ip(&["link", "add", "park", "type", "veth", "peer", "name", "park-peer"])?;
-        tools.attach_program(PROGRAM_GENERATOR, ifindex("park")?)?;
-        ifindex("east")
-    })?;
-    // The sink: its port registered, no routes: every frame counted, then dropped.
-    in_named(&nodes[last], || {
-        let idx = ifindex("west")?;
-        tools.add_port(idx, PortInfo::new(0, SINK_MAC))?;
-        tools.attach(idx)
-    })?;
-    Ok(Chain { path, nodes, gen_ifindex, first_hop_mac: west_mac(1), kernel_routes, switches })
+    Ok((switches, kernel_routes))
+}
+
+/// XDP switch `k` of a ring (calling thread inside its namespace): towards the generator's
+/// host a route to the previous node, towards the sink prefix one to `next_mac`.
+fn xdp_switch(k: usize, next_mac: [u8; 6], congestion: bool, mode: HashMode) -> Result<SwitchDataplane> {
+    let mut dp = SwitchDataplane::load()?;
+    let (west, east) = (ifindex("west")?, ifindex("east")?);
+    dp.add_port(west, PortInfo::new(0, switch_mac(k, WEST)))?;
+    dp.add_port(east, PortInfo::new(1, switch_mac(k, EAST)))?;
+    let gap = fabric_common::balance::DEFAULT_FLOWLET_GAP_NS as u32;
+    dp.set_config(SwitchConfig::new(mode, k as u32, 0).with_flowlet_gap(gap))?;
+    let to_sink = GroupMember { port: 1, dst_mac: next_mac, src_mac: switch_mac(k, EAST) };
+    let to_gen = GroupMember { port: 0, dst_mac: east_mac(k - 1), src_mac: switch_mac(k, WEST) };
+    dp.set_group(0, &EcmpGroup::from_members(&[to_sink]).expect("fits"))?;
+    dp.set_group(1, &EcmpGroup::from_members(&[to_gen]).expect("fits"))?;
+    dp.set_route_v4(SINK_PREFIX, 24, 0)?;
+    dp.set_route_v4(GEN_HOST, 32, 1)?;
+    if congestion {
+        let c = fabric_user::model::topology::Congestion::default();
+        dp.set_qos(c.qos_config(&c.rtsw))?;
+        dp.set_port_rate(0, 400_000_000_000)?;
+        dp.set_port_rate(1, 400_000_000_000)?;
+        dp.refresh_wcmp()?;
+    }
+    dp.attach(west)?;
+    dp.attach(east)?;
+    Ok(dp)
 }
 
 /// Kernel forwarding in switch `k` (calling thread inside its namespace): link i is
@@ -308,23 +397,52 @@ fn kernel_switch(k: usize, next_mac: [u8; 6], prev_mac: [u8; 6]) -> Result<Strin
     Ok(how)
 }
 
-/// The generator program's one-entry config map, found through the program's map ids (the
-/// map is not one of the switch maps `SwitchDataplane` keeps).
-fn generator_config(tools: &mut SwitchDataplane) -> Result<Array<MapData, GeneratorConfig>> {
-    let info = tools.program(PROGRAM_GENERATOR)?.info()?;
-    let ids = info.map_ids()?.context("this kernel does not report a program's map ids")?;
-    for id in ids {
-        let data = MapData::from_id(id)?;
-        if data.info()?.name_as_str() == Some(fabric_common::maps::GENERATOR) {
-            return Ok(Map::from_map_data(data)?.try_into()?);
-        }
-    }
-    bail!("the generator program uses no map named GENERATOR")
+/// Laps so far: over every CPU, and on the CPU with the most (what the lease is compared with).
+fn laps_now(map: &PerCpuArray<MapData, u64>) -> Result<(u64, u64)> {
+    let per_cpu = map.get(&0, 0).context("reading the loop's lap counter")?;
+    Ok((per_cpu.iter().sum(), per_cpu.iter().copied().max().unwrap_or(0)))
 }
 
-fn set_generator(map: &mut Array<MapData, GeneratorConfig>, dst: [u8; 6], src: [u8; 6], ttl: u8) -> Result<()> {
-    map.set(0, GeneratorConfig::new(dst, src, ttl), 0)?;
-    Ok(())
+/// Whether this kernel lets BPF_PROG_TEST_RUN send live frames: one frame from the generator
+/// out of a veth of a throw-away namespace. The error says why not.
+fn probe_live_frames(guard: &mut Namespaces, tools: &mut SwitchDataplane, pkt: &[u8]) -> Result<()> {
+    let name = format!("{PREFIX}{}-probe", std::process::id());
+    guard.0.push(name.clone());
+    netns::create_named(&name)?;
+    let prog: &Xdp = tools.program(PROGRAM_GENERATOR)?;
+    let probed = in_named(&name, || {
+        ip(&["link", "add", "park", "type", "veth", "peer", "name", "park-peer"])?;
+        ip(&["link", "set", "dev", "park", "up"])?;
+        let ctx = xdp_md(pkt.len(), ifindex("park")?);
+        prog.test_run(TestRunOptions {
+            data_in: Some(pkt),
+            ctx_in: Some(&ctx),
+            repeat: 1,
+            attrs: TestRunAttrs::new().xdp_live_frames(1),
+            ..Default::default()
+        })
+        .context("BPF_PROG_TEST_RUN with live frames")?;
+        Ok(())
+    });
+    netns::delete_named(&name)?;
+    guard.0.retain(|n| *n != name);
+    probed
+}
+
+/// The driver to use: `auto` becomes live frames if the probe passes, the loop if not (and why).
+fn resolve_driver(
+    wanted: Driver,
+    guard: &mut Namespaces,
+    tools: &mut SwitchDataplane,
+    pkt: &[u8],
+) -> Result<(Driver, Option<String>)> {
+    if wanted != Driver::Auto {
+        return Ok((wanted, None));
+    }
+    match probe_live_frames(guard, tools, pkt) {
+        Ok(()) => Ok((Driver::LiveFrames, None)),
+        Err(e) => Ok((Driver::Loop, Some(format!("live frames refused here ({e:#}): the loop drives instead")))),
+    }
 }
 
 /// Per-CPU times from /proc/stat, in clock ticks: user, nice, system, idle, iowait, irq,
@@ -353,19 +471,6 @@ const IDLE: usize = 3;
 const IOWAIT: usize = 4;
 const IRQ: usize = 5;
 const SOFTIRQ: usize = 6;
-
-fn pin_to_cpu(cpu: usize) -> Result<()> {
-    // SAFETY: cpu_set_t is plain data.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    anyhow::ensure!(cpu < libc::CPU_SETSIZE as usize, "CPU {cpu} out of range");
-    // SAFETY: an index inside the set, checked above.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: pid 0 is the calling thread; valid set of the stated size.
-    if unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("pinning the generator to CPU {cpu}"));
-    }
-    Ok(())
-}
 
 /// The last CPU this process may run on: where the generator runs.
 fn generator_cpu() -> Result<usize> {
@@ -418,17 +523,20 @@ pub struct Sample {
     pub sent: u64,
     pub delivered: u64,
     pub wall_s: f64,
-    /// The path's CPU seconds: generator thread + ksoftirqd of its CPU + softirq of other CPUs.
+    /// The path's CPU seconds. Live frames: generator thread + ksoftirqd of its CPU + softirq of
+    /// other CPUs. Loop: softirq of every CPU (/proc/stat).
     pub cpu_s: f64,
-    /// CPU time of the pinned generator thread, which runs the whole path in its softirqs.
+    /// CPU time of the pinned generator thread, which runs the whole path in its softirqs (live
+    /// frames; 0 with the loop, whose thread only sends the first frames).
     pub generator_thread_s: f64,
     /// ksoftirqd of the generator's CPU (softirq work deferred out of the thread).
     pub ksoftirqd_s: f64,
     /// softirq seconds on the other CPUs (work that left the pinned CPU; expected ~0).
     pub other_cpus_softirq_s: f64,
-    /// Cross-check from /proc/stat: system + irq + softirq of the generator's CPU plus softirq of
-    /// the other CPUs. Counts other processes' kernel time on that CPU too.
-    pub proc_stat_cpu_s: f64,
+    /// A second measure of `cpu_s`. Live frames: system + irq + softirq of the generator's CPU
+    /// plus softirq of the other CPUs (/proc/stat; counts other processes' kernel time on that
+    /// CPU too). Loop: ksoftirqd's runtime plus softirq of the other CPUs.
+    pub cross_check_cpu_s: f64,
     /// Non-idle share of the generator's CPU over the sample, anyone's work.
     pub pinned_cpu_busy: f64,
 }
@@ -442,20 +550,32 @@ impl Sample {
         self.delivered as f64 / self.cpu_s.max(1e-9)
     }
 
-    fn pps_per_core_proc_stat(&self) -> f64 {
-        self.delivered as f64 / self.proc_stat_cpu_s.max(1e-9)
+    fn pps_per_core_cross_check(&self) -> f64 {
+        self.delivered as f64 / self.cross_check_cpu_s.max(1e-9)
     }
 }
 
-/// Frames the sink has counted (all chains' sinks share one instance and port index).
+/// Frames the sink (the generator's "west" with live frames) has counted: all chains' sinks share
+/// one instance and port index.
 fn sink_packets(tools: &mut SwitchDataplane) -> Result<u64> {
     Ok(tools.port_counters(0)?.rx_packets)
 }
 
+/// The CPU the paths run on, and what measures its time.
 struct Cpu {
     index: usize,
     ksoftirqd: Option<u32>,
     tick_s: f64,
+}
+
+impl Cpu {
+    /// The last CPU this process may run on.
+    fn generators() -> Result<Self> {
+        let index = generator_cpu()?;
+        // SAFETY: sysconf only reads a constant of the system.
+        let tick_s = 1.0 / (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64);
+        Ok(Cpu { index, ksoftirqd: ksoftirqd_pid(index), tick_s })
+    }
 }
 
 fn measure(tools: &mut SwitchDataplane, chain: &Chain, cpu: &Cpu, pkt: &[u8], duration: Duration) -> Result<Sample> {
@@ -463,7 +583,7 @@ fn measure(tools: &mut SwitchDataplane, chain: &Chain, cpu: &Cpu, pkt: &[u8], du
     let gen_ifindex = chain.gen_ifindex;
     let prog: &Xdp = tools.program(PROGRAM_GENERATOR)?;
     let (sent, wall, thread_s, k0, k1, t0, t1) = in_named(&chain.nodes[0], || {
-        pin_to_cpu(cpu.index)?;
+        fabric_user::sys::cpu::pin_thread(cpu.index)?;
         let ctx = xdp_md(pkt.len(), gen_ifindex);
         let (t0, k0, c0) = (cpu_times()?, task_ticks(cpu.ksoftirqd), thread_cpu_s());
         let start = Instant::now();
@@ -500,7 +620,114 @@ fn measure(tools: &mut SwitchDataplane, chain: &Chain, cpu: &Cpu, pkt: &[u8], du
         generator_thread_s: thread_s,
         ksoftirqd_s,
         other_cpus_softirq_s: others,
-        proc_stat_cpu_s: pinned_kernel + others,
+        cross_check_cpu_s: pinned_kernel + others,
+        pinned_cpu_busy: if pinned_total > 0.0 { pinned_busy / pinned_total } else { 0.0 },
+    })
+}
+
+/// Sends `count` copies of `frame` out of "east" (calling thread inside the generator's
+/// namespace).
+fn seed(frame: &[u8], count: u32) -> Result<()> {
+    let fd = raw_socket("east")?;
+    for _ in 0..count {
+        // SAFETY: a valid socket, and a buffer of the stated length.
+        let sent = unsafe { libc::send(fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
+        if sent < 0 {
+            return Err(std::io::Error::last_os_error()).context("sending a seed frame into the loop");
+        }
+    }
+    Ok(())
+}
+
+/// A task's runtime in seconds from /proc/PID/schedstat (the scheduler's nanoseconds; 0 if it
+/// cannot be read).
+fn task_runtime_s(pid: Option<u32>) -> f64 {
+    let Some(pid) = pid else { return 0.0 };
+    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0.0, |ns| ns as f64 / 1e9)
+}
+
+/// The generators' maps, shared by every chain: what they write, and the looping generator's
+/// laps.
+struct Generator {
+    config: Array<MapData, GeneratorConfig>,
+    laps: PerCpuArray<MapData, u64>,
+}
+
+impl Generator {
+    fn lease(&mut self, cfg: GeneratorConfig, lease: u64) -> Result<()> {
+        self.config.set(0, cfg.looping(cfg.out_ifindex, lease), 0).context("setting the loop's lease")
+    }
+
+    /// Keeps the lease ahead of the laps for `span`.
+    fn run_for(&mut self, cfg: GeneratorConfig, span: Duration) -> Result<()> {
+        let start = Instant::now();
+        let mut last = laps_now(&self.laps)?.0;
+        while start.elapsed() < span {
+            std::thread::sleep(LEASE_REFRESH.min(span));
+            let (sum, top) = laps_now(&self.laps)?;
+            self.lease(cfg, top + ((sum - last) * LEASE_PERIODS).max(LEASE_MIN_LAPS))?;
+            last = sum;
+        }
+        Ok(())
+    }
+
+    /// Withdraws the lease and waits until no frame circulates any more.
+    fn drain(&mut self, cfg: GeneratorConfig) -> Result<()> {
+        self.lease(cfg, 0)?;
+        let start = Instant::now();
+        let mut last = laps_now(&self.laps)?.0;
+        loop {
+            std::thread::sleep(Duration::from_millis(5));
+            let now = laps_now(&self.laps)?.0;
+            if now == last {
+                return Ok(());
+            }
+            if start.elapsed() > DRAIN_LIMIT {
+                bail!("frames still circulated {DRAIN_LIMIT:?} after the loop's lease was withdrawn");
+            }
+            last = now;
+        }
+    }
+}
+
+/// One measurement with the loop driver: seed frames from a thread pinned to the CPU, let them
+/// circulate for `duration` while the lease is kept ahead, then drain the loop.
+fn measure_loop(looper: &mut Generator, chain: &Chain, cpu: &Cpu, pkt: &[u8], duration: Duration) -> Result<Sample> {
+    let cfg = GeneratorConfig::new(chain.first_hop_mac, GEN_MAC, TTL).looping(chain.gen_ifindex, 0);
+    looper.lease(cfg, laps_now(&looper.laps)?.1 + LEASE_MIN_LAPS)?;
+    let mut frame = pkt.to_vec();
+    frame[..6].copy_from_slice(&chain.first_hop_mac);
+    frame[6..12].copy_from_slice(&GEN_MAC);
+    in_named(&chain.nodes[0], || {
+        fabric_user::sys::cpu::pin_thread(cpu.index)?;
+        seed(&frame, SEED_FRAMES)
+    })?;
+    looper.run_for(cfg, SETTLE)?;
+    let (l0, t0, k0) = (laps_now(&looper.laps)?.0, cpu_times()?, task_runtime_s(cpu.ksoftirqd));
+    let start = Instant::now();
+    looper.run_for(cfg, duration)?;
+    let (l1, t1, k1) = (laps_now(&looper.laps)?.0, cpu_times()?, task_runtime_s(cpu.ksoftirqd));
+    let wall = start.elapsed();
+    looper.drain(cfg)?;
+    let d = |c: usize, f: usize| t1[c][f].saturating_sub(t0[c][f]) as f64 * cpu.tick_s;
+    let c = cpu.index;
+    let softirq: f64 = (0..t1.len().min(t0.len())).map(|o| d(o, SOFTIRQ)).sum();
+    let others: f64 = (0..t1.len().min(t0.len())).filter(|&o| o != c).map(|o| d(o, SOFTIRQ)).sum();
+    let pinned_total: f64 = (0..8).map(|f| d(c, f)).sum();
+    let pinned_busy = pinned_total - d(c, IDLE) - d(c, IOWAIT);
+    let laps = l1 - l0;
+    Ok(Sample {
+        sent: laps,
+        delivered: laps,
+        wall_s: wall.as_secs_f64(),
+        cpu_s: softirq,
+        generator_thread_s: 0.0,
+        ksoftirqd_s: k1 - k0,
+        other_cpus_softirq_s: others,
+        cross_check_cpu_s: (k1 - k0) + others,
         pinned_cpu_busy: if pinned_total > 0.0 { pinned_busy / pinned_total } else { 0.0 },
     })
 }
@@ -516,8 +743,8 @@ pub struct ForwardingRow {
     pub delivered_pps: f64,
     pub pps_per_core: f64,
     pub ns_per_packet_per_core: f64,
-    /// The same from /proc/stat CPU times (see `Sample::proc_stat_cpu_s`).
-    pub pps_per_core_proc_stat: f64,
+    /// The same with the second measure of CPU time (see `Sample::cross_check_cpu_s`).
+    pub pps_per_core_cross_check: f64,
     /// Share of the wall time the path had its CPU (cpu_s / wall_s): under 1 when other work
     /// on the machine shared the generator's CPU.
     pub cpu_share: f64,
@@ -551,8 +778,8 @@ pub struct ForwardingRatio {
     pub frame_bytes: usize,
     /// The plain switch (eecmp, no congestion model) over the kernel, packets per core.
     pub xdp_vs_kernel_per_core: f64,
-    /// The same with /proc/stat CPU times.
-    pub xdp_vs_kernel_per_core_proc_stat: f64,
+    /// The same with the second measure of CPU time.
+    pub xdp_vs_kernel_per_core_cross_check: f64,
     /// Median over rounds of the ratio within one round (the two cases ran seconds apart).
     pub xdp_vs_kernel_per_core_median_of_rounds: f64,
     /// Kernel ns per hop / XDP ns per hop (generator and sink costs removed).
@@ -567,6 +794,10 @@ pub struct ForwardingRatio {
 
 #[derive(Debug, Serialize)]
 pub struct ForwardingReport {
+    /// What sent and counted the frames: live frames, or the loop.
+    pub driver: Driver,
+    /// Why `auto` chose the loop, when it did.
+    pub driver_note: Option<String>,
     pub method: String,
     /// The routing modes measured with the congestion model on.
     pub modes: Vec<String>,
@@ -595,6 +826,7 @@ pub struct Options {
     pub rounds: usize,
     pub seconds: f64,
     pub sizes: Vec<usize>,
+    pub driver: Driver,
 }
 
 impl Options {
@@ -650,17 +882,9 @@ fn set_mode(chain: &mut Chain, mode: HashMode) -> Result<()> {
 }
 
 fn run(guard: &mut Namespaces, opts: &Options) -> Result<ForwardingReport> {
-    let index = generator_cpu()?;
-    // SAFETY: sysconf only reads a constant of the system.
-    let tick_s = 1.0 / (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64);
-    let cpu = Cpu { index, ksoftirqd: ksoftirqd_pid(index), tick_s };
+    let cpu = Cpu::generators()?;
     // One instance of the object runs the generators, the sinks and the kernel chain's XDP_PASS.
     let mut tools = SwitchDataplane::load()?;
-    let mut chains = Vec::new();
-    for path in Path::ALL {
-        chains.push(build_chain(path, guard, &mut tools, PLAIN_MODE)?);
-    }
-    let mut gen_cfg = generator_config(&mut tools)?;
     let frames: Vec<Vec<u8>> = opts
         .sizes
         .iter()
@@ -670,6 +894,16 @@ fn run(guard: &mut Namespaces, opts: &Options) -> Result<ForwardingReport> {
             f
         })
         .collect();
+    let (driver, driver_note) = resolve_driver(opts.driver, guard, &mut tools, &frames[0])?;
+    if let Some(note) = &driver_note {
+        println!("{note}");
+    }
+    let mut chains = Vec::new();
+    for path in Path::ALL {
+        chains.push(build_chain(path, guard, &mut tools, PLAIN_MODE, driver)?);
+    }
+    let (config, laps) = tools.take_generator_maps()?;
+    let mut generator = Generator { config, laps };
 
     // Cases: frame size x path (x mode on the congestion chain); rounds outermost so that slow
     // phases of the machine hit all.
@@ -692,18 +926,29 @@ fn run(guard: &mut Namespaces, opts: &Options) -> Result<ForwardingReport> {
             if let (Some(mode), Path::XdpCongestion) = (case.mode, chain.path) {
                 set_mode(chain, mode)?;
             }
-            set_generator(&mut gen_cfg, chain.first_hop_mac, GEN_MAC, TTL)?;
             let duration = if round == 0 { WARMUP } else { sample };
-            let s = measure(&mut tools, chain, &cpu, &frames[case.frame], duration)?;
+            let s = match driver {
+                Driver::Loop => measure_loop(&mut generator, chain, &cpu, &frames[case.frame], duration)?,
+                _ => {
+                    generator.config.set(0, GeneratorConfig::new(chain.first_hop_mac, GEN_MAC, TTL), 0)?;
+                    measure(&mut tools, chain, &cpu, &frames[case.frame], duration)?
+                }
+            };
             if round == 0 {
-                // Warm-up, and a check that the path forwards at all.
-                if s.delivered * 10 < s.sent * 9 {
+                // Warm-up, and a check that the path forwards at all: most live frames reach the
+                // sink, and a loop's frames make many laps (a broken ring ends them in one).
+                let broken = match driver {
+                    Driver::Loop => s.delivered < u64::from(SEED_FRAMES) * 100,
+                    _ => s.delivered * 10 < s.sent * 9,
+                };
+                if broken {
                     bail!(
-                        "path {:?} ({}-byte frames, mode {:?}) delivered {} of {} frames to the sink: the chain is \
+                        "path {:?} ({}-byte frames, mode {:?}, {} driver) delivered {} of {} frames: the chain is \
                          misconfigured",
                         chain.path,
                         frames[case.frame].len(),
                         case.mode.map(HashMode::as_str),
+                        driver.as_str(),
                         s.delivered,
                         s.sent
                     );
@@ -725,15 +970,10 @@ fn run(guard: &mut Namespaces, opts: &Options) -> Result<ForwardingReport> {
     let c = cpu.index;
     Ok(ForwardingReport {
         modes: opts.modes.iter().map(|m| m.as_str().to_string()).collect(),
-        method: method(c, opts),
-        cpu_accounting: format!(
-            "packets per core = delivered packets / CPU seconds of the path; CPU seconds = the pinned generator \
-             thread's CPU time (CLOCK_THREAD_CPUTIME_ID: with tick-based IRQ accounting it includes the softirqs - \
-             veth NAPI, XDP, kernel forwarding - that run when the thread re-enables them after each batch) + \
-             ksoftirqd/{c} + softirq time of the other CPUs (/proc/stat); per-task accounting leaves out other \
-             processes sharing CPU {c}. Cross-check (pps_per_core_proc_stat): system + irq + softirq of CPU {c} + \
-             softirq of the other CPUs from /proc/stat, which also charges other processes' kernel time"
-        ),
+        method: method(c, opts, driver),
+        cpu_accounting: cpu_accounting(c, driver),
+        driver,
+        driver_note,
         generator_cpu: c,
         rounds: opts.rounds,
         seconds_per_sample: opts.seconds,
@@ -749,16 +989,48 @@ fn run(guard: &mut Namespaces, opts: &Options) -> Result<ForwardingReport> {
     })
 }
 
-fn method(c: usize, opts: &Options) -> String {
+fn cpu_accounting(c: usize, driver: Driver) -> String {
+    if driver == Driver::Loop {
+        return format!(
+            "packets per core = laps / CPU seconds of the path; CPU seconds = softirq time of every CPU from \
+             /proc/stat (the loop runs in softirq only: veth NAPI, XDP, kernel forwarding; tick-sampled, so it also \
+             counts other softirq work of the machine). Cross-check (pps_per_core_cross_check): the runtime of \
+             ksoftirqd/{c} (/proc/PID/schedstat, where a long-running softirq loop is deferred) + softirq of the \
+             other CPUs"
+        );
+    }
     format!(
-        "chains of namespaces joined by veth pairs: gen -> RTSW -> CTSW -> RTSW -> sink, and gen -> sink as the 0-hop \
-         baseline; one flow of RoCEv2 frames (UDP 4791) from the object's traffic_generator program, run with \
-         BPF_PROG_TEST_RUN in live-frame mode (XDP_TX, batch {BATCH}, {FRAMES_PER_CALL} frames per call) from a \
-         thread pinned to CPU {c} with sched_setaffinity; veth runs its peer's NAPI on the sending CPU, so the whole \
-         path runs on CPU {c}; frames are counted at the sink (its veth runs fabric_switch with the port registered \
-         and no routes: per-CPU counter, XDP_DROP); the plain XDP chain runs {} without the congestion model, the \
-         other XDP chain runs the model and is set to each mode in turn; median of {} rounds of {:.2} s per case \
-         after a {:.1} s warm-up, cases interleaved within each round",
+        "packets per core = delivered packets / CPU seconds of the path; CPU seconds = the pinned generator \
+         thread's CPU time (CLOCK_THREAD_CPUTIME_ID: with tick-based IRQ accounting it includes the softirqs - \
+         veth NAPI, XDP, kernel forwarding - that run when the thread re-enables them after each batch) + \
+         ksoftirqd/{c} + softirq time of the other CPUs (/proc/stat); per-task accounting leaves out other \
+         processes sharing CPU {c}. Cross-check (pps_per_core_cross_check): system + irq + softirq of CPU {c} + \
+         softirq of the other CPUs from /proc/stat, which also charges other processes' kernel time"
+    )
+}
+
+fn method(c: usize, opts: &Options, driver: Driver) -> String {
+    let drive = if driver == Driver::Loop {
+        format!(
+            "{SEED_FRAMES} frames sent once from a packet socket by a thread pinned to CPU {c}, then circulating: the \
+             generator's veth \"west\" runs traffic_loop, which rewrites each frame (MACs, TTL, checksum) and \
+             redirects it out of \"east\" again, counting laps per CPU; veth runs its peer's NAPI on the sending \
+             CPU, so the loop stays on CPU {c}"
+        )
+    } else {
+        format!(
+            "frames from the object's traffic_generator program, run with BPF_PROG_TEST_RUN in live-frame mode \
+             (XDP_TX, batch {BATCH}, {FRAMES_PER_CALL} frames per call) from a thread pinned to CPU {c} with \
+             sched_setaffinity; veth runs its peer's NAPI on the sending CPU, so the whole path runs on CPU {c}; \
+             frames are counted where they come back (the generator's veth \"west\" runs fabric_switch with the \
+             port registered and no routes: per-CPU counter, XDP_DROP)"
+        )
+    };
+    format!(
+        "rings of namespaces joined by veth pairs: gen -> RTSW -> CTSW -> RTSW -> gen, and gen -> gen as the 0-hop \
+         baseline; one flow of RoCEv2 frames (UDP 4791); {drive}; the plain XDP chain runs {} without the \
+         congestion model, the other XDP chain runs the model and is set to each mode in turn; median of {} rounds \
+         of {:.2} s per case after a {:.1} s warm-up, cases interleaved within each round",
         PLAIN_MODE.as_str(),
         opts.rounds,
         opts.seconds,
@@ -780,7 +1052,7 @@ fn rows(cases: &[Case], chains: &[Chain], frames: &[Vec<u8>], samples: Vec<Vec<S
                 delivered_pps: median(s.iter().map(Sample::delivered_pps).collect()),
                 pps_per_core,
                 ns_per_packet_per_core: 1e9 / pps_per_core,
-                pps_per_core_proc_stat: median(s.iter().map(Sample::pps_per_core_proc_stat).collect()),
+                pps_per_core_cross_check: median(s.iter().map(Sample::pps_per_core_cross_check).collect()),
                 cpu_share: median(s.iter().map(|x| x.cpu_s / x.wall_s).collect()),
                 pinned_cpu_busy: median(s.iter().map(|x| x.pinned_cpu_busy).collect()),
                 loss: median(s.iter().map(|x| 1.0 - x.delivered as f64 / x.sent.max(1) as f64).collect()),
@@ -830,7 +1102,7 @@ fn ratios(rows: &[ForwardingRow], size: usize) -> ForwardingRatio {
     ForwardingRatio {
         frame_bytes: size,
         xdp_vs_kernel_per_core: x.pps_per_core / k.pps_per_core,
-        xdp_vs_kernel_per_core_proc_stat: x.pps_per_core_proc_stat / k.pps_per_core_proc_stat,
+        xdp_vs_kernel_per_core_cross_check: x.pps_per_core_cross_check / k.pps_per_core_cross_check,
         xdp_vs_kernel_per_core_median_of_rounds: per_round(x),
         xdp_vs_kernel_forwarding_only: per_hop(x),
         floor_vs_kernel_per_core: floor.pps_per_core / k.pps_per_core,
@@ -840,16 +1112,28 @@ fn ratios(rows: &[ForwardingRow], size: usize) -> ForwardingRatio {
 }
 
 pub fn print_forwarding(r: &ForwardingReport) {
-    println!(
-        "forwarding: gen -> RTSW -> CTSW -> RTSW -> sink over veths; XDP live-frame generator (batch {}) pinned to CPU \
-         {}, the whole path on that CPU; counted at the sink; median of {} x {:.2} s per case",
-        r.live_frame_batch, r.generator_cpu, r.rounds, r.seconds_per_sample
-    );
-    println!(
-        "per core = delivered / CPU s of the path (generator thread incl. its softirqs + ksoftirqd/{} + other CPUs' \
-         softirq); cross-check: /proc/stat system+irq+softirq of CPU {}",
-        r.generator_cpu, r.generator_cpu
-    );
+    let (c, rounds, seconds) = (r.generator_cpu, r.rounds, r.seconds_per_sample);
+    if r.driver == Driver::Loop {
+        println!(
+            "forwarding: gen -> RTSW -> CTSW -> RTSW -> gen over veths; {SEED_FRAMES} frames circulating on CPU {c}, \
+             sent on by traffic_loop; counted per lap; median of {rounds} x {seconds:.2} s per case"
+        );
+        println!(
+            "per core = laps / CPU s of the path (softirq of every CPU, /proc/stat); cross-check: ksoftirqd/{c}'s \
+             runtime + other CPUs' softirq"
+        );
+    } else {
+        println!(
+            "forwarding: gen -> RTSW -> CTSW -> RTSW -> gen over veths; XDP live-frame generator (batch {}) pinned to \
+             CPU {c}, the whole path on that CPU; counted where frames come back; median of {rounds} x {seconds:.2} s \
+             per case",
+            r.live_frame_batch
+        );
+        println!(
+            "per core = delivered / CPU s of the path (generator thread incl. its softirqs + ksoftirqd/{c} + other \
+             CPUs' softirq); cross-check: /proc/stat system+irq+softirq of CPU {c}"
+        );
+    }
     println!("kernel path: {}", r.kernel_routes);
     println!(
         "{:>5} {:<35} {:<10} {:>11} {:>6} {:>5} {:>11} {:>11} {:>7} {:>7} {:>12}",
@@ -860,7 +1144,7 @@ pub fn print_forwarding(r: &ForwardingReport) {
         "share",
         "loss",
         "pkts/core-s",
-        "(/proc/stat)",
+        "(cross-check)",
         "ns/pkt",
         "ns/hop",
         "3-hop fwd/core"
@@ -875,7 +1159,7 @@ pub fn print_forwarding(r: &ForwardingReport) {
             row.cpu_share * 100.0,
             row.loss * 100.0,
             row.pps_per_core,
-            row.pps_per_core_proc_stat,
+            row.pps_per_core_cross_check,
             row.ns_per_packet_per_core,
             row.ns_per_hop.map_or("-".into(), |v| format!("{v:.1}")),
             row.forwarding_only_pps_per_core.map_or("-".into(), |v| format!("{v:.0}")),
@@ -886,11 +1170,11 @@ pub fn print_forwarding(r: &ForwardingReport) {
     for q in &r.ratios {
         println!(
             "XDP / kernel, {:>4}-byte frames, plain switch ({plain}, no model): {:.2}x packets per core end to \
-             end (per-round median {:.2}x, /proc/stat {:.2}x){}",
+             end (per-round median {:.2}x, cross-check {:.2}x){}",
             q.frame_bytes,
             q.xdp_vs_kernel_per_core,
             q.xdp_vs_kernel_per_core_median_of_rounds,
-            q.xdp_vs_kernel_per_core_proc_stat,
+            q.xdp_vs_kernel_per_core_cross_check,
             q.xdp_vs_kernel_forwarding_only.map_or(String::new(), |v| format!("; {v:.2}x per hop, forwarding only")),
         );
         println!(
@@ -915,4 +1199,65 @@ pub fn print_forwarding(r: &ForwardingReport) {
         "worst end-to-end ratio with the congestion model {:.2}x, {} ({verdict} the {:.0}x target)",
         r.worst_ratio, r.worst_mode, r.target
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Laps so far on every CPU, once they have stopped moving (at most `limit` of waiting).
+    fn laps_when_still(generator: &Generator, limit: Duration) -> Result<(u64, u64)> {
+        let start = Instant::now();
+        let mut last = laps_now(&generator.laps)?;
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = laps_now(&generator.laps)?;
+            if now == last {
+                return Ok(now);
+            }
+            anyhow::ensure!(start.elapsed() < limit, "frames still circulate after {limit:?}");
+            last = now;
+        }
+    }
+
+    /// On a real ring (the 0-hop baseline: the generator's own veth pair), frames sent once keep
+    /// circulating while the lease is renewed; `measure_loop` counts their laps and leaves none
+    /// circulating. Left alone, as by a benchmark killed mid-run, a loop ends by itself, its CPU's
+    /// laps exactly at the last lease: no CPU is left spinning.
+    #[test]
+    fn a_loop_runs_while_its_lease_is_renewed_and_ends_by_itself() {
+        let mut guard = Namespaces(Vec::new());
+        let result = (|| -> Result<()> {
+            let mut tools = SwitchDataplane::load()?;
+            let chain = build_chain(Path::Baseline, &mut guard, &mut tools, PLAIN_MODE, Driver::Loop)?;
+            let (config, laps) = tools.take_generator_maps()?;
+            let mut generator = Generator { config, laps };
+            let cpu = Cpu::generators()?;
+            let spec = FrameSpec { src_mac: GEN_MAC, ttl: TTL, payload_len: 64 - HEADERS, ..Default::default() };
+            let pkt = frame(&spec);
+
+            let s = measure_loop(&mut generator, &chain, &cpu, &pkt, Duration::from_millis(200))?;
+            assert!(s.delivered > u64::from(SEED_FRAMES) * 100, "only {} laps in 0.2 s", s.delivered);
+            assert!(s.cpu_s > 0.0, "the loop's CPU time was not counted");
+            let drained = laps_now(&generator.laps)?;
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(laps_now(&generator.laps)?, drained, "measure_loop left frames circulating");
+
+            let cfg = GeneratorConfig::new(chain.first_hop_mac, GEN_MAC, TTL).looping(chain.gen_ifindex, 0);
+            generator.lease(cfg, drained.1 + LEASE_MIN_LAPS)?;
+            let mut seeded = pkt.clone();
+            seeded[..6].copy_from_slice(&chain.first_hop_mac);
+            in_named(&chain.nodes[0], || {
+                fabric_user::sys::cpu::pin_thread(cpu.index)?;
+                seed(&seeded, SEED_FRAMES)
+            })?;
+            generator.run_for(cfg, Duration::from_millis(100))?;
+            let lease = generator.config.get(&0, 0)?.lease;
+            let (_, top) = laps_when_still(&generator, Duration::from_secs(60))?;
+            assert_eq!(top, lease, "the loop ran until its lease ran out, and not a lap beyond");
+            Ok(())
+        })();
+        drop(guard);
+        result.unwrap_or_else(|e| panic!("{e:#}"));
+    }
 }

@@ -104,6 +104,11 @@ enum BenchCommand {
         /// Frame sizes in bytes (64..=1500).
         #[arg(long, value_delimiter = ',', default_value = "64")]
         sizes: Vec<usize>,
+        /// What sends the frames: BPF_PROG_TEST_RUN with live frames, or a loop of frames sent
+        /// once and circulating through the path and back (for kernels or sandboxes that refuse
+        /// live frames); auto takes live frames where they are allowed.
+        #[arg(long, value_enum, default_value_t = forwarding::Driver::Auto)]
+        driver: forwarding::Driver,
     },
 }
 
@@ -141,9 +146,9 @@ fn run() -> Result<()> {
             twin::print_twin(&report);
             write_json(&json, &report)?;
         }
-        BenchCommand::Forwarding { json, modes, rounds, seconds, sizes } => {
-            let report =
-                forwarding::forwarding(&forwarding::Options { modes: modes.or_every(), rounds, seconds, sizes })?;
+        BenchCommand::Forwarding { json, modes, rounds, seconds, sizes, driver } => {
+            let opts = forwarding::Options { modes: modes.or_every(), rounds, seconds, sizes, driver };
+            let report = forwarding::forwarding(&opts)?;
             forwarding::print_forwarding(&report);
             write_json(&json, &report)?;
         }

@@ -169,7 +169,8 @@ pub const MAX_PORTS: u32 = 256;
 pub const MAX_IFINDEX: u32 = 4096;
 
 /// The traffic generator's one-entry config (map `GENERATOR`, set by `fabric-bench forwarding`):
-/// what it writes into every frame before sending it towards the first switch.
+/// what it writes into every frame before sending it towards the first switch, and, for the
+/// looping generator (`traffic_loop`), where it sends the frame and for how many more laps.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct GeneratorConfig {
@@ -178,19 +179,51 @@ pub struct GeneratorConfig {
     /// The IPv4 TTL of every frame.
     pub ttl: u8,
     pub _reserved: [u8; 3],
+    /// `traffic_loop` only: the interface (in the receiving interface's namespace) it redirects
+    /// every frame to.
+    pub out_ifindex: u32,
+    pub _pad: u32,
+    /// `traffic_loop` only: it forwards a frame while its CPU's lap count (map
+    /// `GENERATOR_LAPS`) is below this, and drops it after. The benchmark keeps moving it ahead
+    /// while it measures, so that frames circulating in a loop of veths stop by themselves
+    /// shortly after the benchmark stops, or dies.
+    pub lease: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<GeneratorConfig>() == 16);
+const _: () = assert!(core::mem::size_of::<GeneratorConfig>() == 32);
 
 impl GeneratorConfig {
     pub const fn new(dst_mac: [u8; 6], src_mac: [u8; 6], ttl: u8) -> Self {
-        Self { dst_mac, src_mac, ttl, _reserved: [0; 3] }
+        Self { dst_mac, src_mac, ttl, _reserved: [0; 3], out_ifindex: 0, _pad: 0, lease: 0 }
+    }
+
+    /// The same, for `traffic_loop`: redirect to `out_ifindex` while the lap count is below
+    /// `lease`.
+    pub const fn looping(self, out_ifindex: u32, lease: u64) -> Self {
+        Self { out_ifindex, lease, ..self }
+    }
+
+    /// Whether `traffic_loop` forwards another frame on a CPU that has made `laps` laps.
+    pub const fn lease_allows(&self, laps: u64) -> bool {
+        laps < self.lease
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The looping generator forwards while its lap count is below the lease, and a config
+    /// made with `new` (lease 0) forwards nothing.
+    #[test]
+    fn the_loop_runs_only_inside_its_lease() {
+        let cfg = GeneratorConfig::new([2; 6], [4; 6], 64);
+        assert!(!cfg.lease_allows(0));
+        let looping = cfg.looping(7, 100);
+        assert_eq!((looping.out_ifindex, looping.dst_mac, looping.ttl), (7, [2; 6], 64));
+        assert!(looping.lease_allows(0) && looping.lease_allows(99));
+        assert!(!looping.lease_allows(100) && !looping.lease_allows(u64::MAX));
+    }
 
     #[test]
     fn port_flags_say_present_and_host() {

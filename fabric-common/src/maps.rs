@@ -37,6 +37,10 @@ pub const AYA_LOGS: &str = "AYA_LOGS";
 /// The traffic generator's one-entry config (a [`crate::config::GeneratorConfig`]); not a
 /// switch map, so not pinned.
 pub const GENERATOR: &str = "GENERATOR";
+/// The looping generator's laps, per CPU (one `u64`); not a switch map, so not pinned.
+pub const GENERATOR_LAPS: &str = "GENERATOR_LAPS";
+/// The maps of the benchmark's generators: in the object beside the switch's, never pinned.
+pub const GENERATOR_MAPS: [&str; 2] = [GENERATOR, GENERATOR_LAPS];
 
 /// Every map a switch has, in the order the controller pins them.
 pub const SWITCH: [&str; 22] = [

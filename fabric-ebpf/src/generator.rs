@@ -1,13 +1,22 @@
-//! A traffic generator for `fabric-bench forwarding`: run with BPF_PROG_TEST_RUN in live-frame
-//! mode, it sends every frame out of the generator's veth (XDP_TX) towards the first switch.
+//! The traffic generators of `fabric-bench forwarding`.
 //!
-//! Live-frame pages are recycled without being re-initialised, so a frame comes back to this
-//! program as the fabric left it (MACs rewritten, TTL decremented): the program writes the
-//! MACs and the TTL, and recomputes the IPv4 header checksum, every time.
+//! `traffic_generator` is run with BPF_PROG_TEST_RUN in live-frame mode: it sends every frame
+//! out of the generator's veth (XDP_TX) towards the first switch. Live-frame pages are recycled
+//! without being re-initialised, so a frame comes back to this program as the fabric left it
+//! (MACs rewritten, TTL decremented): the program writes the MACs and the TTL, and recomputes
+//! the IPv4 header checksum, every time.
+//!
+//! `traffic_loop` is for kernels or sandboxes that refuse live frames: attached where a chain of
+//! veths ends, it rewrites each arriving frame the same way and redirects it into the chain's
+//! start, so that a few frames sent once circulate, each lap a packet through the chain. It
+//! counts laps per CPU and drops frames once its CPU's count reaches the lease the benchmark
+//! keeps moving ahead ([`GeneratorConfig::lease_allows`]): the loop ends by itself when the
+//! benchmark stops.
 use aya_ebpf::{
     bindings::xdp_action,
+    helpers::bpf_redirect,
     macros::{map, xdp},
-    maps::Array,
+    maps::{Array, PerCpuArray},
     programs::XdpContext,
 };
 use fabric_common::{
@@ -17,38 +26,68 @@ use fabric_common::{
 
 use crate::packet::XdpPacket;
 
-/// What the generator writes into every frame (one entry, set by the benchmark).
+/// What the generators write into every frame (one entry, set by the benchmark).
 #[map]
 pub static GENERATOR: Array<GeneratorConfig> = Array::with_max_entries(1, 0);
+
+/// `traffic_loop`'s laps, per CPU.
+#[map]
+pub static GENERATOR_LAPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// Version 4, a 20-byte header: the only shape the benchmark sends.
 const VERSION_IHL_NO_OPTIONS: u8 = 0x45;
 
 #[xdp]
 pub fn traffic_generator(ctx: XdpContext) -> u32 {
-    let mut pkt = XdpPacket::new(&ctx);
     let Some(cfg) = GENERATOR.get(0) else {
         return xdp_action::XDP_ABORTED;
     };
-    let Some(eth) = pkt.bytes_mut::<{ ethernet::HEADER_LEN }>(0) else {
+    match write_headers(&ctx, cfg) {
+        Ok(()) => xdp_action::XDP_TX,
+        Err(action) => action,
+    }
+}
+
+#[xdp]
+pub fn traffic_loop(ctx: XdpContext) -> u32 {
+    let (Some(cfg), Some(laps)) = (GENERATOR.get(0), GENERATOR_LAPS.get_ptr_mut(0)) else {
         return xdp_action::XDP_ABORTED;
     };
+    // SAFETY: this CPU's slot of a per-CPU array, valid while the program runs; XDP runs with
+    // preemption off, so no other program touches the slot meanwhile.
+    let done = unsafe { *laps };
+    if !cfg.lease_allows(done) {
+        return xdp_action::XDP_DROP;
+    }
+    if let Err(action) = write_headers(&ctx, cfg) {
+        return action;
+    }
+    // SAFETY: as above.
+    unsafe { *laps = done + 1 };
+    // SAFETY: a helper call with plain integer arguments; it only records where the frame goes.
+    unsafe { bpf_redirect(cfg.out_ifindex, 0) as u32 }
+}
+
+/// Writes the MACs and the TTL the benchmark set into an IPv4 frame, with its header checksum;
+/// any other frame is refused with the action to return (the benchmark sends no other).
+#[inline(always)]
+fn write_headers(ctx: &XdpContext, cfg: &GeneratorConfig) -> Result<(), u32> {
+    let mut pkt = XdpPacket::new(ctx);
+    let eth = pkt.bytes_mut::<{ ethernet::HEADER_LEN }>(0).ok_or(xdp_action::XDP_ABORTED)?;
     if eth[ethernet::ETHERTYPE] != ethernet::ETHERTYPE_IPV4.to_be_bytes() {
-        return xdp_action::XDP_ABORTED;
+        return Err(xdp_action::XDP_ABORTED);
     }
     eth[ethernet::DST].copy_from_slice(&cfg.dst_mac);
     eth[ethernet::SRC].copy_from_slice(&cfg.src_mac);
-    let Some(ip) = pkt.bytes_mut::<{ ipv4::MIN_HEADER_LEN }>(ethernet::HEADER_LEN) else {
-        return xdp_action::XDP_ABORTED;
-    };
+    let ip = pkt.bytes_mut::<{ ipv4::MIN_HEADER_LEN }>(ethernet::HEADER_LEN).ok_or(xdp_action::XDP_ABORTED)?;
     if ip[ipv4::VER_IHL] != VERSION_IHL_NO_OPTIONS {
-        return xdp_action::XDP_ABORTED;
+        return Err(xdp_action::XDP_ABORTED);
     }
     ip[ipv4::TTL] = cfg.ttl;
     ip[ipv4::CHECKSUM].copy_from_slice(&[0, 0]);
     let sum = header_checksum(ip);
     ip[ipv4::CHECKSUM].copy_from_slice(&sum.to_be_bytes());
-    xdp_action::XDP_TX
+    Ok(())
 }
 
 /// The checksum of a 20-byte IPv4 header whose checksum field is zero. Ten 16-bit words sum to

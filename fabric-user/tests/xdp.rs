@@ -8,7 +8,8 @@ use common::LogCapture;
 use etherparse::{NetHeaders, PacketHeaders};
 use fabric_common::{
     balance::{FlowletSlot, MemberState, candidates, flow_hash, flowlet_hash},
-    config::{HashMode, SwitchConfig},
+    checksum::internet_checksum,
+    config::{GeneratorConfig, HashMode, SwitchConfig},
     counters::{DropReason, PassReason, PortCounters},
     forward::choose_member,
     hash::select_member,
@@ -16,16 +17,19 @@ use fabric_common::{
     qos::class_of,
     queue::EgressQueue,
     route::{EcmpGroup, GroupMember},
-    wire::ethernet,
+    wire::{ethernet, ipv4},
 };
 use fabric_testkit::{
     capture,
     fixture::{
-        FixtureSwitch, FrameSpec, GROUP_UPLINKS, UPLINKS, XDP_DROP, XDP_PASS, XDP_REDIRECT, frame, in_private_netns,
-        neighbour_mac, port_mac, xdp_md,
+        FixtureSwitch, FrameSpec, GROUP_UPLINKS, UPLINKS, XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_REDIRECT, frame,
+        in_private_netns, neighbour_mac, port_mac, xdp_md,
     },
 };
-use fabric_user::{dataplane::PROGRAM_SWITCH, sys::netns};
+use fabric_user::{
+    dataplane::{PROGRAM_LOOP, PROGRAM_SWITCH},
+    sys::netns,
+};
 
 /// Runs `f` against a fresh fixture switch; panics with the error chain on failure.
 fn with_switch(mode: HashMode, seed: u32, f: impl FnOnce(&mut FixtureSwitch) -> anyhow::Result<()> + Send) {
@@ -308,6 +312,42 @@ fn repeated_runs_forward_every_time_only_with_hairpinned_next_hops() {
         assert_eq!(hairpin.action, XDP_REDIRECT);
         assert_eq!(ttl_after(&hairpin.frame), 200 - RUNS as u8, "every run forwarded");
         assert_eq!(tx(sw) - before, u64::from(RUNS));
+        Ok(())
+    });
+}
+
+/// The forwarding benchmark's looping generator (`traffic_loop`, for kernels that refuse live
+/// frames): inside its lease it writes the MACs, the TTL and a valid IPv4 checksum into the
+/// frame, counts a lap and redirects; once its CPU's laps reach the lease it drops the frame
+/// and counts nothing, until the lease moves ahead; a frame that is not IPv4 is refused.
+#[test]
+fn the_loop_generator_forwards_only_inside_its_lease() {
+    with_switch(HashMode::Eecmp, 9, |sw| {
+        // The lease is per CPU: every run on the same one.
+        fabric_user::sys::cpu::pin_thread(0)?;
+        let (mut config, laps) = sw.dp.take_generator_maps()?;
+        let laps_now = || -> anyhow::Result<u64> { Ok(laps.get(&0, 0)?.iter().sum()) };
+        let sent = frame(&FrameSpec { ttl: 3, ..Default::default() });
+        let cfg = GeneratorConfig::new([2, 0xaa, 0, 0, 0, 1], [2, 0xbb, 0, 0, 0, 2], 64).looping(sw.ifindex[1], 2);
+        config.set(0, cfg, 0)?;
+        for lap in 1..=2 {
+            let (res, out) = sw.run(PROGRAM_LOOP, 0, &sent)?;
+            assert_eq!(res.return_value, XDP_REDIRECT, "lap {lap}");
+            assert_eq!((&out[..6], &out[6..12]), (&cfg.dst_mac[..], &cfg.src_mac[..]));
+            let ip = &out[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN];
+            assert_eq!(ip[ipv4::TTL], 64);
+            assert_eq!(internet_checksum(ip), 0, "the header checksum is valid");
+            assert_eq!(laps_now()?, lap);
+        }
+        let (res, _) = sw.run(PROGRAM_LOOP, 0, &sent)?;
+        assert_eq!(res.return_value, XDP_DROP, "the lease is used up");
+        assert_eq!(laps_now()?, 2, "a dropped frame is no lap");
+        config.set(0, cfg.looping(cfg.out_ifindex, 3), 0)?;
+        assert_eq!(sw.run(PROGRAM_LOOP, 0, &sent)?.0.return_value, XDP_REDIRECT, "the lease moved ahead");
+        config.set(0, cfg.looping(cfg.out_ifindex, 10), 0)?;
+        let v6 = frame(&FrameSpec { ipv6: true, ..Default::default() });
+        assert_eq!(sw.run(PROGRAM_LOOP, 0, &v6)?.0.return_value, XDP_ABORTED);
+        assert_eq!(laps_now()?, 3, "a refused frame is no lap");
         Ok(())
     });
 }

@@ -13,7 +13,7 @@
 //! reads.
 use std::{
     collections::BTreeMap,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::fd::{AsRawFd, OwnedFd},
     path::PathBuf,
     time::Duration,
 };
@@ -322,7 +322,7 @@ impl<'p> SwitchAgent<'p> {
         let xdp_log = dp.take_logger(XdpLog { switch: name.clone() })?;
         let ports = &plan.nodes[node].ports;
         let sockets = netns::in_named(&plan.netns(node), || {
-            ports.iter().map(|p| raw_socket(&p.ifname)).collect::<Result<Vec<_>>>()
+            ports.iter().map(|p| netns::raw_socket(&p.ifname)).collect::<Result<Vec<_>>>()
         })?;
         let rates = (0..ports.len() as u32).map(|p| dp.port_rate(p).map(LineRate::new)).collect::<Result<Vec<_>>>()?;
         let qos = dp.qos()?;
@@ -564,31 +564,6 @@ impl log::Log for XdpLog {
     }
 
     fn flush(&self) {}
-}
-
-/// A raw packet socket bound to `ifname` in the caller's namespace, for sending only
-/// (protocol 0: it receives nothing).
-fn raw_socket(ifname: &str) -> Result<OwnedFd> {
-    // SAFETY: plain socket(2).
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        bail!("AF_PACKET socket: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let ifindex = netns::ifindex(ifname)?;
-    // SAFETY: zeroed sockaddr_ll is valid; fields set below.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_ifindex = ifindex as i32;
-    // SAFETY: valid socket and address of the right size.
-    let r = unsafe {
-        libc::bind(fd.as_raw_fd(), (&sll as *const libc::sockaddr_ll).cast(), size_of::<libc::sockaddr_ll>() as u32)
-    };
-    if r < 0 {
-        bail!("binding a packet socket to {ifname}: {}", std::io::Error::last_os_error());
-    }
-    Ok(fd)
 }
 
 #[cfg(test)]

@@ -34,6 +34,9 @@ pub const PROGRAM_PASS: &str = "xdp_pass";
 pub const PROGRAM_BENCH_PARSE_REDIRECT: &str = "bench_parse_redirect";
 /// The traffic generator of `fabric-bench forwarding` (BPF_PROG_TEST_RUN with live frames).
 pub const PROGRAM_GENERATOR: &str = "traffic_generator";
+/// The same benchmark's looping generator: attached where a chain of veths ends, it sends every
+/// frame that arrives back into the chain's start (where live frames are refused).
+pub const PROGRAM_LOOP: &str = "traffic_loop";
 
 /// A switch's maps with typed access, and (when freshly loaded) its programs. A dataplane
 /// reopened from pins has maps only: enough to reroute and to read counters.
@@ -46,11 +49,17 @@ impl SwitchDataplane {
     /// Loads the object and passes every program through the verifier (tests and benchmarks,
     /// which use the reference programs too).
     pub fn load() -> Result<Self> {
-        Self::load_programs(&[PROGRAM_SWITCH, PROGRAM_PASS, PROGRAM_BENCH_PARSE_REDIRECT, PROGRAM_GENERATOR])
+        Self::load_programs(&[
+            PROGRAM_SWITCH,
+            PROGRAM_PASS,
+            PROGRAM_BENCH_PARSE_REDIRECT,
+            PROGRAM_GENERATOR,
+            PROGRAM_LOOP,
+        ])
     }
 
     /// Loads the object and verifies only `programs`. A testbed's switch needs only the switch
-    /// program: verifying the three others too cost each of a 4,096-host testbed's 272 switches
+    /// program: verifying the others too cost each of a 4,096-host testbed's 272 switches
     /// time for programs it never attaches.
     pub fn load_programs(programs: &[&str]) -> Result<Self> {
         if SWITCH_OBJECT.is_empty() {
@@ -75,7 +84,7 @@ impl SwitchDataplane {
         // The other way round too: a map the kernel side added but the contract does not name
         // would never be pinned, so commands reopening a testbed would not see it.
         let unknown: Vec<&str> =
-            ebpf.maps().map(|(n, _)| n).filter(|n| *n != maps::GENERATOR && !n.starts_with('.')).collect();
+            ebpf.maps().map(|(n, _)| n).filter(|n| !maps::GENERATOR_MAPS.contains(n) && !n.starts_with('.')).collect();
         ensure!(unknown.is_empty(), "the XDP object has maps fabric_common::maps does not name: {unknown:?}");
         Ok(Self { ebpf: Some(ebpf), maps })
     }
@@ -247,6 +256,20 @@ impl SwitchDataplane {
         let mut m: Array<&mut MapData, FlowletSlot> = self.map(maps::FLOWLETS)?;
         m.set(flowlet_index(flow), FlowletSlot { flow, ..slot }, 0)?;
         Ok(())
+    }
+
+    /// The benchmark generators' maps, owned: the config both generators read (`GENERATOR`)
+    /// and the looping generator's per-CPU laps (`GENERATOR_LAPS`). Once per loaded object.
+    pub fn take_generator_maps(
+        &mut self,
+    ) -> Result<(Array<MapData, fabric_common::config::GeneratorConfig>, PerCpuArray<MapData, u64>)> {
+        let ebpf = self.ebpf.as_mut().context("this dataplane was reopened from pins and has no programs")?;
+        let mut take = |name: &str| {
+            ebpf.take_map(name).with_context(|| format!("map {name} missing from the object, or taken already"))
+        };
+        let config = take(maps::GENERATOR)?.try_into()?;
+        let laps = take(maps::GENERATOR_LAPS)?.try_into()?;
+        Ok((config, laps))
     }
 
     /// A port's counters summed over CPUs.

@@ -1,5 +1,6 @@
 //! How busy the machine's CPUs were: the host-side measure that tells a CPU-bound run (the
-//! software endpoints could not keep up) from one whose pace the modelled fabric set.
+//! software endpoints could not keep up) from one whose pace the modelled fabric set. And
+//! pinning a thread to one CPU.
 
 /// Cumulative CPU time of all CPUs (`/proc/stat`'s first line), in clock ticks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -73,6 +74,21 @@ impl ThreadSched {
             wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
         }
     }
+}
+
+/// Pins the calling thread to `cpu` (benchmarks, and tests whose programs keep per-CPU state).
+pub fn pin_thread(cpu: usize) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    anyhow::ensure!(cpu < libc::CPU_SETSIZE as usize, "CPU {cpu} out of range");
+    // SAFETY: cpu_set_t is plain data.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: an index inside the set, checked above.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is the calling thread; valid set of the stated size.
+    if unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("pinning a thread to CPU {cpu}"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

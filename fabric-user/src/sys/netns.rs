@@ -1,5 +1,10 @@
 //! Network namespaces and capabilities: the only place that calls setns/unshare.
-use std::{fs::File, os::fd::AsRawFd, path::Path, process::Command};
+use std::{
+    fs::File,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    path::Path,
+    process::Command,
+};
 
 use anyhow::{Context as _, Result, bail};
 
@@ -351,6 +356,31 @@ unsafe fn ethtool(ifname: &str, data: *mut libc::c_char) -> Result<()> {
         return Err(err.into());
     }
     Ok(())
+}
+
+/// A raw packet socket bound to `ifname` in the caller's namespace, for sending whole frames
+/// only (protocol 0: it receives nothing): the agent's PFC frames, the benchmark's seed frames.
+pub fn raw_socket(ifname: &str) -> Result<OwnedFd> {
+    // SAFETY: plain socket(2).
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        bail!("AF_PACKET socket: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let ifindex = ifindex(ifname)?;
+    // SAFETY: zeroed sockaddr_ll is valid; fields set below.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_ifindex = ifindex as i32;
+    // SAFETY: valid socket and address of the right size.
+    let r = unsafe {
+        libc::bind(fd.as_raw_fd(), (&sll as *const libc::sockaddr_ll).cast(), size_of::<libc::sockaddr_ll>() as u32)
+    };
+    if r < 0 {
+        bail!("binding a packet socket to {ifname}: {}", std::io::Error::last_os_error());
+    }
+    Ok(fd)
 }
 
 #[cfg(test)]
