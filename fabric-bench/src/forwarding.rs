@@ -157,16 +157,6 @@ pub enum Driver {
     Loop,
 }
 
-impl Driver {
-    fn as_str(self) -> &'static str {
-        match self {
-            Driver::Auto => "auto",
-            Driver::LiveFrames => "live-frames",
-            Driver::Loop => "loop",
-        }
-    }
-}
-
 /// Deletes every namespace it names when dropped, error or panic.
 struct Namespaces(Vec<String>);
 
@@ -596,7 +586,7 @@ fn measure(tools: &mut SwitchDataplane, chain: &Chain, cpu: &Cpu, pkt: &[u8], du
                 attrs: TestRunAttrs::new().xdp_live_frames(BATCH),
                 ..Default::default()
             })
-            .context("BPF_PROG_TEST_RUN with live frames")?;
+            .context("BPF_PROG_TEST_RUN with live frames (`--driver loop` needs none)")?;
             sent += u64::from(FRAMES_PER_CALL);
         }
         let wall = start.elapsed();
@@ -938,19 +928,17 @@ fn run(guard: &mut Namespaces, opts: &Options) -> Result<ForwardingReport> {
                 // Warm-up, and a check that the path forwards at all: most live frames reach the
                 // sink, and a loop's frames make many laps (a broken ring ends them in one).
                 let broken = match driver {
-                    Driver::Loop => s.delivered < u64::from(SEED_FRAMES) * 100,
-                    _ => s.delivered * 10 < s.sent * 9,
+                    Driver::Loop => (s.delivered < u64::from(SEED_FRAMES) * 100)
+                        .then(|| format!("its {SEED_FRAMES} looping frames made only {} laps", s.delivered)),
+                    _ => (s.delivered * 10 < s.sent * 9)
+                        .then(|| format!("{} of {} live frames came back", s.delivered, s.sent)),
                 };
-                if broken {
+                if let Some(what) = broken {
                     bail!(
-                        "path {:?} ({}-byte frames, mode {:?}, {} driver) delivered {} of {} frames: the chain is \
-                         misconfigured",
+                        "path {:?} ({}-byte frames, mode {:?}): {what} in the warm-up; the ring is misconfigured",
                         chain.path,
                         frames[case.frame].len(),
                         case.mode.map(HashMode::as_str),
-                        driver.as_str(),
-                        s.delivered,
-                        s.sent
                     );
                 }
             } else {
