@@ -456,6 +456,36 @@ fn cpu_times() -> Result<Vec<[u64; 8]>> {
     Ok(cpus)
 }
 
+/// What the CPUs did between two readings of [`cpu_times`], in seconds, seen from the CPU the
+/// path runs on.
+struct StatDelta {
+    /// system + irq + softirq of that CPU.
+    pinned_kernel_s: f64,
+    /// softirq of every CPU.
+    softirq_s: f64,
+    /// softirq of the other CPUs.
+    others_softirq_s: f64,
+    /// Non-idle share of that CPU, anyone's work.
+    pinned_busy: f64,
+}
+
+impl StatDelta {
+    fn between(t0: &[[u64; 8]], t1: &[[u64; 8]], cpu: &Cpu) -> Self {
+        let d = |c: usize, f: usize| t1[c][f].saturating_sub(t0[c][f]) as f64 * cpu.tick_s;
+        let c = cpu.index;
+        let softirq = |o: usize| d(o, SOFTIRQ);
+        let cpus = 0..t1.len().min(t0.len());
+        let pinned_total: f64 = (0..8).map(|f| d(c, f)).sum();
+        let pinned_busy = pinned_total - d(c, IDLE) - d(c, IOWAIT);
+        StatDelta {
+            pinned_kernel_s: d(c, SYSTEM) + d(c, IRQ) + d(c, SOFTIRQ),
+            softirq_s: cpus.clone().map(softirq).sum(),
+            others_softirq_s: cpus.filter(|&o| o != c).map(softirq).sum(),
+            pinned_busy: if pinned_total > 0.0 { pinned_busy / pinned_total } else { 0.0 },
+        }
+    }
+}
+
 const SYSTEM: usize = 2;
 const IDLE: usize = 3;
 const IOWAIT: usize = 4;
@@ -595,12 +625,8 @@ fn measure(tools: &mut SwitchDataplane, chain: &Chain, cpu: &Cpu, pkt: &[u8], du
         Ok((sent, wall, thread_s, k0, task_ticks(cpu.ksoftirqd), t0, cpu_times()?))
     })?;
     let delivered = sink_packets(tools)? - before;
-    let d = |c: usize, f: usize| t1[c][f].saturating_sub(t0[c][f]) as f64 * cpu.tick_s;
-    let c = cpu.index;
-    let pinned_kernel = d(c, SYSTEM) + d(c, IRQ) + d(c, SOFTIRQ);
-    let pinned_total: f64 = (0..8).map(|f| d(c, f)).sum();
-    let pinned_busy = pinned_total - d(c, IDLE) - d(c, IOWAIT);
-    let others: f64 = (0..t1.len().min(t0.len())).filter(|&o| o != c).map(|o| d(o, SOFTIRQ)).sum();
+    let stat = StatDelta::between(&t0, &t1, cpu);
+    let others = stat.others_softirq_s;
     let ksoftirqd_s = k1.saturating_sub(k0) as f64 * cpu.tick_s;
     Ok(Sample {
         sent,
@@ -610,8 +636,8 @@ fn measure(tools: &mut SwitchDataplane, chain: &Chain, cpu: &Cpu, pkt: &[u8], du
         generator_thread_s: thread_s,
         ksoftirqd_s,
         other_cpus_softirq_s: others,
-        cross_check_cpu_s: pinned_kernel + others,
-        pinned_cpu_busy: if pinned_total > 0.0 { pinned_busy / pinned_total } else { 0.0 },
+        cross_check_cpu_s: stat.pinned_kernel_s + others,
+        pinned_cpu_busy: stat.pinned_busy,
     })
 }
 
@@ -629,14 +655,9 @@ fn seed(frame: &[u8], count: u32) -> Result<()> {
     Ok(())
 }
 
-/// A task's runtime in seconds from /proc/PID/schedstat (the scheduler's nanoseconds; 0 if it
-/// cannot be read).
+/// A task's runtime in seconds, from its schedstat (0 if it cannot be read).
 fn task_runtime_s(pid: Option<u32>) -> f64 {
-    let Some(pid) = pid else { return 0.0 };
-    std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .map_or(0.0, |ns| ns as f64 / 1e9)
+    pid.and_then(|pid| fabric_user::sys::cpu::ThreadSched::of_task(pid).ok()).map_or(0.0, |t| t.run_ns as f64 / 1e9)
 }
 
 /// The generators' maps, shared by every chain: what they write, and the looping generator's
@@ -667,16 +688,23 @@ impl Generator {
     /// Withdraws the lease and waits until no frame circulates any more.
     fn drain(&mut self, cfg: GeneratorConfig) -> Result<()> {
         self.lease(cfg, 0)?;
+        self.laps_when_still(Duration::from_millis(5), DRAIN_LIMIT).context("after the loop's lease was withdrawn")?;
+        Ok(())
+    }
+
+    /// Laps so far (as [`laps_now`]), once two readings `poll` apart agree; an error after
+    /// `limit`.
+    fn laps_when_still(&self, poll: Duration, limit: Duration) -> Result<(u64, u64)> {
         let start = Instant::now();
-        let mut last = laps_now(&self.laps)?.0;
+        let mut last = laps_now(&self.laps)?;
         loop {
-            std::thread::sleep(Duration::from_millis(5));
-            let now = laps_now(&self.laps)?.0;
+            std::thread::sleep(poll);
+            let now = laps_now(&self.laps)?;
             if now == last {
-                return Ok(());
+                return Ok(now);
             }
-            if start.elapsed() > DRAIN_LIMIT {
-                bail!("frames still circulated {DRAIN_LIMIT:?} after the loop's lease was withdrawn");
+            if start.elapsed() > limit {
+                bail!("frames still circulated after {limit:?}");
             }
             last = now;
         }
@@ -702,23 +730,18 @@ fn measure_loop(looper: &mut Generator, chain: &Chain, cpu: &Cpu, pkt: &[u8], du
     let (l1, t1, k1) = (laps_now(&looper.laps)?.0, cpu_times()?, task_runtime_s(cpu.ksoftirqd));
     let wall = start.elapsed();
     looper.drain(cfg)?;
-    let d = |c: usize, f: usize| t1[c][f].saturating_sub(t0[c][f]) as f64 * cpu.tick_s;
-    let c = cpu.index;
-    let softirq: f64 = (0..t1.len().min(t0.len())).map(|o| d(o, SOFTIRQ)).sum();
-    let others: f64 = (0..t1.len().min(t0.len())).filter(|&o| o != c).map(|o| d(o, SOFTIRQ)).sum();
-    let pinned_total: f64 = (0..8).map(|f| d(c, f)).sum();
-    let pinned_busy = pinned_total - d(c, IDLE) - d(c, IOWAIT);
+    let stat = StatDelta::between(&t0, &t1, cpu);
     let laps = l1 - l0;
     Ok(Sample {
         sent: laps,
         delivered: laps,
         wall_s: wall.as_secs_f64(),
-        cpu_s: softirq,
+        cpu_s: stat.softirq_s,
         generator_thread_s: 0.0,
         ksoftirqd_s: k1 - k0,
-        other_cpus_softirq_s: others,
-        cross_check_cpu_s: (k1 - k0) + others,
-        pinned_cpu_busy: if pinned_total > 0.0 { pinned_busy / pinned_total } else { 0.0 },
+        other_cpus_softirq_s: stat.others_softirq_s,
+        cross_check_cpu_s: (k1 - k0) + stat.others_softirq_s,
+        pinned_cpu_busy: stat.pinned_busy,
     })
 }
 
@@ -1193,21 +1216,6 @@ pub fn print_forwarding(r: &ForwardingReport) {
 mod tests {
     use super::*;
 
-    /// Laps so far on every CPU, once they have stopped moving (at most `limit` of waiting).
-    fn laps_when_still(generator: &Generator, limit: Duration) -> Result<(u64, u64)> {
-        let start = Instant::now();
-        let mut last = laps_now(&generator.laps)?;
-        loop {
-            std::thread::sleep(Duration::from_millis(50));
-            let now = laps_now(&generator.laps)?;
-            if now == last {
-                return Ok(now);
-            }
-            anyhow::ensure!(start.elapsed() < limit, "frames still circulate after {limit:?}");
-            last = now;
-        }
-    }
-
     /// On a real ring (the 0-hop baseline: the generator's own veth pair), frames sent once keep
     /// circulating while the lease is renewed; `measure_loop` counts their laps and leaves none
     /// circulating. Left alone, as by a benchmark killed mid-run, a loop ends by itself, its CPU's
@@ -1241,7 +1249,7 @@ mod tests {
             })?;
             generator.run_for(cfg, Duration::from_millis(100))?;
             let lease = generator.config.get(&0, 0)?.lease;
-            let (_, top) = laps_when_still(&generator, Duration::from_secs(60))?;
+            let (_, top) = generator.laps_when_still(Duration::from_millis(50), Duration::from_secs(60))?;
             assert_eq!(top, lease, "the loop ran until its lease ran out, and not a lap beyond");
             Ok(())
         })();

@@ -61,6 +61,12 @@ impl ThreadSched {
         Self::parse(&text).ok_or_else(|| std::io::Error::other(format!("unexpected schedstat {text:?}")))
     }
 
+    /// Another task's, by pid (`/proc/PID/schedstat`).
+    pub fn of_task(pid: u32) -> std::io::Result<Self> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))?;
+        Self::parse(&text).ok_or_else(|| std::io::Error::other(format!("unexpected schedstat {text:?}")))
+    }
+
     /// Parses `run_ns wait_ns timeslices`.
     pub fn parse(text: &str) -> Option<Self> {
         let mut v = text.split_whitespace().map(|x| x.parse::<u64>().ok());
