@@ -1,5 +1,5 @@
 //! Builds the XDP object from `fabric-ebpf` (nightly, build-std, bpfel) into OUT_DIR so that
-//! `src/dataplane.rs` can embed it. `AYA_BUILD_SKIP=1` skips this for `cargo check`/clippy
+//! `src/dataplane/mod.rs` can embed it. `AYA_BUILD_SKIP=1` skips this for `cargo check`/clippy
 //! without bpf-linker; the loader then refuses to run with a message saying so.
 use std::{env, fs, path::PathBuf};
 

@@ -85,6 +85,8 @@ impl Default for LineRate {
 
 /// The fastest rate [`LineRate`] takes, bit/s: the slow path's products stay below 2^63.
 pub const MAX_RATE_BPS: u64 = 1_000_000_000_000_000;
+/// The slowest rate at which a [`LineRate`] port sends at all, bit/s (its factors count kbit/s).
+pub const MIN_RATE_BPS: u64 = 1000;
 
 impl LineRate {
     /// A port that never sends (no rate set).
@@ -95,7 +97,7 @@ impl LineRate {
     pub const fn new(bps: u64) -> Self {
         let bps = if bps > MAX_RATE_BPS { MAX_RATE_BPS } else { bps };
         let kbps = bps / 1000;
-        if kbps == 0 {
+        if bps < MIN_RATE_BPS {
             return LineRate {
                 bps,
                 kbps,

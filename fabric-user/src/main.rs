@@ -289,6 +289,9 @@ enum Command {
     },
     /// Simulate a collective on a flow-level model of a fabric of any size (same hash, groups
     /// and flows as the XDP switches and endpoints): uplink balance and fair-share times.
+    /// `fabric sim schedule` takes options of its own: those of `fabric sim` before it are
+    /// refused, not ignored.
+    #[command(args_conflicts_with_subcommands = true)]
     Sim(fabric_user::sim::cli::SimArgs),
     /// RoCEv2 flows and QPs of a pcap/pcapng capture, their ECMP entropy per hash mode and the
     /// predicted load per uplink (the switch's own parser and hash).
@@ -313,7 +316,8 @@ fn run() -> Result<()> {
     // Behave like a Unix tool when piped into `head`: die quietly on a closed pipe.
     // SAFETY: restoring the default disposition of SIGPIPE before any other thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // RUST_LOG when set; else errors only, except in the switch agent, whose log (its stderr,
     // a file) is where the XDP programs' slow-path records go, at info and above. No colour
     // codes in a file.
@@ -368,6 +372,8 @@ fn run() -> Result<()> {
             fabric_user::run::trace::replay::main(&args)?
         }
         Command::Run { trace: None, spec, file, jobs, straggler, which, json, quiet } => {
+            refuse_ignored_run_flags(&matches, jobs.as_deref(), file.as_deref())?;
+            let jobs_path = jobs.clone();
             let jobs_file = match (jobs, straggler) {
                 (Some(f), s) => {
                     let mut file = fabric_user::run::jobs::JobsFile::from_file(&f)?;
@@ -399,7 +405,7 @@ fn run() -> Result<()> {
                 }
             };
             if let Some(f) = jobs_file {
-                run_jobs(&f, &which.prefix()?, quiet)?
+                run_jobs(&f, jobs_path.as_deref(), &which.prefix()?, quiet)?
             }
         }
         Command::Sim(args) => fabric_user::sim::cli::main(&args)?,
@@ -612,11 +618,48 @@ fn run_collective(spec: &fabric_user::run::RunSpec, prefix: &str, json: Option<P
     Ok(())
 }
 
+/// `fabric run --jobs FILE` and `--file FILE` take the run from the file: a run flag given with
+/// them would be silently ignored, so it is refused by name.
+fn refuse_ignored_run_flags(
+    matches: &clap::ArgMatches,
+    jobs: Option<&std::path::Path>,
+    file: Option<&std::path::Path>,
+) -> Result<()> {
+    let (flag, path, what) = match (jobs, file) {
+        (Some(p), _) => ("--jobs", p, "each job's run ([run] and [[job]] tables)"),
+        (None, Some(p)) => ("--file", p, "the run"),
+        (None, None) => return Ok(()),
+    };
+    let Some(("run", run)) = matches.subcommand() else { return Ok(()) };
+    let spec = <fabric_user::run::RunSpec as clap::Args>::augment_args(clap::Command::new("run"));
+    let given: Vec<String> = spec
+        .get_arguments()
+        .filter(|a| run.value_source(a.get_id().as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|a| format!("--{}", a.get_long().unwrap_or(a.get_id().as_str())))
+        .collect();
+    anyhow::ensure!(
+        given.is_empty(),
+        "{flag} {}: the file sets {what}, so {} would be ignored; write {} into the file instead",
+        path.display(),
+        given.join(", "),
+        if given.len() == 1 { "it" } else { "them" }
+    );
+    Ok(())
+}
+
 /// `fabric run --jobs FILE` (or a single run with `--straggler`).
-fn run_jobs(file: &fabric_user::run::jobs::JobsFile, prefix: &str, quiet: bool) -> Result<()> {
+fn run_jobs(
+    file: &fabric_user::run::jobs::JobsFile,
+    path: Option<&std::path::Path>,
+    prefix: &str,
+    quiet: bool,
+) -> Result<()> {
     let state = State::load(prefix)?;
     let default_hash = state.plan.nodes[state.plan.switches().next().context("no switches")?].hash;
-    let plan = file.resolve(&state.plan, default_hash)?;
+    let plan = file.resolve(&state.plan, default_hash).with_context(|| match path {
+        Some(p) => format!("jobs file {}", p.display()),
+        None => "the run".into(),
+    })?;
     let out = fabric_user::run::jobs::runner::run_jobs(&state, &plan, quiet)?;
     out.summary.save()?;
     for r in &out.results {

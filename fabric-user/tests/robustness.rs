@@ -281,6 +281,34 @@ fn a_prefix_that_is_not_a_testbed_name_is_refused_and_touches_nothing() {
     std::fs::remove_dir_all(&canary).unwrap();
 }
 
+/// Flags that a file or a subcommand would override are refused by name before anything runs:
+/// `run --jobs` and `run --file` with run flags, and `sim`'s own options before `sim schedule`.
+/// Without those flags the same commands get past the check (and stop at the missing testbed,
+/// or run the schedule).
+#[test]
+fn flags_that_would_be_ignored_are_refused_by_name() {
+    let fabric = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_fabric")).args(args).output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let file = |rel: &str| format!("{}/../testbed/{rel}", env!("CARGO_MANIFEST_DIR"));
+    let (jobs, workload) = (file("tenants/two-rings.toml"), file("workloads/alltoall.toml"));
+    // A prefix no testbed uses, so that a run that passes the check stops at once.
+    let absent = ["--prefix", "zz9"];
+    let (ok, err) = fabric(&[&["run", "--jobs", &jobs, "--hash", "spray", "--qps", "8"][..], &absent].concat());
+    assert!(!ok && err.contains("would be ignored") && err.contains("--qps, --hash"), "{err}");
+    let (ok, err) = fabric(&[&["run", "--file", &workload, "--qps", "8"][..], &absent].concat());
+    assert!(!ok && err.contains("--file") && err.contains("--qps would be ignored"), "{err}");
+    for args in [&["run", "--jobs", &jobs][..], &["run", "--file", &workload]] {
+        let (ok, err) = fabric(&[args, &absent].concat());
+        assert!(!ok && !err.contains("would be ignored") && err.contains("no testbed"), "{args:?}: {err}");
+    }
+    let (ok, err) = fabric(&["sim", "--topology", &file("default.toml"), "schedule", "--jobs", "2"]);
+    assert!(!ok && err.contains("'schedule' cannot be used with '--topology"), "{err}");
+    let (ok, err) = fabric(&["sim", "schedule", "--topology", &file("default.toml"), "--jobs", "2", "--sizes", "2"]);
+    assert!(ok, "{err}");
+}
+
 #[test]
 fn two_testbeds_run_side_by_side() {
     netns::require_capabilities().expect("this test needs root");

@@ -407,6 +407,13 @@ fn bad_rates() {
             );
         }
     }
+    // A rate that the time scale (4000 by default) brings below what a port sends at: such a
+    // link would carry nothing.
+    expect_err(
+        &one_zone("", "[tiers.rtsw]\nrate_gbps = 0.000001\n"),
+        &["tiers.rtsw.rate_gbps:", "time_scale 4000 is 0 bit/s", "at least 0.004 Gbit/s"],
+    );
+    expect_ok(&one_zone("", "[tiers.rtsw]\nrate_gbps = 0.004\n"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -637,6 +644,14 @@ fn congestion_settings_are_validated_field_by_field() {
     };
     expect_ok(&tier(""));
     expect_err(&tier("alpha = 0.0\n"), &["congestion.ctsw.alpha"]);
+    // The switches keep alpha in 256ths: a smaller one would become 0, a queue limit of 0.
+    expect_err(&tier("alpha = 0.001\n"), &["congestion.ctsw.alpha", "1/256"]);
+    expect_ok(&tier("alpha = 0.00390625\n"));
+    // A byte count the switches hold in 32 bits.
+    expect_err(
+        &one_zone("", "[congestion.ctsw]\nbuffer_kb = 8000000\n"),
+        &["congestion.ctsw.buffer_kb", "at most 4 GiB"],
+    );
     let bad = one_zone(
         "",
         "[congestion.rtsw]\nbuffer = \"shared\"\nbuffer_kb = 0\necn_kmin_kb = 50\necn_kmax_kb = 40\n\

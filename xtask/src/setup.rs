@@ -23,8 +23,8 @@ const BROWSER_PACKAGE: &str = "chromium";
 const NIGHTLY: &str = "nightly";
 /// The bpf-linker release whose `llvm-NN` features match the nightly toolchains we build with.
 const BPF_LINKER_VERSION: &str = "0.13.0";
-/// The cargo-mutants release for `cargo xtask mutants`, checked to build with the stable 1.95
-/// toolchain of rust-toolchain.toml (it needs rustc 1.88 or later).
+/// The cargo-mutants release for `cargo xtask mutants`, checked to build with stable 1.95, the
+/// workspace's `rust-version` (it needs rustc 1.88 or later).
 const CARGO_MUTANTS_VERSION: &str = "27.1.0";
 
 pub fn run() -> Result<()> {

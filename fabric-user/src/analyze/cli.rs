@@ -6,14 +6,6 @@ use anyhow::{Context as _, Result, ensure};
 use super::{chart, report};
 use crate::analyze::*;
 
-fn parse_u32(s: &str) -> std::result::Result<u32, String> {
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => u32::from_str_radix(h, 16),
-        None => s.parse(),
-    }
-    .map_err(|e| e.to_string())
-}
-
 /// `fabric analyze`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct AnalyzeArgs {
@@ -23,13 +15,14 @@ pub struct AnalyzeArgs {
     #[arg(long)]
     pub uplinks: Option<u32>,
     /// The switch's hash seed, decimal or 0x-hex (default 0, or the --switch's).
-    #[arg(long, value_parser = parse_u32)]
+    #[arg(long, value_parser = crate::model::units::parse_seed)]
     pub seed: Option<u32>,
     /// Hash mode(s): five-tuple, eecmp, pin (repeatable; default all three).
     #[arg(long)]
     pub hash: Vec<String>,
     /// `pin` mode's shift (low destination bits dropped; the testbed installs 1).
-    #[arg(long, default_value_t = fabric_common::config::SwitchConfig::TESTBED_PIN_SHIFT)]
+    #[arg(long, default_value_t = fabric_common::config::SwitchConfig::TESTBED_PIN_SHIFT,
+          value_parser = clap::value_parser!(u32).range(0..=31))]
     pub pin_shift: u32,
     /// Take the seed and group size from this switch of a topology (e.g. z0r0), as `fabric up`
     /// installs them.
@@ -54,9 +47,12 @@ pub fn group_of(args: &AnalyzeArgs) -> Result<Group> {
     let mut modes = Vec::new();
     for h in &args.hash {
         // Only the modes that choose by the packet alone: `te` needs the controller's table.
-        let m = HashMode::parse(h)
-            .filter(|m| HashMode::ALL.contains(m))
-            .with_context(|| format!("hash mode {h:?} cannot be predicted from a capture (five-tuple, eecmp, pin)"))?;
+        let m = crate::model::topology::parse_hash_mode(h).map_err(anyhow::Error::msg)?;
+        ensure!(
+            HashMode::ALL.contains(&m),
+            "hash mode {h:?} cannot be predicted from a capture: it chooses by more than the packet (five-tuple, \
+             eecmp and pin can be)"
+        );
         modes.push(m);
     }
     if modes.is_empty() {

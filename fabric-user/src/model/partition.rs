@@ -235,7 +235,12 @@ pub fn place(plan: &Plan, g: &Graph, seed: u64) -> Result<Vec<NodeId>> {
 /// rest): each zone's and rack's capacity is its free hosts.
 pub fn place_on(plan: &Plan, free: &[NodeId], g: &Graph, seed: u64) -> Result<Vec<NodeId>> {
     ensure!(g.n >= 2, "a job needs at least 2 ranks");
-    ensure!(g.n <= free.len(), "{} ranks but only {} hosts are free", g.n, free.len());
+    let busy = plan.hosts().count() - free.len();
+    if busy == 0 {
+        ensure!(g.n <= free.len(), "{} ranks but the topology has only {} hosts", g.n, free.len());
+    } else {
+        ensure!(g.n <= free.len(), "{} ranks but only {} hosts are free ({busy} busy)", g.n, free.len());
+    }
     // Zones -> racks -> hosts, in plan order.
     let mut hosts = free.to_vec();
     hosts.sort_unstable();
@@ -317,7 +322,7 @@ impl Job {
     }
 
     pub fn graph(&self) -> Result<Graph> {
-        ensure!(self.ranks >= 2, "ranks: a job needs at least 2");
+        ensure!(self.ranks >= 2, "ranks: {}; a job needs at least 2", self.ranks);
         match (&self.collective, self.traffic.is_empty()) {
             (Some(c), true) => {
                 ensure!(self.message.get() > 0, "message: must be at least 1 byte");
@@ -325,8 +330,11 @@ impl Job {
             }
             (None, false) => {
                 let mut g = Graph::new(self.ranks);
-                for t in &self.traffic {
-                    ensure!(t.src < self.ranks && t.dst < self.ranks, "traffic {}->{}: no such rank", t.src, t.dst);
+                for (i, t) in self.traffic.iter().enumerate() {
+                    let last = self.ranks - 1;
+                    ensure!(t.src <= last, "traffic[{i}].src: rank {} does not exist (ranks 0..={last})", t.src);
+                    ensure!(t.dst <= last, "traffic[{i}].dst: rank {} does not exist (ranks 0..={last})", t.dst);
+                    ensure!(t.src != t.dst, "traffic[{i}]: rank {} sends to itself", t.src);
                     g.add(t.src, t.dst, t.bytes as f64);
                 }
                 Ok(g)
@@ -384,7 +392,7 @@ pub fn main(args: &PlaceArgs) -> Result<()> {
     let topo = crate::model::topology::Topology::load(args.topology.as_deref())?;
     let plan = Plan::new(&topo);
     let job = Job::from_file(&args.job)?;
-    let p = place_job(&plan, &job, args.seed)?;
+    let p = place_job(&plan, &job, args.seed).with_context(|| format!("job file {}", args.job.display()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&p)?);
         return Ok(());
@@ -562,7 +570,11 @@ mod tests {
         assert_eq!(placed, [h("z0r1h0"), h("z0r1h1")]);
         let g = Graph::of_collective(Collective::Allreduce, 5, 1 << 20, 0);
         let err = place_on(&plan, &free, &g, 1).unwrap_err().to_string();
-        assert!(err.contains("5 ranks but only 4 hosts are free"), "{err}");
+        assert!(err.contains("5 ranks but only 4 hosts are free (4 busy)"), "{err}");
+        let all: Vec<NodeId> = plan.hosts().collect();
+        let g = Graph::of_collective(Collective::Allreduce, 9, 1 << 20, 0);
+        let err = place_on(&plan, &all, &g, 1).unwrap_err().to_string();
+        assert!(err.contains("9 ranks but the topology has only 8 hosts"), "{err}");
     }
 
     #[test]
@@ -582,9 +594,17 @@ mod tests {
     #[test]
     fn bad_job_files_name_the_field() {
         for (text, needle) in [
-            ("ranks = 1\ncollective = \"allreduce\"\n", "ranks"),
+            ("ranks = 1\ncollective = \"allreduce\"\n", "ranks: 1; a job needs at least 2"),
             ("ranks = 4\ncollective = \"allreduce\"\nmessage = \"0\"\n", "message"),
-            ("ranks = 3\n[[traffic]]\nsrc = 0\ndst = 3\nbytes = 5\n", "0->3"),
+            (
+                "ranks = 3\n[[traffic]]\nsrc = 0\ndst = 3\nbytes = 5\n",
+                "traffic[0].dst: rank 3 does not exist (ranks 0..=2)",
+            ),
+            (
+                "ranks = 3\n[[traffic]]\nsrc = 0\ndst = 1\nbytes = 5\n[[traffic]]\nsrc = 4\ndst = 1\nbytes = 5\n",
+                "traffic[1].src: rank 4",
+            ),
+            ("ranks = 3\n[[traffic]]\nsrc = 1\ndst = 1\nbytes = 5\n", "traffic[0]: rank 1 sends to itself"),
             ("ranks = 3\n", "collective"),
         ] {
             let j: Job = toml::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));

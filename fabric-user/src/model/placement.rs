@@ -1,5 +1,5 @@
 //! Rank placement: which host runs which rank of a job.
-use anyhow::{Result, bail, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -28,9 +28,17 @@ impl Placement {
         Ok(match s {
             "contiguous" => Placement::Contiguous,
             "fragmented" => Placement::Fragmented,
-            _ if s.starts_with("random:") => Placement::Random { seed: s["random:".len()..].parse()? },
+            _ if s.starts_with("random:") => {
+                let seed = &s["random:".len()..];
+                let seed = seed.parse().with_context(|| format!("{s:?}: the seed {seed:?} is not an integer"))?;
+                Placement::Random { seed }
+            }
             _ if s.starts_with("hosts:") => {
-                Placement::Explicit { hosts: s["hosts:".len()..].split(',').map(str::to_string).collect() }
+                let hosts: Vec<String> = s["hosts:".len()..].split(',').map(str::to_string).collect();
+                if let Some(i) = hosts.iter().position(|h| h.trim().is_empty()) {
+                    bail!("{s:?}: host name {} of {} is empty", i + 1, hosts.len());
+                }
+                Placement::Explicit { hosts }
             }
             _ => bail!("unknown placement {s:?}: use contiguous, fragmented, random:SEED or hosts:H1,H2,..."),
         })
@@ -55,7 +63,7 @@ impl Placement {
     /// The host of each of `ranks` ranks.
     pub fn place(&self, plan: &Plan, ranks: usize) -> Result<Vec<NodeId>> {
         let hosts: Vec<NodeId> = plan.hosts().collect();
-        ensure!(ranks >= 2, "a job needs at least 2 ranks");
+        ensure!(ranks >= 2, "ranks: {ranks}; a job needs at least 2");
         ensure!(ranks <= hosts.len(), "{ranks} ranks but the testbed has only {} hosts", hosts.len());
         let placed = match self {
             Placement::Contiguous => hosts[..ranks].to_vec(),
@@ -127,5 +135,11 @@ mod tests {
         assert!(Placement::parse("hosts:z0r3h1,z0r3").unwrap().place(&plan, 2).is_err());
         assert!(Placement::Contiguous.place(&plan, 9).is_err());
         assert!(Placement::parse("diagonal").is_err());
+        let msg = |s: &str| format!("{:#}", Placement::parse(s).unwrap_err());
+        assert!(msg("random:x").contains("the seed \"x\" is not an integer"));
+        assert!(msg("hosts:z0r0h0,z0r1h0,").contains("host name 3 of 3 is empty"));
+        assert!(msg("hosts:").contains("host name 1 of 1 is empty"));
+        let too_few = format!("{:#}", Placement::Contiguous.place(&plan, 0).unwrap_err());
+        assert!(too_few.contains("ranks: 0; a job needs at least 2"), "{too_few}");
     }
 }

@@ -4,6 +4,15 @@ use std::{fmt, str::FromStr};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// A hash seed as topology files and `fabric analyze` write it: decimal, or hex after `0x`.
+pub fn parse_seed(s: &str) -> Result<u32, String> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|e| format!("{s:?} is not a 32-bit seed, decimal or 0x-hex ({e})"))
+}
+
 /// `4Mi`, `100M`, `1500`: K, M, G multiply by 1000 (rates), Ki, Mi, Gi by 1024 (sizes).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();

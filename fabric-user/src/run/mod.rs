@@ -70,7 +70,7 @@ pub struct RunSpec {
     #[serde(deserialize_with = "hash_mode_serde::option::deserialize")]
     pub hash: Option<HashMode>,
     /// Re-seed every switch's hash.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::model::units::parse_seed)]
     pub hash_seed: Option<u32>,
     /// Rate of one connection (all its QPs), bits/s (K, M, G = x1000); default: the host
     /// link's modelled rate (tiers.host.rate_gbps / time_scale).

@@ -47,6 +47,7 @@ pub enum SimScenario {
 }
 
 #[derive(Clone, Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("failure").args(["fail_at", "flap"]))]
 pub struct SimArgs {
     #[command(subcommand)]
     pub scenario: Option<SimScenario>,
@@ -107,9 +108,10 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Re-seed every switch's hash, as `fabric run --hash-seed`.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::model::units::parse_seed)]
     pub hash_seed: Option<u32>,
-    /// RoCE path MTU (the same default as `fabric run`).
+    /// RoCE path MTU (the same default as `fabric run`). The simulators model real links: unlike
+    /// the testbed, whose veths cap a frame at the topology's `mtu`, they take any path MTU.
     #[arg(long, default_value_t = EndpointOptions::default().path_mtu)]
     pub path_mtu: u32,
     /// The receiver ACKs every N packets (and at each message's end), as `fabric run`.
@@ -152,7 +154,7 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1, requires = "flap")]
     pub count: u32,
     /// Packet model: from a failure to the controller's repaired routes, microseconds.
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(long, default_value_t = 100.0, requires = "failure")]
     pub detect_us: f64,
     /// Packet model: also write each case as the testbed writes a run: its job record
     /// (`results/jobs/JOB.json`, for `fabric report JOB`) and its run result
@@ -164,11 +166,11 @@ pub struct SimArgs {
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// Ranks of a single-file (SPMD) trace.
-    #[arg(long)]
+    #[arg(long, requires = "trace")]
     pub trace_ranks: Option<usize>,
     /// With --trace: the modelled GPU's speed over the traced one's (compute takes traced /
     /// this).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, requires = "trace")]
     pub gpu_speedup: f64,
     /// With --trace: HOST:FACTOR, a host whose GPU computes FACTOR times slower than the
     /// others (as `fabric run --straggler`); its rank's compute nodes take that much longer.
@@ -228,7 +230,11 @@ pub fn build_fabric_with(
     let down = faults
         .down
         .iter()
-        .map(|spec| plan.find_link(spec).with_context(|| format!("--down {spec:?}")))
+        .map(|spec| {
+            let l = plan.find_link(spec).with_context(|| format!("--down {spec:?}"))?;
+            super::whatif::refuse_host_link(&plan, l).with_context(|| format!("--down {spec:?}"))?;
+            Ok(l)
+        })
         .collect::<Result<std::collections::BTreeSet<_>>>()?;
     let loss = lossy_ports(&plan, &faults.loss)?;
     let hosts = plan.hosts().count();
@@ -268,8 +274,8 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     let faults = SimFaults { down: a.down.clone(), degrade: a.degrade.clone(), loss: a.loss.clone() };
     let mut fabric = build_fabric_with(a.topology.as_deref(), a.scale, &faults)?;
     let build_s = t.elapsed().as_secs_f64();
-    let modes: Vec<HashMode> = if a.hash.is_empty() { HashMode::ALL.to_vec() } else { a.hash.clone() };
-    let qps = if a.qps.is_empty() { vec![1, 8] } else { a.qps.clone() };
+    let modes: Vec<HashMode> = if a.hash.is_empty() { HashMode::ALL.to_vec() } else { distinct(&a.hash) };
+    let qps = if a.qps.is_empty() { vec![1, 8] } else { distinct(&a.qps) };
     for &q in &qps {
         ensure!((1..=MAX_QPS).contains(&q), "--qps: {q} is not in 1..={MAX_QPS}");
     }
@@ -277,6 +283,8 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     ensure!(PATH_MTUS.contains(&a.path_mtu), "--path-mtu: {} is not a RoCE path MTU ({PATH_MTUS:?})", a.path_mtu);
     ensure!(a.ack_every >= 1, "--ack-every: must be at least 1");
     ensure!(a.memory_limit_gib > 0.0, "--memory-limit-gib: must be above 0");
+    ensure!(a.deadline_ms >= 1, "--deadline-ms: must be at least 1");
+    ensure!(a.model == Model::Packet || !a.job_record, "--job-record: needs the packet model (--model packet)");
     let packet = PacketOptions {
         link_delay_ns: a.link_delay_ns,
         deadline_ns: a.deadline_ms.saturating_mul(1_000_000),
@@ -293,7 +301,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
             m.as_str()
         );
     }
-    let ccs = if a.cc.is_empty() { vec![EndpointOptions::default().cc] } else { a.cc.clone() };
+    let ccs = if a.cc.is_empty() { vec![EndpointOptions::default().cc] } else { distinct(&a.cc) };
     ensure!(
         a.model == Model::Packet || ccs == [EndpointOptions::default().cc],
         "--cc: the flow model has no congestion control (use --model packet)"
@@ -360,7 +368,6 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     };
     let results = match (a.model, whatif) {
         (Model::Flow, None) => cases.iter().map(|o| simulate(&mut fabric, o)).collect::<Result<Vec<_>>>()?,
-        (Model::Flow, _) if a.job_record => bail!("--job-record: needs the packet model (--model packet)"),
         (Model::Flow, Some(w)) if w.kind == WhatIfKind::Flap => {
             let plan = &fabric.plan;
             let down = down_links(plan, &a.down)?;
@@ -392,6 +399,18 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         }
     };
     Ok(SimReport { schema: "fabric.sim/1", build_s, results, traces: Vec::new() })
+}
+
+/// The values of a repeatable option, each once, in the order first given: a repeated value
+/// would run the same case twice.
+fn distinct<T: PartialEq + Clone>(values: &[T]) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for v in values {
+        if !out.contains(v) {
+            out.push(v.clone());
+        }
+    }
+    out
 }
 
 /// The links of `--down`.
@@ -491,6 +510,39 @@ mod tests {
         assert!(err(&[&packet[..], &["--loss", "z0r0:z0c0=150%"]].concat()).contains("150"));
         assert!(err(&[&packet[..], &["--loss", "z0r0:z0c0"]].concat()).contains("expected LINK=PCT%"));
         assert!(err(&[&packet[..], &["--loss", "z0r0:z0c0=1%", "--fail-at", "z0c1@10us"]].concat()).contains("--loss"));
+        // A host's only link, down: refused as --fail-at refuses it, before the job runs.
+        let host_link = err(&["--down", "z0r0:z0r0h0"]);
+        assert!(host_link.contains("--down \"z0r0:z0r0h0\"") && host_link.contains("single-homed"), "{host_link}");
+        assert!(err(&[&packet[..], &["--deadline-ms", "0"]].concat()).contains("--deadline-ms: must be at least 1"));
+        assert!(err(&["--job-record"]).contains("--job-record: needs the packet model"));
+        assert!(err(&[&packet[..], &["--fail-at", "z0c1@-5us"]].concat()).contains("cannot be negative"));
+    }
+
+    /// Options that only act with another are refused without it, and a repeated value runs
+    /// its case once.
+    #[test]
+    fn options_without_their_scenario_are_refused_and_repeats_run_once() {
+        for lone in [&["--gpu-speedup", "2"][..], &["--trace-ranks", "4"], &["--detect-us", "5"]] {
+            let e = Cli::try_parse_from([&["sim"], lone].concat()).map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains("required arguments were not provided"), "{lone:?}: {e}");
+        }
+        assert!(Cli::try_parse_from(["sim", "--detect-us", "5", "--fail-at", "z0c1@1us"]).is_ok());
+        assert!(Cli::try_parse_from(["sim", "--detect-us", "5", "--flap", "z0c1", "--period", "1ms"]).is_ok());
+        let cli =
+            Cli::try_parse_from(["sim", "--hash", "pin", "--hash", "eecmp", "--hash", "pin", "--qps", "1"]).unwrap();
+        let cases: Vec<String> = run(&cli.sim).unwrap().results.into_iter().map(|r| r.case).collect();
+        assert_eq!(cases.len(), 2, "{cases:?}");
+        assert!(cases[0].contains(" pin ") && cases[1].contains(" eecmp "), "{cases:?}");
+    }
+
+    /// Seeds as topology files write them: decimal or 0x-hex, the same seed either way.
+    #[test]
+    fn a_hash_seed_may_be_hex() {
+        let seed = |s: &str| Cli::try_parse_from(["sim", "--hash-seed", s]).map(|c| c.sim.hash_seed);
+        assert_eq!(seed("0x10").unwrap(), Some(16));
+        assert_eq!(seed("16").unwrap(), Some(16));
+        let e = seed("0xzz").unwrap_err().to_string();
+        assert!(e.contains("decimal or 0x-hex"), "{e}");
     }
 
     /// `--loss` in the packet model: the lossy uplink's switch end drops frames by the testbed's

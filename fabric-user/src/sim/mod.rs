@@ -544,6 +544,14 @@ fn print_whatifs(results: &[SimResult]) {
             w.timeouts,
             if w.finished { "every byte delivered" } else { "NOT every byte delivered (deadline)" }
         );
+        if w.at_ns as f64 >= w.baseline_completion_s * 1e9 {
+            println!(
+                "  note: the event at {} us comes after the job ended ({:.1} us): it changed nothing; pick an \
+                 earlier time",
+                w.at_ns as f64 / 1e3,
+                w.baseline_completion_s * 1e6
+            );
+        }
     }
 }
 

@@ -98,6 +98,7 @@ impl WhatIf {
 /// `250us`, `1.5ms`, `2s`, `800ns` to nanoseconds.
 pub fn parse_time_ns(s: &str) -> Result<u64> {
     let s = s.trim();
+    ensure!(!s.starts_with('-'), "{s:?}: a time cannot be negative");
     let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let scale = match unit {
@@ -123,16 +124,23 @@ pub fn resolve_links(plan: &Plan, w: &WhatIf) -> Result<Vec<LinkId>> {
         plan.nodes[n].ports.iter().map(|p| p.link).collect()
     };
     for &l in &links {
-        let link = &plan.links[l];
-        if let Some(h) = [link.a, link.b].into_iter().find(|&n| plan.nodes[n].role == Role::Host) {
-            bail!(
-                "{}: the link of host {} (hosts are single-homed: without it the job cannot finish)",
-                plan.link_label(l),
-                plan.nodes[h].name
-            );
-        }
+        refuse_host_link(plan, l)?;
     }
     Ok(links)
+}
+
+/// Refuses to take away link `l` when it is a host's: hosts are single-homed, so a job on that
+/// host could not finish.
+pub fn refuse_host_link(plan: &Plan, l: LinkId) -> Result<()> {
+    let link = &plan.links[l];
+    if let Some(h) = [link.a, link.b].into_iter().find(|&n| plan.nodes[n].role == Role::Host) {
+        bail!(
+            "{}: the link of host {} (hosts are single-homed: without it the job cannot finish)",
+            plan.link_label(l),
+            plan.nodes[h].name
+        );
+    }
+    Ok(())
 }
 
 /// A change in the job's time.

@@ -7,6 +7,10 @@ use fabric_common::{
 };
 use serde::{Deserialize, Serialize};
 
+/// The smallest dynamic-threshold alpha a switch holds: it keeps alpha in 256ths
+/// (`QosConfig::alpha_x256`).
+const ALPHA_RESOLUTION: f64 = 1.0 / 256.0;
+
 /// Congestion model settings shared by every switch, plus one [`SwitchQos`] per tier.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -146,6 +150,8 @@ impl SwitchQos {
         }
         if !(self.alpha.is_finite() && self.alpha > 0.0 && self.alpha <= 64.0) {
             err("alpha", format!("{} is not allowed; must be in (0, 64]", self.alpha));
+        } else if self.alpha < ALPHA_RESOLUTION {
+            err("alpha", format!("{} is below the switches' resolution of 1/256 (it would become 0)", self.alpha));
         }
         if self.ecn_kmin_kb >= self.ecn_kmax_kb {
             err("ecn_kmin_kb", format!("{} must be below ecn_kmax_kb ({})", self.ecn_kmin_kb, self.ecn_kmax_kb));
@@ -156,9 +162,12 @@ impl SwitchQos {
         if self.xon_kb >= self.xoff_kb {
             err("xon_kb", format!("{} must be below xoff_kb ({})", self.xon_kb, self.xoff_kb));
         }
-        for (field, v) in
-            [("ecn_kmax_kb", self.ecn_kmax_kb), ("xoff_kb", self.xoff_kb), ("headroom_kb", self.headroom_kb)]
-        {
+        for (field, v) in [
+            ("buffer_kb", self.buffer_kb),
+            ("ecn_kmax_kb", self.ecn_kmax_kb),
+            ("xoff_kb", self.xoff_kb),
+            ("headroom_kb", self.headroom_kb),
+        ] {
             if u64::from(v) * 1024 > u64::from(u32::MAX) {
                 err(field, format!("{v} KiB is too large (at most 4 GiB)"));
             }
@@ -231,7 +240,7 @@ impl Congestion {
                 BufferKind::Static => BufferMode::Static as u32,
             },
             port_buffer_bytes: kb(sw.buffer_kb),
-            alpha_x256: (sw.alpha * 256.0).round() as u32,
+            alpha_x256: (sw.alpha / ALPHA_RESOLUTION).round() as u32,
             pool_bytes: u64::from(sw.buffer_kb) * 1024,
         }
     }

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use fabric_common::config::MAX_PORTS;
+use fabric_common::queue::MIN_RATE_BPS;
 use fabric_common::route::MAX_GROUP_MEMBERS;
 
 use super::{Topology, Zone};
@@ -196,6 +197,17 @@ impl Topology {
                 errs.push(
                     &format!("tiers.{name}.rate_gbps"),
                     format!("{r} is not allowed; must be a finite number of Gbit/s greater than 0"),
+                );
+            } else if (1..=1_000_000).contains(&self.time_scale) && self.modelled_rate_bps(r) < MIN_RATE_BPS {
+                let least = MIN_RATE_BPS as f64 * self.time_scale as f64 / 1e9;
+                errs.push(
+                    &format!("tiers.{name}.rate_gbps"),
+                    format!(
+                        "{r} Gbit/s at time_scale {} is {} bit/s on the testbed, where a port sends at {MIN_RATE_BPS} \
+                         bit/s or more: at least {least} Gbit/s",
+                        self.time_scale,
+                        self.modelled_rate_bps(r)
+                    ),
                 );
             }
         }

@@ -62,7 +62,7 @@ pub fn decode(text: &str, file: &str) -> Result<(RankTrace, BTreeMap<String, Vec
             let n = int(key)?.ok_or_else(|| at(format!("{key} is missing")))?;
             let dtype = obj.get("dtype").and_then(Value::as_str).ok_or_else(|| at("dtype is missing".into()))?;
             let b = dtype_bytes(dtype).ok_or_else(|| at(format!("unknown dtype {dtype:?}")))?;
-            Ok(n * b)
+            n.checked_mul(b).ok_or_else(|| at(format!("{key} = {n} elements of {b} bytes ({dtype}) overflows 64 bits")))
         };
         let name = comms.trim_start_matches('_');
         let coll = |kind| RankOpKind::Coll { kind, group: None };
@@ -173,6 +173,10 @@ mod tests {
             (r#"[{"bogus": 1}]"#, "entry 0: neither"),
             (r#"{"comms": "all_reduce"}"#, "a JSON list"),
             (r#"[{"comms": "all_reduce", "in_msg_size": -4, "dtype": "float"}]"#, "not a non-negative integer"),
+            (
+                r#"[{"comms": "all_reduce", "in_msg_size": 4611686018427387904, "dtype": "Float"}]"#,
+                "entry 0 \"all_reduce\": in_msg_size = 4611686018427387904 elements of 4 bytes (Float) overflows",
+            ),
         ] {
             let e = format!("{:#}", decode(text, "rank0.json").unwrap_err());
             assert!(e.contains(expect), "{text}: {e}");

@@ -63,7 +63,7 @@ pub struct TraceArgs {
     #[arg(long, value_parser = crate::model::topology::parse_hash_mode)]
     pub hash: Option<fabric_common::config::HashMode>,
     /// Re-seed every switch's hash first.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::model::units::parse_seed)]
     pub hash_seed: Option<u32>,
     /// Rate of one connection, bits/s (default: the host link's modelled rate).
     #[arg(long)]
