@@ -317,7 +317,9 @@ fn run() -> Result<()> {
     // SAFETY: restoring the default disposition of SIGPIPE before any other thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let matches = <Cli as clap::CommandFactory>::command().get_matches();
-    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)
+        .map_err(|e| e.format(&mut <Cli as clap::CommandFactory>::command()))
+        .unwrap_or_else(|e| e.exit());
     // RUST_LOG when set; else errors only, except in the switch agent, whose log (its stderr,
     // a file) is where the XDP programs' slow-path records go, at info and above. No colour
     // codes in a file.

@@ -631,6 +631,11 @@ fn bad_files() {
 fn congestion_settings_are_validated_field_by_field() {
     expect_err(&one_zone("time_scale = 0", ""), &["time_scale", "1..=1000000"]);
     expect_err(&one_zone("", "[congestion]\nlossless_classes = [3, 9]\n"), &["congestion.lossless_classes", "class 9"]);
+    expect_err(
+        &one_zone("", "[congestion]\nlossless_classes = [3, 3]\n"),
+        &["congestion.lossless_classes", "class 3 is named twice"],
+    );
+    expect_ok(&one_zone("", "[congestion]\nlossless_classes = [3, 4]\n"));
     expect_err(&one_zone("", "[congestion]\npause_quanta = 0\n"), &["congestion.pause_quanta"]);
     expect_err(&one_zone("", "[congestion]\nwatchdog_us = -1.0\n"), &["congestion.watchdog_us"]);
     let tier = |body: &str| {
@@ -644,14 +649,14 @@ fn congestion_settings_are_validated_field_by_field() {
     };
     expect_ok(&tier(""));
     expect_err(&tier("alpha = 0.0\n"), &["congestion.ctsw.alpha"]);
-    // The switches keep alpha in 256ths: a smaller one would become 0, a queue limit of 0.
-    expect_err(&tier("alpha = 0.001\n"), &["congestion.ctsw.alpha", "1/256"]);
-    expect_ok(&tier("alpha = 0.00390625\n"));
-    // A byte count the switches hold in 32 bits.
-    expect_err(
-        &one_zone("", "[congestion.ctsw]\nbuffer_kb = 8000000\n"),
-        &["congestion.ctsw.buffer_kb", "at most 4 GiB"],
-    );
+    // The switches keep alpha in 256ths, rounded: below half of one it would become 0, a queue
+    // limit of 0.
+    expect_err(&tier("alpha = 0.001\n"), &["congestion.ctsw.alpha", "would become 0", "256ths"]);
+    expect_ok(&tier("alpha = 0.003\n"));
+    // A static buffer is held in 32 bits, a shared pool in 64.
+    let buffer = |kind: &str| one_zone("", &format!("[congestion.ctsw]\nbuffer = \"{kind}\"\nbuffer_kb = 8000000\n"));
+    expect_err(&buffer("static"), &["congestion.ctsw.buffer_kb", "static buffer (at most 4 GiB)"]);
+    expect_ok(&buffer("shared"));
     let bad = one_zone(
         "",
         "[congestion.rtsw]\nbuffer = \"shared\"\nbuffer_kb = 0\necn_kmin_kb = 50\necn_kmax_kb = 40\n\

@@ -46,13 +46,14 @@ pub struct AnalyzeArgs {
 pub fn group_of(args: &AnalyzeArgs) -> Result<Group> {
     let mut modes = Vec::new();
     for h in &args.hash {
-        // Only the modes that choose by the packet alone: `te` needs the controller's table.
-        let m = crate::model::topology::parse_hash_mode(h).map_err(anyhow::Error::msg)?;
-        ensure!(
-            HashMode::ALL.contains(&m),
-            "hash mode {h:?} cannot be predicted from a capture: it chooses by more than the packet (five-tuple, \
-             eecmp and pin can be)"
-        );
+        // Only the modes that choose by the packet alone: `te` needs the controller's table, the
+        // balancing modes the switch's state.
+        let m = HashMode::parse(h);
+        ensure!(m.is_some(), "--hash {h:?}: no such hash mode; a capture predicts five-tuple, eecmp or pin");
+        let m = m.filter(|m| HashMode::ALL.contains(m));
+        let m = m.with_context(|| {
+            format!("--hash {h:?}: chooses by more than the packet, so a capture cannot predict it (five-tuple, eecmp or pin)")
+        })?;
         modes.push(m);
     }
     if modes.is_empty() {
@@ -86,4 +87,38 @@ pub fn main(args: &AnalyzeArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_hash(hash: &str) -> AnalyzeArgs {
+        AnalyzeArgs {
+            capture: PathBuf::from("unused.pcap"),
+            uplinks: None,
+            seed: None,
+            hash: vec![hash.into()],
+            pin_shift: 1,
+            switch: None,
+            topology: None,
+            per_qp: false,
+            json: None,
+            chart: None,
+        }
+    }
+
+    /// A mode the switch has but a capture cannot predict is told apart from a name that is no
+    /// mode at all; the three packet-only modes are taken.
+    #[test]
+    fn unknown_and_unpredictable_hash_modes_are_told_apart() {
+        let err = |h: &str| format!("{:#}", group_of(&with_hash(h)).unwrap_err());
+        assert!(err("bogus").contains("--hash \"bogus\": no such hash mode"), "{}", err("bogus"));
+        for mode in ["te", "flowlet", "adaptive", "spray", "wcmp"] {
+            assert!(err(mode).contains("a capture cannot predict it"), "{mode}: {}", err(mode));
+        }
+        for mode in ["five-tuple", "eecmp", "pin"] {
+            assert_eq!(group_of(&with_hash(mode)).unwrap().modes, [HashMode::parse(mode).unwrap()]);
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! going down, and the log of every fault with its time, which job records join to their runs.
 use std::time::Duration;
 
-use fabric_common::fault::MAX_LOSS_PPM;
+use fabric_common::{fault::MAX_LOSS_PPM, queue::MIN_RATE_BPS};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -42,6 +42,11 @@ pub enum FaultError {
     LossOutOfRange(f64),
     #[error("rate {rate} Gbit/s: a degraded link's rate must be above 0 and at most its own {nominal} Gbit/s")]
     RateOutOfRange { rate: f64, nominal: f64 },
+    #[error(
+        "rate {rate} Gbit/s at time_scale {time_scale} is below the {MIN_RATE_BPS} bit/s a testbed port sends at: \
+         at least {least} Gbit/s"
+    )]
+    RateBelowTestbedFloor { rate: f64, time_scale: u64, least: f64 },
     #[error("--period {0:?}: expected a duration such as 200ms or 2s, at least 10ms")]
     BadPeriod(String),
     #[error("--count 0: a flap needs at least one down-and-up")]
@@ -67,6 +72,22 @@ pub fn check_rate(rate_gbps: f64, nominal_gbps: f64) -> Result<f64, FaultError> 
     } else {
         Err(FaultError::RateOutOfRange { rate: rate_gbps, nominal: nominal_gbps })
     }
+}
+
+/// [`check_rate`] for a testbed link of `topology`: the rate scaled by its time scale must
+/// still be one a port sends at ([`MIN_RATE_BPS`]), or the link would carry nothing.
+pub fn check_testbed_rate(
+    rate_gbps: f64,
+    nominal_gbps: f64,
+    topology: &super::topology::Topology,
+) -> Result<f64, FaultError> {
+    let rate = check_rate(rate_gbps, nominal_gbps)?;
+    if topology.modelled_rate_bps(rate) < MIN_RATE_BPS {
+        let time_scale = topology.time_scale;
+        let least = MIN_RATE_BPS as f64 * time_scale as f64 / 1e9;
+        return Err(FaultError::RateBelowTestbedFloor { rate, time_scale, least });
+    }
+    Ok(rate)
 }
 
 /// Parses a flap period (`200ms`, `2s`); shorter than 10 ms is refused: each half of a cycle
@@ -144,6 +165,12 @@ mod tests {
         for bad in [0.0, -5.0, 401.0, f64::NAN] {
             assert!(check_rate(bad, 400.0).is_err(), "{bad}");
         }
+        // At the default time scale (4000) a testbed port needs 0.004 Gbit/s to send at all.
+        let topo = crate::model::topology::Topology::default_topology();
+        assert_eq!(check_testbed_rate(0.004, 400.0, &topo), Ok(0.004));
+        let e = check_testbed_rate(0.000001, 400.0, &topo).unwrap_err();
+        assert!(e.to_string().contains("time_scale 4000") && e.to_string().contains("at least 0.004 Gbit/s"), "{e}");
+        assert!(matches!(check_testbed_rate(500.0, 400.0, &topo), Err(FaultError::RateOutOfRange { .. })));
         assert_eq!(parse_period("200ms"), Ok(Duration::from_millis(200)));
         assert_eq!(parse_period("1.5s"), Ok(Duration::from_millis(1500)));
         for bad in ["5ms", "200", "fast", "-1s"] {

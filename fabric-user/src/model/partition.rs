@@ -27,7 +27,8 @@ impl Graph {
         Graph { n, w: vec![0.0; n * n] }
     }
 
-    /// Adds `bytes` between `a` and `b` (either direction; self-loops are ignored).
+    /// Adds `bytes` between `a` and `b` (either direction). A self-loop crosses no link and is
+    /// ignored (a job file's `[[traffic]]` refuses one, as a mistake).
     pub fn add(&mut self, a: usize, b: usize, bytes: f64) {
         if a != b {
             self.w[a * self.n + b] += bytes;

@@ -34,8 +34,8 @@ impl Placement {
                 Placement::Random { seed }
             }
             _ if s.starts_with("hosts:") => {
-                let hosts: Vec<String> = s["hosts:".len()..].split(',').map(str::to_string).collect();
-                if let Some(i) = hosts.iter().position(|h| h.trim().is_empty()) {
+                let hosts: Vec<String> = s["hosts:".len()..].split(',').map(|h| h.trim().to_string()).collect();
+                if let Some(i) = hosts.iter().position(String::is_empty) {
                     bail!("{s:?}: host name {} of {} is empty", i + 1, hosts.len());
                 }
                 Placement::Explicit { hosts }
@@ -139,6 +139,7 @@ mod tests {
         assert!(msg("random:x").contains("the seed \"x\" is not an integer"));
         assert!(msg("hosts:z0r0h0,z0r1h0,").contains("host name 3 of 3 is empty"));
         assert!(msg("hosts:").contains("host name 1 of 1 is empty"));
+        assert_eq!(Placement::parse("hosts:z0r0h0, z0r1h0").unwrap().spelling(), "hosts:z0r0h0,z0r1h0");
         let too_few = format!("{:#}", Placement::Contiguous.place(&plan, 0).unwrap_err());
         assert!(too_few.contains("ranks: 0; a job needs at least 2"), "{too_few}");
     }

@@ -153,9 +153,10 @@ pub struct SimArgs {
     /// `--flap`: how many periods.
     #[arg(long, default_value_t = 1, requires = "flap")]
     pub count: u32,
-    /// Packet model: from a failure to the controller's repaired routes, microseconds.
-    #[arg(long, default_value_t = 100.0, requires = "failure")]
-    pub detect_us: f64,
+    /// Packet model: from a failure to the controller's repaired routes, microseconds (default
+    /// 100).
+    #[arg(long, requires = "failure")]
+    pub detect_us: Option<f64>,
     /// Packet model: also write each case as the testbed writes a run: its job record
     /// (`results/jobs/JOB.json`, for `fabric report JOB`) and its run result
     /// (`results/twin/JOB.json`, schema fabric.run/2).
@@ -180,6 +181,9 @@ pub struct SimArgs {
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
+
+/// `--detect-us` when not given: from a failure to the controller's repaired routes, microseconds.
+const DEFAULT_DETECT_US: f64 = 100.0;
 
 /// Faults to simulate, as the CLI names them.
 #[derive(Clone, Debug, Default)]
@@ -230,11 +234,7 @@ pub fn build_fabric_with(
     let down = faults
         .down
         .iter()
-        .map(|spec| {
-            let l = plan.find_link(spec).with_context(|| format!("--down {spec:?}"))?;
-            super::whatif::refuse_host_link(&plan, l).with_context(|| format!("--down {spec:?}"))?;
-            Ok(l)
-        })
+        .map(|spec| plan.find_link(spec).with_context(|| format!("--down {spec:?}")))
         .collect::<Result<std::collections::BTreeSet<_>>>()?;
     let loss = lossy_ports(&plan, &faults.loss)?;
     let hosts = plan.hosts().count();
@@ -274,6 +274,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     let faults = SimFaults { down: a.down.clone(), degrade: a.degrade.clone(), loss: a.loss.clone() };
     let mut fabric = build_fabric_with(a.topology.as_deref(), a.scale, &faults)?;
     let build_s = t.elapsed().as_secs_f64();
+    refuse_down_hosts_of_the_job(a, &fabric.plan)?;
     let modes: Vec<HashMode> = if a.hash.is_empty() { HashMode::ALL.to_vec() } else { distinct(&a.hash) };
     let qps = if a.qps.is_empty() { vec![1, 8] } else { distinct(&a.qps) };
     for &q in &qps {
@@ -369,6 +370,10 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     let results = match (a.model, whatif) {
         (Model::Flow, None) => cases.iter().map(|o| simulate(&mut fabric, o)).collect::<Result<Vec<_>>>()?,
         (Model::Flow, Some(w)) if w.kind == WhatIfKind::Flap => {
+            ensure!(
+                a.detect_us.is_none(),
+                "--detect-us: the flow model's flap has no detection delay (its rate changes at once); use --model packet"
+            );
             let plan = &fabric.plan;
             let down = down_links(plan, &a.down)?;
             cases.iter().map(|o| simulate_flap_flow(plan, &down, o, &w)).collect::<Result<Vec<_>>>()?
@@ -390,8 +395,9 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         (Model::Packet, None) => simulate_packet_cases(&fabric, &cases, &packet)?,
         (Model::Packet, Some(_)) if a.job_record => bail!("--job-record: not with --fail-at or --drain-at"),
         (Model::Packet, Some(w)) => {
-            ensure!(a.detect_us.is_finite() && a.detect_us >= 0.0, "--detect-us: {} is not a delay", a.detect_us);
-            let detect_ns = (a.detect_us * 1e3).round() as u64;
+            let detect_us = a.detect_us.unwrap_or(DEFAULT_DETECT_US);
+            ensure!(detect_us.is_finite() && detect_us >= 0.0, "--detect-us: {detect_us} is not a delay");
+            let detect_ns = (detect_us * 1e3).round() as u64;
             let plan = &fabric.plan;
             let down = down_links(plan, &a.down)?;
             resolve_links(plan, &w)?;
@@ -399,6 +405,25 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         }
     };
     Ok(SimReport { schema: "fabric.sim/1", build_s, results, traces: Vec::new() })
+}
+
+/// `--down` on the link of a host the job runs on: hosts are single-homed, so the job could not
+/// finish. A host the job leaves out may lose its link. (A trace's ranks are placed by the
+/// trace, and a placement that fails is reported where the job is placed.)
+fn refuse_down_hosts_of_the_job(a: &SimArgs, plan: &Plan) -> Result<()> {
+    if a.down.is_empty() || a.trace.is_some() {
+        return Ok(());
+    }
+    let ranks = a.ranks.unwrap_or_else(|| plan.hosts().count());
+    let Ok(hosts) = a.placement.place(plan, ranks) else { return Ok(()) };
+    for spec in &a.down {
+        let l = plan.find_link(spec).with_context(|| format!("--down {spec:?}"))?;
+        let link = &plan.links[l];
+        if hosts.contains(&link.a) || hosts.contains(&link.b) {
+            super::whatif::refuse_host_link(plan, l).with_context(|| format!("--down {spec:?}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// The values of a repeatable option, each once, in the order first given: a repeated value
@@ -510,9 +535,12 @@ mod tests {
         assert!(err(&[&packet[..], &["--loss", "z0r0:z0c0=150%"]].concat()).contains("150"));
         assert!(err(&[&packet[..], &["--loss", "z0r0:z0c0"]].concat()).contains("expected LINK=PCT%"));
         assert!(err(&[&packet[..], &["--loss", "z0r0:z0c0=1%", "--fail-at", "z0c1@10us"]].concat()).contains("--loss"));
-        // A host's only link, down: refused as --fail-at refuses it, before the job runs.
+        // A host's only link, down: refused as --fail-at refuses it, before the job runs, when
+        // the job runs on that host; a host the job leaves out may lose its link.
         let host_link = err(&["--down", "z0r0:z0r0h0"]);
         assert!(host_link.contains("--down \"z0r0:z0r0h0\"") && host_link.contains("single-homed"), "{host_link}");
+        let spare = ["--down", "z0r3:z0r3h1", "--ranks", "4", "--hash", "eecmp", "--qps", "1"];
+        assert!(run(&Cli::try_parse_from([&["sim"][..], &spare].concat()).unwrap().sim).is_ok());
         assert!(err(&[&packet[..], &["--deadline-ms", "0"]].concat()).contains("--deadline-ms: must be at least 1"));
         assert!(err(&["--job-record"]).contains("--job-record: needs the packet model"));
         assert!(err(&[&packet[..], &["--fail-at", "z0c1@-5us"]].concat()).contains("cannot be negative"));
@@ -527,12 +555,29 @@ mod tests {
             assert!(e.contains("required arguments were not provided"), "{lone:?}: {e}");
         }
         assert!(Cli::try_parse_from(["sim", "--detect-us", "5", "--fail-at", "z0c1@1us"]).is_ok());
-        assert!(Cli::try_parse_from(["sim", "--detect-us", "5", "--flap", "z0c1", "--period", "1ms"]).is_ok());
+        let flap = ["sim", "--detect-us", "5", "--flap", "z0c1", "--period", "1ms", "--hash", "eecmp", "--qps", "1"];
+        let e = format!("{:#}", run(&Cli::try_parse_from(flap).unwrap().sim).unwrap_err());
+        assert!(e.contains("--detect-us: the flow model's flap has no detection delay"), "{e}");
         let cli =
             Cli::try_parse_from(["sim", "--hash", "pin", "--hash", "eecmp", "--hash", "pin", "--qps", "1"]).unwrap();
         let cases: Vec<String> = run(&cli.sim).unwrap().results.into_iter().map(|r| r.case).collect();
         assert_eq!(cases.len(), 2, "{cases:?}");
         assert!(cases[0].contains(" pin ") && cases[1].contains(" eecmp "), "{cases:?}");
+    }
+
+    /// A failure after the job has ended is told apart from one during it.
+    #[test]
+    fn a_failure_after_the_job_is_told_apart() {
+        let whatif = |at: &str| {
+            let args = ["sim", "--model", "packet", "--hash", "eecmp", "--qps", "1", "--message", "256Ki"];
+            let cli = Cli::try_parse_from([&args[..], &["--fail-at", &format!("z0r0:z0c0@{at}")]].concat()).unwrap();
+            let r = run(&cli.sim).unwrap_or_else(|e| panic!("{e:#}"));
+            r.results[0].packet.as_ref().and_then(|p| p.whatif.clone()).expect("a what-if")
+        };
+        let late = whatif("10s");
+        assert!(late.after_the_job() && late.steps_affected == 0, "{late:?}");
+        let early = whatif("1us");
+        assert!(!early.after_the_job(), "{early:?}");
     }
 
     /// Seeds as topology files write them: decimal or 0x-hex, the same seed either way.

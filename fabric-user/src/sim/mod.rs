@@ -267,6 +267,13 @@ pub struct WhatIfReport {
     pub timeouts: u64,
 }
 
+impl WhatIfReport {
+    /// The event came after the job had ended, so it changed no step: a time to pick again.
+    pub fn after_the_job(&self) -> bool {
+        self.steps_affected == 0 && self.at_ns as f64 > self.baseline_completion_s * 1e9
+    }
+}
+
 /// How many QPs one step may have before we refuse (memory: ~100 bytes per QP and direction).
 pub const MAX_QPS_PER_STEP: usize = 20_000_000;
 
@@ -544,7 +551,7 @@ fn print_whatifs(results: &[SimResult]) {
             w.timeouts,
             if w.finished { "every byte delivered" } else { "NOT every byte delivered (deadline)" }
         );
-        if w.at_ns as f64 >= w.baseline_completion_s * 1e9 {
+        if w.after_the_job() {
             println!(
                 "  note: the event at {} us comes after the job ended ({:.1} us): it changed nothing; pick an \
                  earlier time",

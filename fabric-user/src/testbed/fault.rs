@@ -14,7 +14,7 @@ use fabric_common::fault::PortLoss;
 
 use super::{find_link, link_label, reroute, set_link, set_link_carrier};
 use crate::{
-    model::fault::{Degradation, FaultEvent, FaultKind, check_rate},
+    model::fault::{Degradation, FaultEvent, FaultKind, check_testbed_rate},
     model::plan::{LinkId, NodeId, Plan},
     state::State,
     sys::netns,
@@ -31,7 +31,7 @@ pub fn degrade(prefix: &str, spec: &str, rate_gbps: Option<f64>, loss_ppm: Optio
     let mut state = State::load(prefix)?;
     let l = find_link(&state.plan, spec)?;
     let nominal = state.plan.links[l].rate_gbps;
-    let rate_gbps = rate_gbps.map(|r| check_rate(r, nominal)).transpose()?;
+    let rate_gbps = rate_gbps.map(|r| check_testbed_rate(r, nominal, &state.plan.topology)).transpose()?;
     let d = Degradation { rate_gbps, loss_ppm: loss_ppm.unwrap_or(0), seed };
     apply(&state, l, &d)?;
     let label = link_label(&state.plan, l);

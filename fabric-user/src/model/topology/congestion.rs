@@ -7,9 +7,10 @@ use fabric_common::{
 };
 use serde::{Deserialize, Serialize};
 
-/// The smallest dynamic-threshold alpha a switch holds: it keeps alpha in 256ths
-/// (`QosConfig::alpha_x256`).
-const ALPHA_RESOLUTION: f64 = 1.0 / 256.0;
+/// A dynamic-threshold alpha as a switch holds it (`QosConfig::alpha_x256`): in 256ths, rounded.
+fn alpha_x256(alpha: f64) -> u32 {
+    (alpha * 256.0).round() as u32
+}
 
 /// Congestion model settings shared by every switch, plus one [`SwitchQos`] per tier.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -150,8 +151,8 @@ impl SwitchQos {
         }
         if !(self.alpha.is_finite() && self.alpha > 0.0 && self.alpha <= 64.0) {
             err("alpha", format!("{} is not allowed; must be in (0, 64]", self.alpha));
-        } else if self.alpha < ALPHA_RESOLUTION {
-            err("alpha", format!("{} is below the switches' resolution of 1/256 (it would become 0)", self.alpha));
+        } else if alpha_x256(self.alpha) == 0 {
+            err("alpha", format!("{} would become 0: the switches hold alpha in 256ths", self.alpha));
         }
         if self.ecn_kmin_kb >= self.ecn_kmax_kb {
             err("ecn_kmin_kb", format!("{} must be below ecn_kmax_kb ({})", self.ecn_kmin_kb, self.ecn_kmax_kb));
@@ -162,15 +163,16 @@ impl SwitchQos {
         if self.xon_kb >= self.xoff_kb {
             err("xon_kb", format!("{} must be below xoff_kb ({})", self.xon_kb, self.xoff_kb));
         }
-        for (field, v) in [
-            ("buffer_kb", self.buffer_kb),
-            ("ecn_kmax_kb", self.ecn_kmax_kb),
-            ("xoff_kb", self.xoff_kb),
-            ("headroom_kb", self.headroom_kb),
-        ] {
+        for (field, v) in
+            [("ecn_kmax_kb", self.ecn_kmax_kb), ("xoff_kb", self.xoff_kb), ("headroom_kb", self.headroom_kb)]
+        {
             if u64::from(v) * 1024 > u64::from(u32::MAX) {
                 err(field, format!("{v} KiB is too large (at most 4 GiB)"));
             }
+        }
+        // A static buffer is a port's own, held in 32 bits; a shared pool is counted in 64.
+        if self.buffer == BufferKind::Static && u64::from(self.buffer_kb) * 1024 > u64::from(u32::MAX) {
+            err("buffer_kb", format!("{} KiB is too large for a static buffer (at most 4 GiB)", self.buffer_kb));
         }
     }
 }
@@ -193,9 +195,11 @@ impl Congestion {
     /// Every problem as (field path, message).
     pub(super) fn check(&self) -> Vec<(String, String)> {
         let mut errs = Vec::new();
-        for c in &self.lossless_classes {
+        for (i, c) in self.lossless_classes.iter().enumerate() {
             if *c > 7 {
                 errs.push(("congestion.lossless_classes".into(), format!("class {c} does not exist (0..=7)")));
+            } else if self.lossless_classes[..i].contains(c) {
+                errs.push(("congestion.lossless_classes".into(), format!("class {c} is named twice")));
             }
         }
         if self.pause_quanta == 0 {
@@ -240,7 +244,7 @@ impl Congestion {
                 BufferKind::Static => BufferMode::Static as u32,
             },
             port_buffer_bytes: kb(sw.buffer_kb),
-            alpha_x256: (sw.alpha / ALPHA_RESOLUTION).round() as u32,
+            alpha_x256: alpha_x256(sw.alpha),
             pool_bytes: u64::from(sw.buffer_kb) * 1024,
         }
     }

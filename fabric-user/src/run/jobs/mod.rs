@@ -366,7 +366,7 @@ impl JobSpec {
                     .filter(|&h| hosts.contains(&h))
                     .with_context(|| format!("slow_nic: {:?} is not one of this job's hosts", n.host))?;
                 let link = plan.nodes[h].ports[0].link;
-                crate::model::fault::check_rate(n.rate_gbps, plan.links[link].rate_gbps)
+                crate::model::fault::check_testbed_rate(n.rate_gbps, plan.links[link].rate_gbps, &plan.topology)
                     .context("slow_nic.rate_gbps")?;
                 Some((h, plan.link_label(link), n.rate_gbps))
             }

@@ -90,7 +90,8 @@ pub fn decode(text: &str, file: &str) -> Result<(RankTrace, BTreeMap<String, Vec
                 let peer = int("src_rank")?.ok_or_else(|| at("src_rank is missing".into()))?;
                 (
                     RankOpKind::Recv { peer: peer as usize, tag: 0 },
-                    size("out_msg_size").or_else(|_| size("in_msg_size"))?,
+                    // The received size, else the sent one; only a missing field falls back.
+                    if int("out_msg_size")?.is_some() { size("out_msg_size")? } else { size("in_msg_size")? },
                 )
             }
             other => {
@@ -176,6 +177,10 @@ mod tests {
             (
                 r#"[{"comms": "all_reduce", "in_msg_size": 4611686018427387904, "dtype": "Float"}]"#,
                 "entry 0 \"all_reduce\": in_msg_size = 4611686018427387904 elements of 4 bytes (Float) overflows",
+            ),
+            (
+                r#"[{"comms": "recv", "in_msg_size": 1, "out_msg_size": 4611686018427387904, "dtype": "Float", "src_rank": 1}]"#,
+                "out_msg_size = 4611686018427387904 elements",
             ),
         ] {
             let e = format!("{:#}", decode(text, "rank0.json").unwrap_err());
