@@ -22,7 +22,7 @@ struct Cli {
 #[derive(clap::Args)]
 struct Which {
     /// Testbed prefix (default: the prefix of --topology, else of the default topology).
-    #[arg(long, value_parser = fabric_user::model::topology::validate::parse_prefix)]
+    #[arg(long, value_parser = fabric_user::model::topology::validate::parse_prefix, conflicts_with = "topology")]
     prefix: Option<String>,
     /// Topology file whose prefix to use.
     #[arg(long)]
@@ -283,9 +283,10 @@ enum Command {
         /// Check every ordered pair, however many hosts.
         #[arg(long)]
         all: bool,
-        /// Seed of the sample: the same seed checks the same pairs.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
+        /// Seed of the sample: the same seed checks the same pairs (default 1; a run of every
+        /// pair has no sample to seed).
+        #[arg(long, conflicts_with = "all")]
+        seed: Option<u64>,
     },
     /// Simulate a collective on a flow-level model of a fabric of any size (same hash, groups
     /// and flows as the XDP switches and endpoints): uplink balance and fair-share times.
@@ -364,9 +365,7 @@ fn run() -> Result<()> {
         }
         Command::Graph { topology, format, every_host } => graph(topology, format, every_host)?,
         Command::Report { job } => fabric_user::run::jobs::runner::report(&job)?,
-        Command::Stats { which, json, watch, prometheus } => {
-            stats(&State::load(&which.prefix()?)?, json, watch, prometheus)?
-        }
+        Command::Stats { which, json, watch, prometheus } => stats(&which.prefix()?, json, watch, prometheus)?,
         Command::Ping { which, json, sample, all, seed } => {
             ping(&State::load(&which.prefix()?)?, json, sample, all, seed)?
         }
@@ -548,9 +547,11 @@ fn status_line(s: &testbed::Status) -> String {
 }
 
 /// `fabric stats`, once or every `watch` seconds.
-fn stats(state: &State, json: bool, watch: Option<u64>, prometheus: bool) -> Result<()> {
+fn stats(prefix: &str, json: bool, watch: Option<u64>, prometheus: bool) -> Result<()> {
     loop {
-        let report = stats::collect(state)?;
+        // Read each pass: links taken down or degraded meanwhile, or a testbed brought up again,
+        // show as they are now.
+        let report = stats::collect(&State::load(prefix)?)?;
         if prometheus {
             print!("{}", fabric_user::telemetry::prometheus::render(&report));
         } else if json {
@@ -560,7 +561,8 @@ fn stats(state: &State, json: bool, watch: Option<u64>, prometheus: bool) -> Res
         }
         let Some(secs) = watch else { return Ok(()) };
         std::thread::sleep(std::time::Duration::from_secs(secs));
-        if !json {
+        // Clear the screen for the table only: JSON and the Prometheus text are for programs.
+        if !json && !prometheus {
             print!("\x1b[2J\x1b[H");
         }
     }
@@ -568,12 +570,19 @@ fn stats(state: &State, json: bool, watch: Option<u64>, prometheus: bool) -> Res
 
 /// `fabric ping`: all pairs, or a seeded sample on a large testbed; exits 1 when a probe goes
 /// unanswered.
-fn ping(state: &State, json: bool, sample: Option<usize>, all: bool, seed: u64) -> Result<()> {
+fn ping(state: &State, json: bool, sample: Option<usize>, all: bool, seed: Option<u64>) -> Result<()> {
     let selection = match (sample, all) {
         (_, true) => probe::Selection::All,
         (Some(n), false) => probe::Selection::Sample(n),
         (None, false) => probe::Selection::default_for(state.plan.hosts().count()),
     };
+    anyhow::ensure!(
+        seed.is_none() || selection != probe::Selection::All,
+        "--seed: this testbed's {} hosts are few enough that every pair is checked, so there is no sample to \
+         seed (give --sample N to draw one)",
+        state.plan.hosts().count()
+    );
+    let seed = seed.unwrap_or(1);
     let r = probe::ping(state, selection, seed)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);

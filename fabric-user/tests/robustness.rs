@@ -303,6 +303,16 @@ fn flags_that_would_be_ignored_are_refused_by_name() {
         let (ok, err) = fabric(&[args, &absent].concat());
         assert!(!ok && !err.contains("would be ignored") && err.contains("no testbed"), "{args:?}: {err}");
     }
+    // Options that do nothing alone, or that a replay cannot honour.
+    let (ok, err) = fabric(&[&["run", "allreduce", "--hash-seed", "7"][..], &absent].concat());
+    assert!(!ok && err.contains("--hash-seed") && err.contains("--hash"), "{err}");
+    let trace = file("traces/dp-step");
+    let (ok, err) = fabric(&[&["run", "trace", &trace, "--hash", "te"][..], &absent].concat());
+    assert!(!ok && err.contains("--hash te: a trace replay places no flows"), "{err}");
+    let (ok, err) = fabric(&[&["run", "trace", &trace, "--hash", "eecmp"][..], &absent].concat());
+    assert!(!ok && err.contains("no testbed"), "{err}");
+    let (ok, err) = fabric(&["link", "--prefix", "zz9", "--topology", &file("default.toml"), "down", "z0r0:z0c0"]);
+    assert!(!ok && err.contains("'--prefix <PREFIX>' cannot be used with '--topology"), "{err}");
     let (ok, err) = fabric(&["sim", "--topology", &file("default.toml"), "schedule", "--jobs", "2"]);
     assert!(!ok && err.contains("'schedule' cannot be used with '--topology"), "{err}");
     let (ok, err) = fabric(&["sim", "schedule", "--topology", &file("default.toml"), "--jobs", "2", "--sizes", "2"]);

@@ -267,6 +267,14 @@ fn sampled_ping_covers_every_host_and_rack_pair() {
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("checked 10 of 56 pairs: every host as source and destination"), "{text}");
     assert!(text.contains("20 of 20 probes answered"), "{text}");
+    // The default testbed is small enough that every pair is checked: a seed there has nothing
+    // to choose, and is refused rather than ignored.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
+        .args(["ping", "--prefix", &prefix, "--seed", "7"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--seed: this testbed's 8 hosts"), "{err}");
     testbed::down(&prefix).unwrap();
     assert_nothing_left(&prefix);
 }

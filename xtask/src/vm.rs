@@ -187,7 +187,8 @@ pub fn run(kernel_deb: Option<&str>, command: &[String]) -> Result<()> {
     // Results come back through a directory shared writable with the guest.
     let results = crate::util::workspace_root().join("results/vm");
     std::fs::create_dir_all(&results)?;
-    let command = if command.is_empty() {
+    let smoke = command.is_empty();
+    let command = if smoke {
         let ws = crate::util::workspace_root();
         format!(
             "uname -r; {f} check && cd {ws} && {{ {f} rxe smoke --topology {topo} --out {out} > {out}/rxe-smoke.log 2>&1; \
@@ -198,15 +199,17 @@ pub fn run(kernel_deb: Option<&str>, command: &[String]) -> Result<()> {
             out = results.display()
         )
     } else {
-        command.join(" ")
+        // Each argument as it was given: `cargo xtask vm -- sh -c 'a; b'` runs `sh` with one script.
+        shell_words::join(command)
     };
     println!("vm: booting {} (software emulation) to run: {command}", vmlinuz.display());
     let booted = Instant::now();
     let (code, out) = boot_with(&vng, &vmlinuz, &command, Some(&results))?;
     let vm_time = booted.elapsed();
     println!("{out}");
-    // The smoke test's own log, without the console's kernel messages in between.
-    if let Ok(log) = std::fs::read_to_string(results.join("rxe-smoke.log")) {
+    // The smoke test's own log, without the console's kernel messages in between (only after a
+    // smoke test: another command's run would show an old one).
+    if let Some(Ok(log)) = smoke.then(|| std::fs::read_to_string(results.join("rxe-smoke.log"))) {
         println!("vm: results/vm/rxe-smoke.log:\n{log}");
     }
     if !did.is_empty() {

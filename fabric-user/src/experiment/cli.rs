@@ -6,6 +6,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{ALL, Options};
 
+/// `--time-scale`: a topology's time scale ([`crate::model::topology::TIME_SCALES`]).
+fn parse_time_scale(s: &str) -> Result<u64, String> {
+    let range = crate::model::topology::TIME_SCALES;
+    let v: u64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if range.contains(&v) { Ok(v) } else { Err(format!("{v} is not in {}..={}", range.start(), range.end())) }
+}
+
 #[derive(Clone, Debug, clap::Args)]
 pub struct ExperimentArgs {
     /// `list`, `all`, or a scenario: ecmp-entropy, path-pinning, link-failure, incast, pfc-storm,
@@ -15,7 +22,7 @@ pub struct ExperimentArgs {
     #[arg(long)]
     pub full: bool,
     /// Number of seeds (default: 2, or 5 with --full).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub seeds: Option<u32>,
     /// Results go to DIR/NAME/ (report.md, charts, results.json).
     #[arg(long, default_value = "results")]
@@ -26,7 +33,7 @@ pub struct ExperimentArgs {
     /// Time scale of the experiments (default: the ECMP and placement ones calibrate it on this
     /// machine, from 20000 doubling until the endpoints keep 70% of their rate; incast and
     /// pfc-storm run at 16000, where a 2-core machine's endpoints keep up with an incast).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_time_scale)]
     pub time_scale: Option<u64>,
     /// A line per run on stderr.
     #[arg(long, short)]
@@ -138,4 +145,31 @@ fn textwrap(s: &str, width: usize, indent: &str) -> String {
         line += w.len();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::ExperimentArgs;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        experiment: ExperimentArgs,
+    }
+
+    /// `--seeds 0` and time scales no topology may have are refused at the command line, by name.
+    #[test]
+    fn seeds_and_time_scales_out_of_range_are_refused_by_name() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from([&["experiment", "incast"][..], args].concat())
+                .map(|c| (c.experiment.seeds, c.experiment.time_scale))
+        };
+        assert_eq!(parse(&["--seeds", "3", "--time-scale", "16000"]).unwrap(), (Some(3), Some(16000)));
+        for bad in [&["--seeds", "0"][..], &["--time-scale", "0"], &["--time-scale", "2000000"]] {
+            let e = parse(bad).expect_err("refused").to_string();
+            assert!(e.contains(bad[0]), "{bad:?}: {e}");
+        }
+    }
 }

@@ -69,8 +69,8 @@ pub struct RunSpec {
     #[arg(long, value_parser = parse_hash_mode)]
     #[serde(deserialize_with = "hash_mode_serde::option::deserialize")]
     pub hash: Option<HashMode>,
-    /// Re-seed every switch's hash.
-    #[arg(long, value_parser = crate::model::units::parse_seed)]
+    /// Re-seed every switch's hash (with --hash, which sets the mode it seeds).
+    #[arg(long, value_parser = crate::model::units::parse_seed, requires = "hash")]
     pub hash_seed: Option<u32>,
     /// Rate of one connection (all its QPs), bits/s (K, M, G = x1000); default: the host
     /// link's modelled rate (tiers.host.rate_gbps / time_scale).
@@ -211,6 +211,10 @@ impl RunSpec {
         ensure!(self.ranks.is_none_or(|r| r >= 2), "--ranks: a collective needs at least 2 ranks");
         ensure!(self.message.get() > 0, "--message: must be at least 1 byte (a collective of 0 bytes moves nothing)");
         ensure!(self.iterations >= 1, "--iterations: must be at least 1");
+        ensure!(
+            self.hash_seed.is_none() || self.hash.is_some(),
+            "--hash-seed: it seeds the mode that --hash sets, so give --hash too"
+        );
         ensure!((1..=MAX_QPS).contains(&self.qps), "--qps: {} is not in 1..={MAX_QPS}", self.qps);
         ensure!(
             self.rate.is_none_or(|r| r.get() > 0),
@@ -474,6 +478,7 @@ mod tests {
             (&["--cts-channels", "0"], "--cts-channels"),
             (&["--cts-buffer", "100"], "--cts-buffer"),
             (&["--slow-receiver", "z0r0h0:-1"], "slow_receiver"),
+            (&["--hash-seed", "7"], "--hash"),
         ];
         for (flags, needle) in refused {
             let e = from_flags(flags).expect_err(&format!("{flags:?} was accepted"));
@@ -485,9 +490,14 @@ mod tests {
             assert!(format!("{e:#}").contains(flags[0]), "{flags:?}: {e:#}");
         }
         // The same options, in range, run.
-        for flags in
-            [&["--qps", "8"][..], &["--cc", "dcqcn"], &["--rate", "10M"], &["--path-mtu", "4096"], &["--hash", "te"]]
-        {
+        for flags in [
+            &["--qps", "8"][..],
+            &["--cc", "dcqcn"],
+            &["--rate", "10M"],
+            &["--path-mtu", "4096"],
+            &["--hash", "te"],
+            &["--hash", "eecmp", "--hash-seed", "0x7"],
+        ] {
             from_flags(flags).unwrap_or_else(|e| panic!("{flags:?}: {e:#}"));
         }
     }
@@ -498,6 +508,7 @@ mod tests {
             ("workload = \"allreduce\"\nqps = 0", "--qps"),
             ("workload = \"allreduce\"\nmessage = \"0\"", "--message"),
             ("workload = \"incast\"\ncc = \"dcqcn\"\necn = false", "--ecn"),
+            ("workload = \"allreduce\"\nhash_seed = 7", "--hash-seed: it seeds the mode that --hash sets"),
         ] {
             let spec: RunSpec = toml::from_str(text).unwrap();
             let e = spec.to_options().expect_err(text);

@@ -98,26 +98,27 @@ pub struct PerftestSpec {
     #[arg(long)]
     pub to: Option<String>,
     /// QPs (perftest -q).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub qps: u32,
     /// Message size, bytes (perftest -s).
-    #[arg(long, default_value_t = 65536)]
+    #[arg(long, default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..))]
     pub size: u32,
     /// Iterations (perftest -n, at least 5).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(5..))]
     pub iters: u32,
     /// IP traffic class (perftest --tclass): 106 = DSCP 26 (lossless class 3) + ECT(0).
     #[arg(long, default_value_t = 106)]
     pub tclass: u8,
     /// Outstanding work requests per QP (perftest -t). Under software emulation rxe moves a
     /// few thousand packets per second: a deep queue outlasts the retransmission timer.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     pub tx_depth: u32,
-    /// QP retransmission timeout exponent, 4.096 us x 2^N (perftest -u); 18 is about 1 s.
-    #[arg(long, default_value_t = 18)]
+    /// QP retransmission timeout exponent, 4.096 us x 2^N (perftest -u; the IB field holds
+    /// 0..=31); 18 is about 1 s.
+    #[arg(long, default_value_t = 18, value_parser = clap::value_parser!(u8).range(0..=31))]
     pub qp_timeout: u8,
     /// TCP port of perftest's connection exchange.
-    #[arg(long, default_value_t = 18515)]
+    #[arg(long, default_value_t = 18515, value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
     /// Capture the RoCE frames arriving at the server's veth (UDP source ports, CE marks); the
     /// server's own ACKs and responses are not in it.
@@ -1083,19 +1084,20 @@ pub struct AllreduceSpec {
     /// Message size per rank, bytes (K, M, G = x1000; Ki, Mi, Gi = x1024).
     #[arg(long, default_value_t = crate::model::units::Size(1 << 20))]
     pub message: crate::model::units::Size,
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub iterations: u32,
     /// QPs per connection (QP scaling).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub qps: u32,
     /// IP traffic class: 106 = DSCP 26 + ECT(0).
     #[arg(long, default_value_t = 106)]
     pub tclass: u8,
-    /// QP retransmission timeout exponent (4.096 us x 2^N).
-    #[arg(long, default_value_t = 18)]
+    /// QP retransmission timeout exponent (4.096 us x 2^N; the IB field holds 0..=31).
+    #[arg(long, default_value_t = 18, value_parser = clap::value_parser!(u8).range(0..=31))]
     pub qp_timeout: u8,
-    /// First TCP port of the ranks' connection exchange (rank r listens on PORT + r).
-    #[arg(long, default_value_t = 19000)]
+    /// First TCP port of the ranks' connection exchange (rank r listens on PORT + r, so the
+    /// last rank's port must fit too: checked against the ranks when the run starts).
+    #[arg(long, default_value_t = 19000, value_parser = clap::value_parser!(u16).range(1..))]
     pub port_base: u16,
 }
 
@@ -1137,6 +1139,13 @@ pub fn allreduce(state: &State, layout: &RxeLayout, spec: &AllreduceSpec) -> Res
     let program = verbs_program()?;
     let n = layout.hosts.len();
     ensure!(n >= 2, "a ring needs two rxe hosts");
+    ensure!(
+        usize::from(spec.port_base) + n - 1 <= usize::from(u16::MAX),
+        "--port-base {}: rank {} would listen on port {}, beyond 65535",
+        spec.port_base,
+        n - 1,
+        usize::from(spec.port_base) + n - 1
+    );
     ensure!(layout.hosts.iter().all(|h| h.device.is_some() && h.gid_index.is_some()), "hosts without rxe devices");
     let options = allreduce_options(spec)?;
     let devices: Vec<String> = layout.hosts.iter().map(|h| h.device.clone().expect("checked")).collect();

@@ -145,6 +145,8 @@ fn default_mtu() -> u32 {
 /// 400 Gbit/s / 4000 = 100 Mbit/s per link: what one of our endpoints sends comfortably on
 /// one core of a small machine, so incasts congest the fabric, not the CPU.
 pub const DEFAULT_TIME_SCALE: u64 = 4000;
+/// The time scales a topology may have.
+pub const TIME_SCALES: std::ops::RangeInclusive<u64> = 1..=1_000_000;
 fn default_time_scale() -> u64 {
     DEFAULT_TIME_SCALE
 }

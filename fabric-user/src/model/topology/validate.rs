@@ -47,8 +47,9 @@ impl Topology {
         let zones_ok = self.check_zones(&mut errs);
         let atsw_ok = self.check_atsw(&mut errs);
         self.check_tiers(&mut errs);
-        if !(1..=1_000_000).contains(&self.time_scale) {
-            errs.push("time_scale", format!("{} is not allowed; must be 1..=1000000", self.time_scale));
+        if !super::TIME_SCALES.contains(&self.time_scale) {
+            let (lo, hi) = (super::TIME_SCALES.start(), super::TIME_SCALES.end());
+            errs.push("time_scale", format!("{} is not allowed; must be {lo}..={hi}", self.time_scale));
         }
         self.check_flowlet_gap(&mut errs);
         for (path, message) in self.congestion.check() {

@@ -6,6 +6,10 @@ use anyhow::{Result, bail};
 
 use super::{TraceInput, chakra, param};
 
+/// How many ranks one SPMD file may be replayed on: a job needs two, and each rank holds a copy
+/// of the file's ops (65,536 is more than twice the 24K-GPU cluster).
+pub const SPMD_RANKS: std::ops::RangeInclusive<usize> = 2..=65_536;
+
 /// Reads a trace: a Chakra ET file (`NAME.RANK.et`, whose siblings `NAME.*.et` are the other
 /// ranks; or a directory of them), or PARAM JSON (`*.json`, siblings `PREFIX*.json` numbered by
 /// rank; or a directory of them). A lone file without a rank number is every rank's trace
@@ -17,6 +21,20 @@ pub fn load(path: &std::path::Path, spmd_ranks: Option<usize>) -> Result<TraceIn
     let ext_json = files.iter().all(|(_, p)| p.extension().is_some_and(|e| e == "json"));
     let mut input = TraceInput::default();
     let spmd = files.len() == 1 && files[0].0.is_none();
+    if let Some(n) = spmd_ranks {
+        anyhow::ensure!(
+            spmd || n == files.len(),
+            "ranks {n} given, but {} holds a file per rank ({} files): its ranks are its files",
+            path.display(),
+            files.len()
+        );
+        anyhow::ensure!(
+            !spmd || SPMD_RANKS.contains(&n),
+            "ranks {n}: one file is replayed on {}..={} ranks",
+            SPMD_RANKS.start(),
+            SPMD_RANKS.end()
+        );
+    }
     let mut param_groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (_, f) in &files {
         let rt = if ext_et {

@@ -62,8 +62,8 @@ pub struct TraceArgs {
     /// or wcmp (docs/routing-modes.md).
     #[arg(long, value_parser = crate::model::topology::parse_hash_mode)]
     pub hash: Option<fabric_common::config::HashMode>,
-    /// Re-seed every switch's hash first.
-    #[arg(long, value_parser = crate::model::units::parse_seed)]
+    /// Re-seed every switch's hash first (with --hash).
+    #[arg(long, value_parser = crate::model::units::parse_seed, requires = "hash")]
     pub hash_seed: Option<u32>,
     /// Rate of one connection, bits/s (default: the host link's modelled rate).
     #[arg(long)]
@@ -81,7 +81,7 @@ pub struct TraceArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub ecn: bool,
     /// Testbed prefix (default: the prefix of --topology, else of the default topology).
-    #[arg(long, value_parser = crate::model::topology::validate::parse_prefix)]
+    #[arg(long, value_parser = crate::model::topology::validate::parse_prefix, conflicts_with = "topology")]
     pub prefix: Option<String>,
     /// Topology file whose prefix to use.
     #[arg(long)]
@@ -220,6 +220,7 @@ pub fn job(args: &TraceArgs) -> Result<Job> {
 pub fn run(state: &State, args: &TraceArgs) -> Result<TraceResult> {
     crate::sys::netns::require_capabilities()?;
     let plan = &state.plan;
+    refuse_te(args)?;
     let job = job(args)?;
     ensure!(args.iterations >= 1, "at least one iteration");
     let (mut endpoint, hash_mode) = args.endpoint()?;
@@ -411,9 +412,22 @@ pub fn print(r: &TraceResult) {
     );
 }
 
+/// `--hash te` needs the controller to place each flow, which a replay does not do: the switches
+/// would fall back to the hash while the result said `te`.
+fn refuse_te(args: &TraceArgs) -> Result<()> {
+    ensure!(
+        args.hash != Some(fabric_common::config::HashMode::Te),
+        "--hash te: a trace replay places no flows for traffic engineering, so te would hash like eecmp \
+         (`fabric run --hash te` places a collective's flows)"
+    );
+    Ok(())
+}
+
 /// The command: loads the testbed's state, replays, prints, writes the JSON.
 pub fn main(args: &TraceArgs) -> Result<()> {
-    // Decode first: a malformed trace is reported before anything touches the testbed.
+    // Check and decode first: a bad option or a malformed trace is reported before anything
+    // touches the testbed.
+    refuse_te(args)?;
     job(args)?;
     let prefix = match &args.prefix {
         Some(p) => p.clone(),

@@ -226,4 +226,21 @@ mod tests {
         };
         assert_eq!(shape(&param), shape(&tp));
     }
+
+    /// `--ranks` goes with one file without a rank number (replayed on every rank), within
+    /// [`crate::run::trace::files::SPMD_RANKS`]; a trace of a file per rank has its own.
+    #[test]
+    fn ranks_go_with_a_lone_file_only() {
+        let e = format!("{:#}", load(&dir().join("dp-step"), Some(4)).unwrap_err());
+        assert!(e.contains("ranks 4 given") && e.contains("(8 files)"), "{e}");
+        assert_eq!(load(&dir().join("dp-step"), Some(8)).unwrap().ranks.len(), 8, "the same count says nothing new");
+        let tmp = tempfile::tempdir().unwrap();
+        let lone = tmp.path().join("step.et");
+        std::fs::copy(dir().join("dp-step/dp-step.0.et"), &lone).unwrap();
+        assert_eq!(load(&lone, Some(4)).unwrap().ranks.len(), 4);
+        for bad in [0, 1, 65_537] {
+            let e = format!("{:#}", load(&lone, Some(bad)).unwrap_err());
+            assert!(e.contains(&format!("ranks {bad}: one file is replayed on 2..=65536")), "{e}");
+        }
+    }
 }
