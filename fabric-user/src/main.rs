@@ -310,7 +310,9 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    fabric_user::exit_code(run())
+    let result = run();
+    testbed::await_interrupt_cleanup();
+    fabric_user::exit_code(result)
 }
 
 fn run() -> Result<()> {
@@ -411,8 +413,14 @@ fn run() -> Result<()> {
         }
         Command::Sim(args) => fabric_user::sim::cli::main(&args)?,
         Command::Analyze(args) => fabric_user::analyze::cli::main(&args)?,
-        Command::Rxe(args) => fabric_user::run::rxe::main(&args)?,
-        Command::Experiment(args) => fabric_user::experiment::cli::main(&args)?,
+        Command::Rxe(args) => {
+            testbed::remove_owned_on_interrupt()?;
+            fabric_user::run::rxe::main(&args)?
+        }
+        Command::Experiment(args) => {
+            testbed::remove_owned_on_interrupt()?;
+            fabric_user::experiment::cli::main(&args)?
+        }
         Command::Place(args) => fabric_user::model::partition::main(&args)?,
         Command::Check => {
             SwitchDataplane::load()?;

@@ -247,6 +247,39 @@ fn a_controller_killed_during_up_leaves_nothing_after_down() {
     assert_eq!(root_links(), before, "nothing was left in the root namespace");
 }
 
+/// Ctrl-C during an experiment removes the testbed it built under a prefix its user never saw,
+/// says so, and exits with 130; without the handler the interrupted process would leave the
+/// whole testbed behind (its namespaces, pins, state and switch agent).
+#[test]
+fn an_interrupted_experiment_removes_its_testbed() {
+    netns::require_capabilities().expect("this test needs root");
+    // `fabric experiment --prefix` takes 1..=4 characters; its first testbed adds an `a`.
+    let base = format!("i{}", std::process::id() % 1000);
+    let built = format!("{base}a");
+    let _guard = DownOnDrop(built.clone());
+    let out = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
+        .args(["experiment", "incast", "--seeds", "1", "--prefix", &base, "--out"])
+        .arg(out.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while fabric_user::state::State::load(&built).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "the experiment ended before its testbed was up");
+        assert!(waited.elapsed() < Duration::from_secs(120), "the experiment's testbed never came up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let exit = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&exit.stderr);
+    assert_eq!(exit.status.code(), Some(130), "{err}");
+    assert!(err.contains(&format!("interrupted: removing testbed {built}")), "{err}");
+    nothing_left(&built);
+}
+
 /// A `--prefix` that could name a path outside the testbed's folders (`..`, a slash, nothing)
 /// is refused by every command before it touches anything: `down` removes what a prefix names.
 #[test]

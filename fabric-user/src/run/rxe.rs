@@ -841,7 +841,7 @@ pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
     let _ = testbed::down(&prefix);
     let started = Instant::now();
     let (_, layout) = testbed::up_rxe(&topo, true, RxeOptions { create_devices: true })?;
-    let guard = testbed::DownOnDrop(prefix.clone());
+    let guard = testbed::DownOnDrop::owned(prefix.clone());
     let up_seconds = started.elapsed().as_secs_f64();
     println!(
         "rxe smoke: testbed {prefix} up with rxe hosts in {up_seconds:.1} s (per-host namespaces: {})",
