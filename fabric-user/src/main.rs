@@ -76,7 +76,7 @@ enum LinkAction {
     Flap {
         /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
         link: String,
-        /// One down-and-up cycle, half down and half up (e.g. 200ms, 2s; at least 10ms).
+        /// One down-and-up cycle, half down and half up (e.g. 200ms, 2s; 10ms to 1h).
         #[arg(long, default_value = "200ms", value_parser = parse_period_arg)]
         period: std::time::Duration,
         /// Cycles.
@@ -311,7 +311,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let result = run();
-    testbed::await_interrupt_cleanup();
+    testbed::interrupt::await_interrupt_cleanup();
     fabric_user::exit_code(result)
 }
 
@@ -414,11 +414,15 @@ fn run() -> Result<()> {
         Command::Sim(args) => fabric_user::sim::cli::main(&args)?,
         Command::Analyze(args) => fabric_user::analyze::cli::main(&args)?,
         Command::Rxe(args) => {
-            testbed::remove_owned_on_interrupt()?;
+            if args.builds_testbeds() {
+                testbed::interrupt::remove_owned_on_interrupt(|p| testbed::down(p).map(drop))?;
+            }
             fabric_user::run::rxe::main(&args)?
         }
         Command::Experiment(args) => {
-            testbed::remove_owned_on_interrupt()?;
+            if args.builds_testbeds() {
+                testbed::interrupt::remove_owned_on_interrupt(|p| testbed::down(p).map(drop))?;
+            }
             fabric_user::experiment::cli::main(&args)?
         }
         Command::Place(args) => fabric_user::model::partition::main(&args)?,

@@ -248,15 +248,20 @@ fn a_controller_killed_during_up_leaves_nothing_after_down() {
 }
 
 /// Ctrl-C during an experiment removes the testbed it built under a prefix its user never saw,
-/// says so, and exits with 130; without the handler the interrupted process would leave the
-/// whole testbed behind (its namespaces, pins, state and switch agent).
+/// says so, and dies of the signal; without the handler the interrupted process would leave the
+/// whole testbed behind (its namespaces, pins, state and switch agent). The signal comes as
+/// soon as the testbed's state exists, while `up` may still be building it: the handler waits
+/// for the bring-up, then removes all of it.
 #[test]
 fn an_interrupted_experiment_removes_its_testbed() {
+    use std::os::unix::process::ExitStatusExt as _;
     netns::require_capabilities().expect("this test needs root");
     // `fabric experiment --prefix` takes 1..=4 characters; its first testbed adds an `a`.
     let base = format!("i{}", std::process::id() % 1000);
     let built = format!("{base}a");
     let _guard = DownOnDrop(built.clone());
+    // A leftover of an earlier run under the same name would look like this one's testbed.
+    testbed::down(&built).unwrap();
     let out = tempfile::tempdir().unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
         .args(["experiment", "incast", "--seeds", "1", "--prefix", &base, "--out"])
@@ -273,9 +278,14 @@ fn an_interrupted_experiment_removes_its_testbed() {
     }
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let interrupted = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(interrupted.elapsed() < Duration::from_secs(120), "the experiment outlived its Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let exit = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&exit.stderr);
-    assert_eq!(exit.status.code(), Some(130), "{err}");
+    assert_eq!(exit.status.signal(), Some(libc::SIGINT), "{:?}: {err}", exit.status);
     assert!(err.contains(&format!("interrupted: removing testbed {built}")), "{err}");
     nothing_left(&built);
 }

@@ -199,8 +199,9 @@ pub fn run(kernel_deb: Option<&str>, command: &[String]) -> Result<()> {
             out = results.display()
         )
     } else {
-        // Each argument as it was given: `cargo xtask vm -- sh -c 'a; b'` runs `sh` with one script.
-        shell_words::join(command)
+        // One argument is a shell line (`cargo xtask vm -- 'a; b'`); several keep their words
+        // (`cargo xtask vm -- sh -c 'a; b'` runs `sh` with one script).
+        if command.len() == 1 { command[0].clone() } else { shell_words::join(command) }
     };
     println!("vm: booting {} (software emulation) to run: {command}", vmlinuz.display());
     let booted = Instant::now();

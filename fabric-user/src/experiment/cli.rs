@@ -54,6 +54,14 @@ pub enum ExperimentModel {
     Packet,
 }
 
+impl ExperimentArgs {
+    /// Whether the command brings up testbeds of its own (any run on the testbed), which Ctrl-C
+    /// must not leave behind.
+    pub fn builds_testbeds(&self) -> bool {
+        self.name != "list" && self.model == ExperimentModel::Testbed
+    }
+}
+
 pub fn main(args: &ExperimentArgs) -> Result<()> {
     if let Some(p) = &args.prefix
         && !(1..=4).contains(&p.len())

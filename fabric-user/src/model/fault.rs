@@ -91,7 +91,8 @@ pub fn check_testbed_rate(
 }
 
 /// Parses a flap period (`200ms`, `2s`); shorter than 10 ms is refused: each half of a cycle
-/// reprograms every switch's routes, which takes longer than that.
+/// reprograms every switch's routes, which takes longer than that. Longer than an hour is
+/// refused too (and would overflow a `Duration` far beyond).
 pub fn parse_period(s: &str) -> Result<Duration, FaultError> {
     let bad = || FaultError::BadPeriod(s.into());
     let t = s.trim();

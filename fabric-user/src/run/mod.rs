@@ -69,8 +69,9 @@ pub struct RunSpec {
     #[arg(long, value_parser = parse_hash_mode)]
     #[serde(deserialize_with = "hash_mode_serde::option::deserialize")]
     pub hash: Option<HashMode>,
-    /// Re-seed every switch's hash (with --hash, which sets the mode it seeds).
-    #[arg(long, value_parser = crate::model::units::parse_seed, requires = "hash")]
+    /// Re-seed every switch's hash (with --hash, which sets the mode it seeds; a jobs run seeds
+    /// each job's mode).
+    #[arg(long, value_parser = crate::model::units::parse_seed)]
     pub hash_seed: Option<u32>,
     /// Rate of one connection (all its QPs), bits/s (K, M, G = x1000); default: the host
     /// link's modelled rate (tiers.host.rate_gbps / time_scale).

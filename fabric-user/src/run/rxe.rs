@@ -28,6 +28,14 @@ pub struct RxeArgs {
     pub command: RxeCommand,
 }
 
+impl RxeArgs {
+    /// Whether the command brings up a testbed of its own (the smoke test), which Ctrl-C must
+    /// not leave behind.
+    pub fn builds_testbeds(&self) -> bool {
+        matches!(self.command, RxeCommand::Smoke { .. })
+    }
+}
+
 #[derive(Debug, clap::Subcommand)]
 pub enum RxeCommand {
     /// perftest (ib_write_bw / ib_send_bw / ib_read_bw) between two rxe hosts of a testbed.
@@ -840,8 +848,9 @@ pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
     let prefix = topo.prefix.clone();
     let _ = testbed::down(&prefix);
     let started = Instant::now();
-    let (_, layout) = testbed::up_rxe(&topo, true, RxeOptions { create_devices: true })?;
     let guard = testbed::DownOnDrop::owned(prefix.clone());
+    let (_, layout) =
+        testbed::interrupt::bringing_up(|| testbed::up_rxe(&topo, true, RxeOptions { create_devices: true }))?;
     let up_seconds = started.elapsed().as_secs_f64();
     println!(
         "rxe smoke: testbed {prefix} up with rxe hosts in {up_seconds:.1} s (per-host namespaces: {})",

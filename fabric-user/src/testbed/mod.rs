@@ -2,6 +2,7 @@
 //! programs the XDP switches and pins them; `down` removes everything with the testbed's prefix
 //! (also after a crash or a half-finished `up`); `link` fails and repairs links.
 pub mod fault;
+pub mod interrupt;
 pub mod probe;
 pub mod rxe;
 
@@ -496,55 +497,21 @@ pub struct DownOnDrop(pub String);
 
 impl DownOnDrop {
     /// The same, for a command that builds testbeds its user never names (an experiment's, the
-    /// rxe smoke test's): the testbed is also removed on Ctrl-C, which ends the process without
-    /// running drops (see [`remove_owned_on_interrupt`]).
+    /// rxe smoke test's): made before the testbed is brought up, it is also removed on Ctrl-C
+    /// (`interrupt::remove_owned_on_interrupt`).
     pub fn owned(prefix: String) -> Self {
-        owned_testbeds().push(prefix.clone());
+        interrupt::own(&prefix);
         DownOnDrop(prefix)
     }
 }
 
 impl Drop for DownOnDrop {
     fn drop(&mut self) {
+        // Never beside the Ctrl-C handler's own teardown (it holds this until the process ends).
+        let _work = interrupt::owned_work();
+        interrupt::disown(&self.0);
         let _ = down(&self.0);
-        owned_testbeds().retain(|p| *p != self.0);
     }
-}
-
-/// The testbeds of [`DownOnDrop::owned`] not yet torn down.
-static OWNED_TESTBEDS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-
-fn owned_testbeds() -> std::sync::MutexGuard<'static, Vec<String>> {
-    // A panic while holding the list leaves it as valid as before: take it anyway.
-    OWNED_TESTBEDS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Held by the Ctrl-C handler while it removes the owned testbeds.
-static INTERRUPT_CLEANUP: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Returns once no Ctrl-C cleanup is under way (one that is never returns: it exits the
-/// process). The command line calls it before exiting.
-pub fn await_interrupt_cleanup() {
-    drop(INTERRUPT_CLEANUP.lock());
-}
-
-/// On Ctrl-C, removes every testbed of [`DownOnDrop::owned`] (saying so on stderr) and exits
-/// with 130, as a shell reports an interrupted command.
-pub fn remove_owned_on_interrupt() -> Result<()> {
-    ctrlc::set_handler(|| {
-        // Held until the process exits: a main thread that fails meanwhile (its testbed going
-        // away under it) waits in `await_interrupt_cleanup` instead of exiting half-way.
-        let _cleaning = INTERRUPT_CLEANUP.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let owned = std::mem::take(&mut *owned_testbeds());
-        for prefix in &owned {
-            eprintln!("interrupted: removing testbed {prefix}");
-            if let Err(e) = down(prefix) {
-                eprintln!("  not all of it: {e:#} (fabric down --prefix {prefix} removes the rest)");
-            }
-        }
-        std::process::exit(130);
-    })
-    .context("installing the Ctrl-C handler")
 }
 
 /// What `down` removed.
