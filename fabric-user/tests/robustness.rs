@@ -270,22 +270,41 @@ fn an_interrupted_experiment_removes_its_testbed() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Read stderr as it comes, so that a chatty child never blocks on a full pipe.
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).map(|_| text)
+    });
+    // A child that outlives a failed assertion is killed first.
+    let fail = |child: &mut std::process::Child, why: &str| -> ! {
+        let _ = child.kill();
+        panic!("{why}");
+    };
     let waited = std::time::Instant::now();
     while fabric_user::state::State::load(&built).is_err() {
-        assert!(child.try_wait().unwrap().is_none(), "the experiment ended before its testbed was up");
-        assert!(waited.elapsed() < Duration::from_secs(120), "the experiment's testbed never came up");
+        if child.try_wait().unwrap().is_some() {
+            fail(&mut child, "the experiment ended before its testbed was up");
+        }
+        if waited.elapsed() > Duration::from_secs(120) {
+            fail(&mut child, "the experiment's testbed never came up");
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let interrupted = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        assert!(interrupted.elapsed() < Duration::from_secs(120), "the experiment outlived its Ctrl-C");
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if interrupted.elapsed() > Duration::from_secs(120) {
+            fail(&mut child, "the experiment outlived its Ctrl-C");
+        }
         std::thread::sleep(Duration::from_millis(50));
-    }
-    let exit = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&exit.stderr);
-    assert_eq!(exit.status.signal(), Some(libc::SIGINT), "{:?}: {err}", exit.status);
+    };
+    let err = reader.join().unwrap().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}: {err}");
     assert!(err.contains(&format!("interrupted: removing testbed {built}")), "{err}");
     nothing_left(&built);
 }

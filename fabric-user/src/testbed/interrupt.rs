@@ -3,9 +3,14 @@
 //!
 //! A signal ends the process without running drops, so the testbeds of `DownOnDrop::owned` are
 //! listed here, and a handler thread removes them (with the teardown it is given: this module
-//! sits below the testbed's own code). It never works beside the main thread's own bring-up or teardown of an owned testbed:
-//! both hold [`owned_work`], the handler from the signal until the process dies, so a
-//! half-built testbed is finished before it is removed, and nothing is removed twice.
+//! sits below the testbed's own code).
+//!
+//! The handler never works beside the main thread's own bring-up or teardown of an owned
+//! testbed: both hold [`owned_work`], the handler from the signal until the process dies, so a
+//! half-built testbed is finished before it is removed, and the main thread never tears down
+//! one the handler is removing. The main thread's other work goes on meanwhile (its steps fail
+//! as their testbed goes), which is why the handler removes each testbed a second time at the
+//! end.
 use std::io::Write as _;
 use std::sync::{
     Mutex, MutexGuard, PoisonError,
@@ -70,13 +75,10 @@ pub fn remove_owned_on_interrupt(down: fn(&str) -> Result<()>) -> Result<()> {
             libc::signal(libc::SIGINT, libc::SIG_DFL);
             libc::signal(libc::SIGPIPE, libc::SIG_IGN);
         }
-        let _work = WORK.lock().unwrap_or_else(PoisonError::into_inner);
-        for prefix in std::mem::take(&mut *owned()) {
-            let _ = writeln!(std::io::stderr(), "interrupted: removing testbed {prefix}");
-            if let Err(e) = down(&prefix) {
-                let _ = writeln!(std::io::stderr(), "  not all of it: {e:#} (fabric down --prefix {prefix})");
-            }
-        }
+        let _work = wait_for_owned_work();
+        let prefixes = std::mem::take(&mut *owned());
+        // Whatever happens in a teardown, the process still dies of the signal below.
+        let _ = std::panic::catch_unwind(|| remove(&prefixes, down));
         // SAFETY: raising a signal whose disposition is the default ends the process.
         unsafe { libc::raise(libc::SIGINT) };
         std::process::exit(130);
@@ -84,6 +86,39 @@ pub fn remove_owned_on_interrupt(down: fn(&str) -> Result<()>) -> Result<()> {
     .context("installing the Ctrl-C handler")?;
     INSTALLED.store(true, Ordering::SeqCst);
     Ok(())
+}
+
+/// The work lock, for the handler: a bring-up under way is waited for, and the user is told
+/// so (a second Ctrl-C now would leave those testbeds).
+fn wait_for_owned_work() -> MutexGuard<'static, ()> {
+    match WORK.try_lock() {
+        Ok(work) => work,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            let prefixes = owned().join(", ");
+            let _ = writeln!(
+                std::io::stderr(),
+                "interrupted: waiting for testbed {prefixes} to finish coming up, then removing it (Ctrl-C again \
+                 leaves it: fabric down --prefix PREFIX removes it later)"
+            );
+            WORK.lock().unwrap_or_else(PoisonError::into_inner)
+        }
+    }
+}
+
+/// Tears down `prefixes`, saying so. The main thread still runs meanwhile (an experiment's step
+/// may save its state after the first teardown), so each is torn down once more at the end:
+/// `down` of a testbed already gone does nothing.
+fn remove(prefixes: &[String], down: fn(&str) -> Result<()>) {
+    for prefix in prefixes {
+        let _ = writeln!(std::io::stderr(), "interrupted: removing testbed {prefix}");
+        if let Err(e) = down(prefix) {
+            let _ = writeln!(std::io::stderr(), "  not all of it: {e:#} (fabric down --prefix {prefix})");
+        }
+    }
+    for prefix in prefixes {
+        let _ = down(prefix);
+    }
 }
 
 /// Returns once no Ctrl-C cleanup is under way (one under way never returns: the process dies
