@@ -414,15 +414,11 @@ fn run() -> Result<()> {
         Command::Sim(args) => fabric_user::sim::cli::main(&args)?,
         Command::Analyze(args) => fabric_user::analyze::cli::main(&args)?,
         Command::Rxe(args) => {
-            if args.builds_testbeds() {
-                testbed::interrupt::remove_owned_on_interrupt(|p| testbed::down(p).map(drop))?;
-            }
+            remove_owned_testbeds_on_interrupt(args.builds_testbeds())?;
             fabric_user::run::rxe::main(&args)?
         }
         Command::Experiment(args) => {
-            if args.builds_testbeds() {
-                testbed::interrupt::remove_owned_on_interrupt(|p| testbed::down(p).map(drop))?;
-            }
+            remove_owned_testbeds_on_interrupt(args.builds_testbeds())?;
             fabric_user::experiment::cli::main(&args)?
         }
         Command::Place(args) => fabric_user::model::partition::main(&args)?,
@@ -637,6 +633,14 @@ fn run_collective(spec: &fabric_user::run::RunSpec, prefix: &str, json: Option<P
     match &result.job_id {
         Some(id) => println!("wrote {} and the job record (fabric report {id})", path.display()),
         None => println!("wrote {}", path.display()),
+    }
+    Ok(())
+}
+
+/// For a command that `builds` testbeds of its own: Ctrl-C removes them.
+fn remove_owned_testbeds_on_interrupt(builds: bool) -> Result<()> {
+    if builds {
+        testbed::interrupt::remove_owned_on_interrupt(|p| testbed::down(p).map(drop))?;
     }
     Ok(())
 }

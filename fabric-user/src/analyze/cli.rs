@@ -1,7 +1,7 @@
 //! `fabric analyze`: the command line over the analyzer, its terminal report and its charts.
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 
 use super::{chart, report};
 use crate::analyze::*;
@@ -48,13 +48,13 @@ pub fn group_of(args: &AnalyzeArgs) -> Result<Group> {
     for h in &args.hash {
         // Only the modes that choose by the packet alone: `te` needs the controller's table, the
         // balancing modes the switch's state.
-        let m = HashMode::parse(h);
-        ensure!(m.is_some(), "--hash {h:?}: no such hash mode; a capture predicts five-tuple, eecmp or pin");
-        let m = m.filter(|m| HashMode::ALL.contains(m));
-        let m = m.with_context(|| {
-            format!("--hash {h:?}: chooses by more than the packet, so a capture cannot predict it (five-tuple, eecmp or pin)")
-        })?;
-        modes.push(m);
+        match HashMode::parse(h) {
+            Some(m) if HashMode::ALL.contains(&m) => modes.push(m),
+            Some(_) => bail!(
+                "--hash {h:?}: chooses by more than the packet, so a capture cannot predict it (five-tuple, eecmp or pin)"
+            ),
+            None => bail!("--hash {h:?}: no such hash mode; a capture predicts five-tuple, eecmp or pin"),
+        }
     }
     if modes.is_empty() {
         modes = HashMode::ALL.to_vec();

@@ -82,9 +82,8 @@ pub fn check_testbed_rate(
     topology: &super::topology::Topology,
 ) -> Result<f64, FaultError> {
     let rate = check_rate(rate_gbps, nominal_gbps)?;
-    if topology.modelled_rate_bps(rate) < MIN_RATE_BPS {
-        let time_scale = topology.time_scale;
-        let least = MIN_RATE_BPS as f64 * time_scale as f64 / 1e9;
+    if !topology.testbed_sends_at(rate) {
+        let (time_scale, least) = (topology.time_scale, topology.least_testbed_rate_gbps());
         return Err(FaultError::RateBelowTestbedFloor { rate, time_scale, least });
     }
     Ok(rate)

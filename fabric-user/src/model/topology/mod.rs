@@ -237,6 +237,17 @@ impl Topology {
         ((rate_gbps * 1e9) / self.time_scale.max(1) as f64).round() as u64
     }
 
+    /// Whether a link of `rate_gbps` sends at all on the testbed: its rate after the time scale
+    /// must reach [`MIN_RATE_BPS`](fabric_common::queue::MIN_RATE_BPS).
+    pub fn testbed_sends_at(&self, rate_gbps: f64) -> bool {
+        self.modelled_rate_bps(rate_gbps) >= fabric_common::queue::MIN_RATE_BPS
+    }
+
+    /// The slowest rate, Gbit/s, at which a testbed link of this time scale sends.
+    pub fn least_testbed_rate_gbps(&self) -> f64 {
+        fabric_common::queue::MIN_RATE_BPS as f64 * self.time_scale.max(1) as f64 / 1e9
+    }
+
     /// A modelled duration (ns of the real network) in wall-clock ns on the testbed.
     pub fn wall_ns(&self, modelled_ns: f64) -> u64 {
         (modelled_ns * self.time_scale.max(1) as f64).round() as u64

@@ -199,8 +199,8 @@ impl Topology {
                     &format!("tiers.{name}.rate_gbps"),
                     format!("{r} is not allowed; must be a finite number of Gbit/s greater than 0"),
                 );
-            } else if (1..=1_000_000).contains(&self.time_scale) && self.modelled_rate_bps(r) < MIN_RATE_BPS {
-                let least = MIN_RATE_BPS as f64 * self.time_scale as f64 / 1e9;
+            } else if super::TIME_SCALES.contains(&self.time_scale) && !self.testbed_sends_at(r) {
+                let least = self.least_testbed_rate_gbps();
                 errs.push(
                     &format!("tiers.{name}.rate_gbps"),
                     format!(
