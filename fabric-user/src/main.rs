@@ -47,13 +47,15 @@ enum LinkAction {
         /// A link as SWITCH:PEER, e.g. z0r0:z0c1 (either end; `fabric status` lists them).
         link: String,
     },
-    /// Bring a link back and restore the groups.
+    /// Bring a link back and restore the groups (a link of a switch that is down comes back with
+    /// `fabric switch up`).
     Up {
         /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
         link: String,
     },
     /// A gray failure: lower the link's modelled rate and/or make it lose frames (at its switch
-    /// ends, on what they send): `fabric link degrade z0r0:z0c1 --rate 100 --loss 0.1%`.
+    /// ends, on what they send): `fabric link degrade z0r0:z0c1 --rate 100 --loss 0.1%`. A later
+    /// degrade of the same link keeps what it does not give.
     Degrade {
         /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
         link: String,
@@ -72,7 +74,8 @@ enum LinkAction {
         /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
         link: String,
     },
-    /// Take a link down and up repeatedly, routing repaired each time.
+    /// Take a link down and up repeatedly, routing repaired each time (stopped by Ctrl-C or
+    /// SIGTERM, it brings the link back up first).
     Flap {
         /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
         link: String,
@@ -92,7 +95,8 @@ enum SwitchAction {
         /// A switch by name, e.g. z0c1.
         switch: String,
     },
-    /// Bring every link of the switch back.
+    /// Bring back every link the switch's `down` took down (links also taken down on their own,
+    /// or whose other switch is down, stay down).
     Up {
         /// A switch by name, e.g. z0c1.
         switch: String,
@@ -346,13 +350,21 @@ fn run() -> Result<()> {
                 SwitchAction::Down { switch } => (switch, false),
                 SwitchAction::Up { switch } => (switch, true),
             };
-            let links = testbed::fault::set_switch(&which.prefix()?, name, up)?;
+            let change = testbed::fault::set_switch(&which.prefix()?, name, up)?;
             let state = if up { "up" } else { "down" };
-            println!(
-                "switch {name} is {state}: {} links {state} ({}); ECMP groups reprogrammed",
-                links.len(),
-                links.join(", ")
-            );
+            let links = &change.changed;
+            if links.is_empty() {
+                println!("switch {name} is {state}: none of its links changed");
+            } else {
+                println!(
+                    "switch {name} is {state}: {} links {state} ({}); ECMP groups reprogrammed",
+                    links.len(),
+                    links.join(", ")
+                );
+            }
+            if !change.held_down.is_empty() {
+                println!("still down: {}", change.held_down.join(", "));
+            }
         }
         Command::Exporter { which, listen, allow_remote } => {
             fabric_user::telemetry::prometheus::serve(&which.prefix()?, listen, allow_remote, None)?;
@@ -499,6 +511,7 @@ fn link(prefix: &str, action: LinkAction) -> Result<()> {
             println!("link {label}: its own rate again, no loss");
         }
         LinkAction::Flap { link, period, count } => {
+            bring_back_up_on_interrupt(prefix, &link)?;
             let label = testbed::fault::flap(prefix, &link, period, count)?;
             println!(
                 "link {label} flapped {count} times ({period:?} per cycle); it is up, ECMP groups repaired each time"
@@ -532,6 +545,11 @@ fn status_line(s: &testbed::Status) -> String {
     };
     let down =
         if s.down_links.is_empty() { String::new() } else { format!("; links down: {}", s.down_links.join(", ")) };
+    let switches_down = if s.down_switches.is_empty() {
+        String::new()
+    } else {
+        format!("; switches down: {}", s.down_switches.join(", "))
+    };
     let degraded = if s.degraded_links.is_empty() {
         String::new()
     } else {
@@ -549,7 +567,7 @@ fn status_line(s: &testbed::Status) -> String {
         (false, false) => "",
     };
     format!(
-        "testbed {}: {health} ({} of {} namespaces, {} of {} XDP links pinned{down}{degraded}{missing}{agent})",
+        "testbed {}: {health} ({} of {} namespaces, {} of {} XDP links pinned{down}{switches_down}{degraded}{missing}{agent})",
         s.prefix, s.namespaces_present, s.namespaces_expected, s.xdp_links_pinned, s.xdp_links_expected
     )
 }
@@ -635,6 +653,16 @@ fn run_collective(spec: &fabric_user::run::RunSpec, prefix: &str, json: Option<P
         None => println!("wrote {}", path.display()),
     }
     Ok(())
+}
+
+/// For `fabric link flap`: a stop signal (Ctrl-C) leaves the link up, not in its down half.
+fn bring_back_up_on_interrupt(prefix: &str, link: &str) -> Result<()> {
+    let (prefix, link) = (prefix.to_string(), link.to_string());
+    testbed::interrupt::on_stop_signal(move |why| match testbed::fault::end_flap(&prefix, &link) {
+        Ok(Some(label)) => eprintln!("{why}: link {label} is up again; ECMP groups repaired"),
+        Ok(None) => eprintln!("{why}: link {link} was not down by itself: left as it is"),
+        Err(e) => eprintln!("{why}: link {link} may be left down: {e:#} (fabric link up {link})"),
+    })
 }
 
 /// For a command that `builds` testbeds of its own: Ctrl-C removes them.

@@ -5,13 +5,14 @@
 mod common;
 
 use std::{
+    collections::BTreeSet,
     net::{SocketAddr, UdpSocket},
     time::Duration,
 };
 
-use fabric_common::{counters::DropReason, queue::WIRE_OVERHEAD_BYTES};
+use fabric_common::{counters::DropReason, fault::PortLoss, queue::WIRE_OVERHEAD_BYTES};
 use fabric_user::{
-    model::{fault::FaultKind, plan::NodeId},
+    model::{fault::FaultKind, plan::NodeId, routing},
     state::State,
     sys::netns,
     testbed::{self, fault},
@@ -180,15 +181,194 @@ fn flaps_and_switch_downs_are_repaired_and_logged() {
     assert!(log.windows(2).all(|w| w[1].1 >= w[0].1 + 50), "half a period between changes: {log:?}");
     common::assert_all_reachable(&after);
 
-    let links = fault::set_switch(&prefix, "z0c0", false).unwrap();
+    let links = fault::set_switch(&prefix, "z0c0", false).unwrap().changed;
     assert_eq!(links.len(), 4, "one link to each RTSW: {links:?}");
     let down = State::load(&prefix).unwrap();
     assert_eq!(down.down_links.len(), 4);
     common::assert_all_reachable(&down);
-    fault::set_switch(&prefix, "z0c0", true).unwrap();
+    let up = fault::set_switch(&prefix, "z0c0", true).unwrap();
+    assert_eq!((up.changed.len(), up.held_down.len()), (4, 0), "{up:?}");
     let up = State::load(&prefix).unwrap();
     assert!(up.down_links.is_empty());
     common::assert_all_reachable(&up);
+}
+
+/// A switch that comes back brings back only the links it took down: a link taken down by
+/// itself, or one whose other end is a switch still down, stays down and is named; a link of a
+/// down switch does not come up alone.
+#[test]
+fn a_switch_brings_back_only_the_links_it_took_down() {
+    let prefix = common::unique_prefix('l', 4);
+    let (_guard, state) = common::up(None, &prefix);
+    let label = |spec: &str| state.plan.link_label(state.plan.find_link(spec).unwrap());
+    let down_labels = || -> Vec<String> {
+        let s = State::load(&prefix).unwrap();
+        s.down_links.iter().map(|&l| s.plan.link_label(l)).collect()
+    };
+    testbed::set_link(&prefix, "z0r0:z0c0", false).unwrap();
+    assert_eq!(fault::set_switch(&prefix, "z0c0", false).unwrap().changed.len(), 3, "one of its 4 was down already");
+    let r1_links = state.plan.nodes[host(&state, "z0r1")].ports.len();
+    assert_eq!(fault::set_switch(&prefix, "z0r1", false).unwrap().changed.len(), r1_links - 1, "z0r1:z0c0 was down");
+    let err = format!("{:#}", testbed::set_link(&prefix, "z0r1:z0c1", true).unwrap_err());
+    assert!(err.contains("is down with switch z0r1") && err.contains("fabric switch up z0r1"), "{err}");
+    assert!(format!("{:#}", fault::set_switch(&prefix, "z0c0", false).unwrap_err()).contains("already down"));
+
+    let up = fault::set_switch(&prefix, "z0c0", true).unwrap();
+    let (by_hand, with_r1) = (label("z0r0:z0c0"), label("z0r1:z0c0"));
+    assert_eq!(up.changed.len(), 2, "{up:?}");
+    assert_eq!(
+        up.held_down,
+        [format!("{by_hand} (taken down by itself)"), format!("{with_r1} (switch z0r1 is down)")],
+        "{up:?}"
+    );
+    assert!(down_labels().contains(&by_hand) && down_labels().contains(&with_r1));
+    let status = testbed::status(&prefix).unwrap();
+    assert_eq!(status.down_switches, ["z0r1"]);
+
+    fault::set_switch(&prefix, "z0r1", true).unwrap();
+    assert_eq!(down_labels(), [by_hand], "only the link taken down by itself is left");
+    testbed::set_link(&prefix, "z0r0:z0c0", true).unwrap();
+    let after = State::load(&prefix).unwrap();
+    assert!(after.down_links.is_empty() && after.down_switches.is_empty() && after.links_taken_down.is_empty());
+    common::assert_all_reachable(&after);
+}
+
+/// A flap stopped in its down half (here by SIGTERM, as a supervisor's timeout sends) brings
+/// its link back up before it dies of the signal: nothing stays down, every host is reachable.
+#[test]
+fn a_flap_stopped_half_way_leaves_its_link_up() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let prefix = common::unique_prefix('l', 5);
+    let (_guard, state) = common::up(None, &prefix);
+    let link = "z0r0:z0c1";
+    let label = state.plan.link_label(state.plan.find_link(link).unwrap());
+    // One cycle of 20 minutes: the link is down for 10, far longer than the test waits.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
+        .args(["link", "--prefix", &prefix, "flap", link, "--period", "1200s", "--count", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).map(|_| text)
+    });
+    let fail = |child: &mut std::process::Child, why: &str| -> ! {
+        let _ = child.kill();
+        panic!("{why}");
+    };
+    let waited = std::time::Instant::now();
+    while State::load(&prefix).unwrap().down_links.is_empty() {
+        if child.try_wait().unwrap().is_some() || waited.elapsed() > Duration::from_secs(60) {
+            fail(&mut child, "the flap never took its link down");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let stopped = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if stopped.elapsed() > Duration::from_secs(60) {
+            fail(&mut child, "the flap outlived its SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = reader.join().unwrap().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}: {err}");
+    assert!(err.contains(&format!("terminated: link {label} is up again")), "{err}");
+    let after = State::load(&prefix).unwrap();
+    assert!(after.down_links.is_empty() && after.links_taken_down.is_empty(), "{:?}", after.down_links);
+    common::assert_all_reachable(&after);
+}
+
+/// Moves switch `sw`'s pinned maps aside (a half-broken testbed: its maps cannot be opened)
+/// while `f` runs.
+fn with_maps_aside<T>(state: &State, sw: NodeId, f: impl FnOnce() -> T) -> T {
+    let dir = fabric_user::state::bpf_dir(&state.plan.topology.prefix).join(&state.plan.nodes[sw].name);
+    let aside = dir.with_file_name(format!("{}-aside", state.plan.nodes[sw].name));
+    std::fs::rename(&dir, &aside).unwrap();
+    let out = f();
+    std::fs::rename(&aside, &dir).unwrap();
+    out
+}
+
+/// Frames switch `sw` has redirected out of its port `port`.
+fn tx_packets(state: &State, sw: NodeId, port: usize) -> u64 {
+    state.dataplane(sw).unwrap().port_counters(port as u32).unwrap().tx_packets
+}
+
+/// One datagram from each of 64 source ports, `src` to `dst`: 64 flows for the switches to hash.
+fn send_flows(state: &State, src: &str, dst: &str) {
+    let plan = &state.plan;
+    let (s, d) = (host(state, src), host(state, dst));
+    for _ in 0..64 {
+        let tx = socket_in(&plan.netns(s), SocketAddr::from((plan.host_ipv4(s), 0)));
+        tx.send_to(&[0u8; 64], (plan.host_ipv4(d), PORT)).unwrap();
+    }
+}
+
+/// A change that fails half-way, at a switch whose maps are gone, is refused naming the switch
+/// and leaves the fabric as it was. A degradation: the end written first gets its rate back.
+/// A link down: the switches rerouted before the failure get their tables back, so the rack
+/// switch still sends on the link (and stops once the same change succeeds).
+#[test]
+fn a_change_that_fails_half_way_is_rolled_back() {
+    let prefix = common::unique_prefix('l', 6);
+    let (_guard, state) = common::up(None, &prefix);
+    let spec = "z0r0:z0c1";
+    let l = state.plan.find_link(spec).unwrap();
+    let link = &state.plan.links[l];
+    let (first, second) = ((link.a, link.a_port), link.b);
+    let nominal = state.plan.topology.modelled_rate_bps(link.rate_gbps);
+    let err = with_maps_aside(&state, second, || fault::degrade(&prefix, spec, Some(100.0), None, 1).unwrap_err());
+    assert!(format!("{err:#}").contains(&format!("switch {}", state.plan.nodes[second].name)), "{err:#}");
+    assert_eq!(state.dataplane(first.0).unwrap().port_rate(first.1 as u32).unwrap(), nominal, "not rolled back");
+    assert!(State::load(&prefix).unwrap().degraded.is_empty());
+
+    let old = routing::compute(&state.plan, &BTreeSet::new());
+    let new = routing::compute(&state.plan, &BTreeSet::from([l]));
+    let changed: Vec<NodeId> = state.plan.switches().filter(|&sw| old[sw] != new[sw]).collect();
+    let (r0, broken) = (host(&state, "z0r0"), *changed.last().unwrap());
+    assert!(changed.iter().position(|&sw| sw == r0) < Some(changed.len() - 1), "z0r0 is reprogrammed first");
+    let err = with_maps_aside(&state, broken, || testbed::set_link(&prefix, spec, false).unwrap_err());
+    assert!(format!("{err:#}").contains(&format!("switch {}", state.plan.nodes[broken].name)), "{err:#}");
+    let after = State::load(&prefix).unwrap();
+    assert!(after.down_links.is_empty() && after.links_taken_down.is_empty() && after.faults.is_empty());
+    let port = if link.a == r0 { link.a_port } else { link.b_port };
+    let sent = tx_packets(&after, r0, port);
+    send_flows(&after, "z0r0h0", "z0r1h0");
+    assert!(tx_packets(&after, r0, port) > sent, "z0r0 routes around {spec} though the change failed");
+    common::assert_all_reachable(&after);
+
+    testbed::set_link(&prefix, spec, false).unwrap();
+    let down = State::load(&prefix).unwrap();
+    let sent = tx_packets(&down, r0, port);
+    send_flows(&down, "z0r0h0", "z0r1h0");
+    assert_eq!(tx_packets(&down, r0, port), sent, "z0r0 still sends on {spec}, which is down");
+}
+
+/// A second `link degrade` changes what it gives and keeps the rest: a loss after a rate
+/// leaves the rate in force at both switch ends.
+#[test]
+fn a_later_degradation_keeps_the_earlier_rate() {
+    let prefix = common::unique_prefix('l', 7);
+    let (_guard, state) = common::up(None, &prefix);
+    let spec = "z0r0:z0c1";
+    let l = state.plan.find_link(spec).unwrap();
+    fault::degrade(&prefix, spec, Some(100.0), None, 1).unwrap();
+    let what = fault::degrade(&prefix, spec, None, Some(1000), 1).unwrap();
+    assert!(what.ends_with("100 Gbit/s (of 400), 0.1% loss"), "{what}");
+    let link = &state.plan.links[l];
+    let degraded = state.plan.topology.modelled_rate_bps(100.0);
+    for (node, port) in [(link.a, link.a_port), (link.b, link.b_port)] {
+        let mut dp = state.dataplane(node).unwrap();
+        assert_eq!(dp.port_rate(port as u32).unwrap(), degraded, "{}", state.plan.nodes[node].name);
+        assert_eq!(dp.port_loss(port as u32).unwrap().threshold, PortLoss::new(1000, 0).threshold);
+    }
 }
 
 /// Bad requests are refused with a message naming the problem, and change nothing.

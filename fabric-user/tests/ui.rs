@@ -107,7 +107,9 @@ fn text_of(dom: &str, id: &str) -> String {
 fn the_live_view_shows_the_fabric_its_load_and_its_failures_in_a_browser() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let prefix = common::unique_prefix('u', 0);
+    assert!(fabric_user::telemetry::http::absent_testbed_note(&prefix).is_some(), "a server would warn before up");
     let (guard, state) = common::up(None, &prefix);
+    assert_eq!(fabric_user::telemetry::http::absent_testbed_note(&prefix), None, "and not once it is up");
     // Rack z0r1 keeps one uplink of four: all its traffic crowds onto z0r1 -> z0c3.
     for spine in ["z0c0", "z0c1", "z0c2"] {
         testbed::set_link(&prefix, &format!("z0r1:{spine}"), false).unwrap();

@@ -62,12 +62,29 @@ impl ExperimentArgs {
     }
 }
 
-pub fn main(args: &ExperimentArgs) -> Result<()> {
+/// Options that would be ignored, refused by name.
+fn check(args: &ExperimentArgs) -> Result<()> {
     if let Some(p) = &args.prefix
         && !(1..=4).contains(&p.len())
     {
         bail!("--prefix: 1..=4 characters (each testbed appends one)");
     }
+    // The twin builds no testbed and keeps modelled time itself (at time scale 1).
+    let testbed_only = [("--prefix", args.prefix.is_some()), ("--time-scale", args.time_scale.is_some())];
+    let given = testbed_only.iter().find(|(_, given)| *given).map(|(flag, _)| flag);
+    match given {
+        Some(flag) if args.model == ExperimentModel::Packet => {
+            bail!("{flag}: a testbed's option, and --model packet runs no testbed (drop it, or drop --model packet)")
+        }
+        Some(flag) if args.name == super::cc_at_400g::SCENARIO.name => {
+            bail!("{flag}: a testbed's option, and {} runs on the packet twin only", args.name)
+        }
+        _ => Ok(()),
+    }
+}
+
+pub fn main(args: &ExperimentArgs) -> Result<()> {
+    check(args)?;
     let opts = Options {
         full: args.full,
         seeds: args.seeds,
@@ -165,6 +182,25 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         experiment: ExperimentArgs,
+    }
+
+    /// `--prefix` and `--time-scale` set up testbeds: with the packet twin they are refused,
+    /// with the testbed taken.
+    #[test]
+    fn testbed_options_with_the_packet_twin_are_refused_by_name() {
+        let check = |args: &[&str]| {
+            let cli = Cli::try_parse_from([&["experiment", "incast"][..], args].concat()).unwrap();
+            super::check(&cli.experiment).map_err(|e| e.to_string())
+        };
+        for flag in [&["--prefix", "ab"][..], &["--time-scale", "16000"]] {
+            check(flag).unwrap();
+            let e = check(&[flag, &["--model", "packet"]].concat()).unwrap_err();
+            assert!(e.starts_with(flag[0]) && e.contains("--model packet runs no testbed"), "{e}");
+        }
+        check(&["--model", "packet", "--seeds", "3"]).unwrap();
+        let cli = Cli::try_parse_from(["experiment", "cc-at-400g", "--time-scale", "16000"]).unwrap();
+        let e = super::check(&cli.experiment).unwrap_err().to_string();
+        assert!(e.contains("cc-at-400g runs on the packet twin only"), "{e}");
     }
 
     /// `--seeds 0` and time scales no topology may have are refused at the command line, by name.

@@ -19,6 +19,12 @@ pub struct Degradation {
 }
 
 impl Degradation {
+    /// This degradation changed by a later `fabric link degrade`: a rate or loss given
+    /// replaces this one's, one not given is kept (so `--rate` then `--loss` leaves both).
+    pub fn updated(self, rate_gbps: Option<f64>, loss_ppm: Option<u32>, seed: u64) -> Self {
+        Self { rate_gbps: rate_gbps.or(self.rate_gbps), loss_ppm: loss_ppm.unwrap_or(self.loss_ppm), seed }
+    }
+
     /// "100 Gbit/s (of 400), 0.1% loss" style.
     pub fn describe(&self, nominal_gbps: f64) -> String {
         let mut parts = Vec::new();
@@ -150,6 +156,16 @@ pub fn during(log: &[FaultEvent], start_unix_ms: u64, end_unix_ms: u64) -> Vec<F
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_later_degradation_keeps_what_it_does_not_give() {
+        let rate = Degradation::default().updated(Some(100.0), None, 1);
+        assert_eq!(rate, Degradation { rate_gbps: Some(100.0), loss_ppm: 0, seed: 1 });
+        let both = rate.updated(None, Some(1000), 7);
+        assert_eq!(both, Degradation { rate_gbps: Some(100.0), loss_ppm: 1000, seed: 7 });
+        let replaced = both.updated(Some(200.0), Some(0), 7);
+        assert_eq!(replaced, Degradation { rate_gbps: Some(200.0), loss_ppm: 0, seed: 7 });
+    }
 
     /// Every bad value named in the issue, and its neighbours, against the good ones.
     #[test]

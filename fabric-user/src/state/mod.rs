@@ -43,8 +43,16 @@ pub fn state_path(prefix: &str) -> PathBuf {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct State {
     pub plan: Plan,
-    /// Links taken down with `fabric link down`.
+    /// Links out of service: those of `links_taken_down` and every link of the
+    /// `down_switches`. Routing, traffic engineering and the simulators read this set.
     pub down_links: BTreeSet<LinkId>,
+    /// Links taken down one by one (`fabric link down`, a flap), whatever their switches do.
+    #[serde(default)]
+    pub links_taken_down: BTreeSet<LinkId>,
+    /// Switches taken down whole (`fabric switch down`): their links stay down until the
+    /// switch comes back, and come back with it unless taken down one by one too.
+    #[serde(default)]
+    pub down_switches: BTreeSet<NodeId>,
     /// Per switch, the `GROUPS` slot of each group of its tables in force (see
     /// `routing::assign_slots`); a switch not listed has group `i` in slot `i`.
     #[serde(default)]
@@ -58,6 +66,23 @@ pub struct State {
 }
 
 impl State {
+    /// The links out of service when `links_taken_down` are down one by one and
+    /// `down_switches` whole.
+    pub fn out_of_service(
+        &self,
+        links_taken_down: &BTreeSet<LinkId>,
+        down_switches: &BTreeSet<NodeId>,
+    ) -> BTreeSet<LinkId> {
+        let of_switches = down_switches.iter().flat_map(|&sw| self.plan.nodes[sw].ports.iter().map(|p| p.link));
+        links_taken_down.iter().copied().chain(of_switches).collect()
+    }
+
+    /// The down switches at an end of link `l`.
+    pub fn down_switches_of(&self, l: LinkId) -> Vec<NodeId> {
+        let link = &self.plan.links[l];
+        [link.a, link.b].into_iter().filter(|n| self.down_switches.contains(n)).collect()
+    }
+
     /// The slot where switch `sw`'s group `group` (a position in its tables) is installed.
     pub fn group_slot(&self, sw: NodeId, group: u32) -> u32 {
         self.group_slots.get(&sw).and_then(|s| s.get(group as usize)).copied().unwrap_or(group)
@@ -69,7 +94,14 @@ impl State {
         let path = state_path(prefix);
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("no testbed with prefix {prefix:?} is up (cannot read {})", path.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("corrupt state file {}", path.display()))
+        let mut state: Self =
+            serde_json::from_str(&text).with_context(|| format!("corrupt state file {}", path.display()))?;
+        // A state saved before switches were told apart from links held every down link as
+        // taken down by hand.
+        if state.links_taken_down.is_empty() && state.down_switches.is_empty() {
+            state.links_taken_down = state.down_links.clone();
+        }
+        Ok(state)
     }
 
     /// Written by `up` and by link changes (the testbed layer).

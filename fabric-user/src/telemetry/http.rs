@@ -29,6 +29,17 @@ pub enum BindError {
     Io { addr: SocketAddr, source: std::io::Error },
 }
 
+/// For a server started before its testbed (a typo in `--prefix`, say): what it serves until
+/// one is up. `None` when testbed `prefix` is up.
+pub fn absent_testbed_note(prefix: &str) -> Option<String> {
+    crate::state::State::load(prefix).err().map(|_| {
+        format!(
+            "note: no testbed with prefix {prefix:?} is up (yet); until `fabric up --prefix {prefix}` builds one, \
+             this serves its absence (`fabric status --prefix {prefix}` shows what exists)"
+        )
+    })
+}
+
 /// Binds `addr`: a loopback address, or any address when `allow_remote` (with a warning).
 pub fn bind(addr: SocketAddr, allow_remote: bool) -> Result<std::net::TcpListener, BindError> {
     if !addr.ip().is_loopback() {
@@ -74,6 +85,12 @@ pub fn serve(listener: std::net::TcpListener, app: Router, max_requests: Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_started_before_its_testbed_says_so() {
+        let note = absent_testbed_note("zq9").expect("no such testbed");
+        assert!(note.contains("no testbed with prefix \"zq9\"") && note.contains("fabric up --prefix zq9"), "{note}");
+    }
 
     #[test]
     fn refuses_other_hosts_unless_asked_and_says_why_a_port_is_taken() {

@@ -291,6 +291,9 @@ async fn metrics(prefix: String) -> axum::response::Response {
 pub fn serve(prefix: &str, listen: SocketAddr, allow_remote: bool, max_requests: Option<u64>) -> Result<()> {
     let listener = http::bind(listen, allow_remote)?;
     eprintln!("serving http://{}/metrics", listener.local_addr()?);
+    if let Some(note) = http::absent_testbed_note(prefix) {
+        eprintln!("{note}");
+    }
     let app = router(prefix.to_string()).route("/", get(|| async { "fabric exporter: see /metrics\n" }));
     http::serve(listener, app, max_requests)
 }

@@ -12,7 +12,7 @@ use std::{collections::BTreeSet, time::Duration};
 use anyhow::{Context as _, Result, bail};
 use fabric_common::fault::PortLoss;
 
-use super::{find_link, link_label, reroute, set_link, set_link_carrier};
+use super::{find_link, interrupt, link_label, reroute, set_link, set_link_carrier};
 use crate::{
     model::fault::{Degradation, FaultEvent, FaultKind, check_testbed_rate},
     model::plan::{LinkId, NodeId, Plan},
@@ -21,8 +21,8 @@ use crate::{
 };
 
 /// Degrades link `spec`: `rate_gbps` (modelled, at most the link's own) and/or `loss_ppm`, with
-/// loss draws from `seed`. Replaces an earlier degradation of the link. Returns its label and
-/// what was set.
+/// loss draws from `seed`. Of an earlier degradation of the link, what is not given again is
+/// kept. Returns its label and what is in force.
 pub fn degrade(prefix: &str, spec: &str, rate_gbps: Option<f64>, loss_ppm: Option<u32>, seed: u64) -> Result<String> {
     if rate_gbps.is_none() && loss_ppm.is_none() {
         return Err(crate::model::fault::FaultError::NothingToDo.into());
@@ -32,8 +32,9 @@ pub fn degrade(prefix: &str, spec: &str, rate_gbps: Option<f64>, loss_ppm: Optio
     let l = find_link(&state.plan, spec)?;
     let nominal = state.plan.links[l].rate_gbps;
     let rate_gbps = rate_gbps.map(|r| check_testbed_rate(r, nominal, &state.plan.topology)).transpose()?;
-    let d = Degradation { rate_gbps, loss_ppm: loss_ppm.unwrap_or(0), seed };
-    apply(&state, l, &d)?;
+    let before = state.degraded.get(&l).copied().unwrap_or_default();
+    let d = before.updated(rate_gbps, loss_ppm, seed);
+    apply(&state, l, &d, &before)?;
     let label = link_label(&state.plan, l);
     let detail = d.describe(nominal);
     state.degraded.insert(l, d);
@@ -48,10 +49,10 @@ pub fn restore(prefix: &str, spec: &str) -> Result<String> {
     let mut state = State::load(prefix)?;
     let l = find_link(&state.plan, spec)?;
     let label = link_label(&state.plan, l);
-    if state.degraded.remove(&l).is_none() {
+    let Some(before) = state.degraded.remove(&l) else {
         bail!("link {label} is not degraded; degraded links: {}", degraded_labels(&state));
-    }
-    apply(&state, l, &Degradation::default())?;
+    };
+    apply(&state, l, &Degradation::default(), &before)?;
     state.faults.push(FaultEvent::now(FaultKind::LinkRestored, &label, ""));
     state.save()?;
     Ok(label)
@@ -63,59 +64,98 @@ pub fn degraded_labels(state: &State) -> String {
     if labels.is_empty() { "none".into() } else { labels.join(", ") }
 }
 
-/// Writes a degradation (the default one restores) into both switch ends of link `l`.
-fn apply(state: &State, l: LinkId, d: &Degradation) -> Result<()> {
-    let plan = &state.plan;
-    let link = &plan.links[l];
-    let rate = plan.topology.modelled_rate_bps(d.rate_gbps.unwrap_or(link.rate_gbps));
-    for (end, (node, port)) in [(link.a, link.a_port), (link.b, link.b_port)].into_iter().enumerate() {
-        if !plan.nodes[node].role.is_switch() {
-            continue;
+/// Writes degradation `d` (the default one restores) into both switch ends of link `l`, whose
+/// ends hold `before`. An end that fails leaves both as they were: the end written first gets
+/// `before` back.
+fn apply(state: &State, l: LinkId, d: &Degradation, before: &Degradation) -> Result<()> {
+    let link = &state.plan.links[l];
+    let ends = [(link.a, link.a_port), (link.b, link.b_port)];
+    for (i, &end) in ends.iter().enumerate() {
+        if let Err(e) = apply_end(state, l, i, end, d) {
+            for (j, &written) in ends[..i].iter().enumerate() {
+                // Best effort: the end that failed is already named in the error.
+                let _ = apply_end(state, l, j, written, before);
+            }
+            return Err(e);
         }
-        let mut dp = state.dataplane(node)?;
-        dp.set_port_rate(port as u32, rate)?;
-        // WCMP weighs members by their port's rate: the switch's weights follow the new rate.
-        dp.refresh_wcmp().with_context(|| format!("WCMP weights of {}", plan.nodes[node].name))?;
-        // Each end draws its own sequence: one seed for the link, decorrelated per end.
-        let seed = d.seed ^ (end as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        dp.set_port_loss(port as u32, PortLoss::new(d.loss_ppm, seed))
-            .with_context(|| format!("setting the loss of {}", plan.nodes[node].name))?;
     }
     Ok(())
 }
 
+/// Writes degradation `d` into end number `end` (`node`, `port`) of link `l`, if it is a switch.
+fn apply_end(state: &State, l: LinkId, end: usize, (node, port): (NodeId, usize), d: &Degradation) -> Result<()> {
+    let plan = &state.plan;
+    if !plan.nodes[node].role.is_switch() {
+        return Ok(());
+    }
+    let name = &plan.nodes[node].name;
+    let rate = plan.topology.modelled_rate_bps(d.rate_gbps.unwrap_or(plan.links[l].rate_gbps));
+    let mut dp = state.dataplane(node).with_context(|| format!("switch {name}"))?;
+    dp.set_port_rate(port as u32, rate).with_context(|| format!("setting the rate of {name}"))?;
+    // WCMP weighs members by their port's rate: the switch's weights follow the new rate.
+    dp.refresh_wcmp().with_context(|| format!("WCMP weights of {name}"))?;
+    // Each end draws its own sequence: one seed for the link, decorrelated per end.
+    let seed = d.seed ^ (end as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    dp.set_port_loss(port as u32, PortLoss::new(d.loss_ppm, seed))
+        .with_context(|| format!("setting the loss of {name}"))
+}
+
 /// Takes link `spec` down and up `count` times, `period` per cycle (half down, half up), with
-/// routing repaired each time. Returns the link's label.
+/// routing repaired each time. Returns the link's label. Each change is one step for a stop
+/// signal's cleanup (`interrupt::on_stop_signal`), which brings the link back up with
+/// [`end_flap`] rather than leave it down.
 pub fn flap(prefix: &str, spec: &str, period: Duration, count: u32) -> Result<String> {
     if count == 0 {
         return Err(crate::model::fault::FaultError::ZeroCount.into());
     }
     let mut label = String::new();
     for _ in 0..count {
-        label = set_link(prefix, spec, false)?;
+        label = interrupt::one_step(|| set_link(prefix, spec, false))?;
         std::thread::sleep(period / 2);
-        set_link(prefix, spec, true)?;
+        interrupt::one_step(|| set_link(prefix, spec, true))?;
         std::thread::sleep(period / 2);
     }
     Ok(label)
 }
 
+/// Ends a flap cut short: brings link `spec` back up if it is down by itself (not with a
+/// switch). Returns its label if it did.
+pub fn end_flap(prefix: &str, spec: &str) -> Result<Option<String>> {
+    let state = State::load(prefix)?;
+    let l = find_link(&state.plan, spec)?;
+    if !state.links_taken_down.contains(&l) || !state.down_switches_of(l).is_empty() {
+        return Ok(None);
+    }
+    set_link(prefix, spec, true).map(Some)
+}
+
+/// What `fabric switch down|up` changed.
+#[derive(Debug)]
+pub struct SwitchChange {
+    /// The links that went down or came up, by label.
+    pub changed: Vec<String>,
+    /// Up only: the switch's links that stay down, each with why (taken down one by one, or
+    /// the switch at its other end is down).
+    pub held_down: Vec<String>,
+}
+
 /// Every link of switch `name` down (or back up) at once, with one rerouting: a switch reboot
-/// or drain. Returns the links changed.
-pub fn set_switch(prefix: &str, name: &str, up: bool) -> Result<Vec<String>> {
+/// or drain. A link taken down by itself (`fabric link down`) or whose other end is a switch
+/// that is down too stays down when the switch comes back.
+pub fn set_switch(prefix: &str, name: &str, up: bool) -> Result<SwitchChange> {
     netns::require_capabilities()?;
     let mut state = State::load(prefix)?;
     let sw = find_switch(&state.plan, name)?;
-    let links: BTreeSet<LinkId> = state.plan.nodes[sw].ports.iter().map(|p| p.link).collect();
-    let mut down_links = state.down_links.clone();
-    let changed: Vec<LinkId> = if up {
-        links.iter().copied().filter(|l| down_links.remove(l)).collect()
-    } else {
-        links.iter().copied().filter(|&l| down_links.insert(l)).collect()
-    };
-    if changed.is_empty() {
-        bail!("switch {name} is already {}", if up { "up: none of its links is down" } else { "down" });
+    let mut down_switches = state.down_switches.clone();
+    let toggled = if up { down_switches.remove(&sw) } else { down_switches.insert(sw) };
+    if !toggled {
+        bail!("switch {name} is already {}", if up { "up" } else { "down" });
     }
+    let down_links = state.out_of_service(&state.links_taken_down, &down_switches);
+    let changed: Vec<LinkId> = state.down_links.symmetric_difference(&down_links).copied().collect();
+    let links: BTreeSet<LinkId> = state.plan.nodes[sw].ports.iter().map(|p| p.link).collect();
+    let held_down = if up { held_down(&state, &down_switches, links.intersection(&down_links)) } else { Vec::new() };
+    state.down_switches = down_switches;
     let kind = if up { FaultKind::SwitchUp } else { FaultKind::SwitchDown };
     state.faults.push(FaultEvent::now(kind, name, ""));
     // As for one link: down reroutes first, then takes the links down; up the other way round.
@@ -123,7 +163,13 @@ pub fn set_switch(prefix: &str, name: &str, up: bool) -> Result<Vec<String>> {
         for &l in &changed {
             set_link_carrier(&state.plan, l, true)?;
         }
-        reroute(&mut state, down_links)?;
+        if let Err(e) = reroute(&mut state, down_links) {
+            // The links stay out of service, as routing still has them.
+            for &l in &changed {
+                let _ = set_link_carrier(&state.plan, l, false);
+            }
+            return Err(e);
+        }
     } else {
         reroute(&mut state, down_links)?;
         for &l in &changed {
@@ -131,7 +177,24 @@ pub fn set_switch(prefix: &str, name: &str, up: bool) -> Result<Vec<String>> {
         }
     }
     crate::te::reinstall(&state)?;
-    Ok(changed.iter().map(|&l| link_label(&state.plan, l)).collect())
+    let changed = changed.iter().map(|&l| link_label(&state.plan, l)).collect();
+    Ok(SwitchChange { changed, held_down })
+}
+
+/// Labels of `links` with why each stays down while `down_switches` are down.
+fn held_down<'a>(
+    state: &State,
+    down_switches: &BTreeSet<NodeId>,
+    links: impl Iterator<Item = &'a LinkId>,
+) -> Vec<String> {
+    let why = |l: LinkId| {
+        let link = &state.plan.links[l];
+        match [link.a, link.b].into_iter().find(|n| down_switches.contains(n)) {
+            Some(other) => format!("switch {} is down", state.plan.nodes[other].name),
+            None => "taken down by itself".to_string(),
+        }
+    };
+    links.map(|&l| format!("{} ({})", link_label(&state.plan, l), why(l))).collect()
 }
 
 fn find_switch(plan: &Plan, name: &str) -> Result<NodeId> {

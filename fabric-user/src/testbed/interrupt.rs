@@ -1,5 +1,6 @@
-//! Ctrl-C during a command that builds testbeds its user never names (`fabric experiment`,
-//! `fabric rxe smoke`): their testbeds are removed before the process dies.
+//! Ctrl-C (or SIGTERM, SIGHUP) during a command that builds testbeds its user never names
+//! (`fabric experiment`, `fabric rxe smoke`): their testbeds are removed before the process
+//! dies. `fabric link flap` uses the same handler to leave its link up.
 //!
 //! A signal ends the process without running drops, so the testbeds of `DownOnDrop::owned` are
 //! listed here, and a handler thread removes them (with the teardown it is given: this module
@@ -44,63 +45,89 @@ pub(super) fn owned_work() -> Option<MutexGuard<'static, ()>> {
     INSTALLED.load(Ordering::SeqCst).then(|| WORK.lock().unwrap_or_else(PoisonError::into_inner))
 }
 
-/// Runs `bring_up` (of an owned testbed) so that Ctrl-C waits for it before removing it.
-pub fn bringing_up<T>(bring_up: impl FnOnce() -> Result<T>) -> Result<T> {
+/// Runs `step` (an owned testbed's bring-up, one change of a flap) so that a stop signal's
+/// cleanup waits for it to end.
+pub fn one_step<T>(step: impl FnOnce() -> Result<T>) -> Result<T> {
     let _work = owned_work();
-    bring_up()
+    step()
 }
 
-/// Whether SIGINT is ignored: so a shell starts a background job, which Ctrl-C must not stop.
-fn sigint_ignored() -> bool {
+/// The signals that end a command its user stops: Ctrl-C, `kill` (or a supervisor's timeout)
+/// and a closed terminal, each with the word the handler says.
+const STOP_SIGNALS: [(i32, &str); 3] =
+    [(libc::SIGINT, "interrupted"), (libc::SIGTERM, "terminated"), (libc::SIGHUP, "hung up")];
+
+/// Whether `signal` is ignored: so a shell starts a background job (SIGINT) and `nohup` a
+/// command (SIGHUP), which those signals must not stop.
+fn ignored(signal: i32) -> bool {
     // SAFETY: a zeroed sigaction is a valid out-parameter; a null new action only reads the
     // current one.
     unsafe {
         let mut current: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(libc::SIGINT, std::ptr::null(), &mut current) == 0 && current.sa_sigaction == libc::SIG_IGN
+        libc::sigaction(signal, std::ptr::null(), &mut current) == 0 && current.sa_sigaction == libc::SIG_IGN
     }
 }
 
-/// On Ctrl-C, removes every owned testbed (saying so on stderr), then dies of the signal, as an
-/// interrupted command does (so that a calling shell's loop stops too). A second Ctrl-C during
-/// the removal ends the process at once. Nothing is installed where SIGINT is ignored.
+/// On Ctrl-C, SIGTERM or SIGHUP (each unless ignored), removes every owned testbed (saying so
+/// on stderr), then dies of the signal, as an interrupted command does (so that a calling
+/// shell's loop stops too). A second signal during the removal ends the process at once.
 pub fn remove_owned_on_interrupt(down: fn(&str) -> Result<()>) -> Result<()> {
-    if sigint_ignored() {
-        return Ok(());
-    }
-    ctrlc::set_handler(move || {
-        // SAFETY: setting dispositions to the default or to ignore is async-signal-safe and
-        // valid at any time; a closed stderr (a pipe whose reader Ctrl-C also stopped) must not
-        // kill the process before it has cleaned up.
-        unsafe {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-        }
-        let _work = wait_for_owned_work();
-        let prefixes = std::mem::take(&mut *owned());
-        // Whatever happens in a teardown, the process still dies of the signal below.
-        let _ = std::panic::catch_unwind(|| remove(&prefixes, down));
-        // SAFETY: raising a signal whose disposition is the default ends the process.
-        unsafe { libc::raise(libc::SIGINT) };
-        std::process::exit(130);
-    })
-    .context("installing the Ctrl-C handler")?;
+    on_stop_signal(move |why| remove(why, &std::mem::take(&mut *owned()), down))
+}
+
+/// On a stop signal (see [`remove_owned_on_interrupt`]): once no [`one_step`] is under way,
+/// runs `cleanup` with the signal's word ("interrupted"), then dies of the signal. The steps
+/// of the main thread wait meanwhile, until the process has died.
+pub fn on_stop_signal(cleanup: impl Fn(&str) + Send + 'static) -> Result<()> {
+    let wanted: Vec<i32> = STOP_SIGNALS.iter().map(|&(s, _)| s).filter(|&s| !ignored(s)).collect();
+    let mut signals = signal_hook::iterator::Signals::new(&wanted).context("installing the signal handlers")?;
+    std::thread::Builder::new()
+        .name("stop-signal".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                stop(signal, &cleanup);
+            }
+        })
+        .context("starting the signal handler's thread")?;
     INSTALLED.store(true, Ordering::SeqCst);
     Ok(())
 }
 
-/// The work lock, for the handler: a bring-up under way is waited for, and the user is told
-/// so (a second Ctrl-C now would leave those testbeds).
-fn wait_for_owned_work() -> MutexGuard<'static, ()> {
+/// The handler's work for `signal`: cleans up, then dies of it.
+fn stop(signal: i32, cleanup: &impl Fn(&str)) -> ! {
+    // SAFETY: setting dispositions to the default or to ignore is valid at any time: a second
+    // stop signal now ends the process at once, and a closed stderr (a pipe whose reader Ctrl-C
+    // also stopped) must not kill the process before it has cleaned up.
+    unsafe {
+        for (s, _) in STOP_SIGNALS {
+            libc::signal(s, libc::SIG_DFL);
+        }
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let why = STOP_SIGNALS.iter().find(|&&(s, _)| s == signal).map_or("stopped", |&(_, w)| w);
+    let _work = wait_for_owned_work(why);
+    // Whatever happens in the cleanup, the process still dies of the signal below.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cleanup(why)));
+    // SAFETY: raising a signal whose disposition is the default ends the process.
+    unsafe { libc::raise(signal) };
+    std::process::exit(128 + signal);
+}
+
+/// The work lock, for the handler: a step under way is waited for. If it is an owned
+/// testbed's bring-up, the user is told so (a second Ctrl-C now would leave those testbeds).
+fn wait_for_owned_work(why: &str) -> MutexGuard<'static, ()> {
     match WORK.try_lock() {
         Ok(work) => work,
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         Err(std::sync::TryLockError::WouldBlock) => {
             let prefixes = owned().join(", ");
-            let _ = writeln!(
-                std::io::stderr(),
-                "interrupted: waiting for testbed {prefixes} to finish coming up, then removing it (Ctrl-C again \
-                 leaves it: fabric down --prefix PREFIX removes it later)"
-            );
+            if !prefixes.is_empty() {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{why}: waiting for testbed {prefixes} to finish coming up, then removing it (Ctrl-C again \
+                     leaves it: fabric down --prefix PREFIX removes it later)"
+                );
+            }
             WORK.lock().unwrap_or_else(PoisonError::into_inner)
         }
     }
@@ -109,9 +136,9 @@ fn wait_for_owned_work() -> MutexGuard<'static, ()> {
 /// Tears down `prefixes`, saying so. The main thread still runs meanwhile (an experiment's step
 /// may save its state after the first teardown), so each is torn down once more at the end:
 /// `down` of a testbed already gone does nothing.
-fn remove(prefixes: &[String], down: fn(&str) -> Result<()>) {
+fn remove(why: &str, prefixes: &[String], down: fn(&str) -> Result<()>) {
     for prefix in prefixes {
-        let _ = writeln!(std::io::stderr(), "interrupted: removing testbed {prefix}");
+        let _ = writeln!(std::io::stderr(), "{why}: removing testbed {prefix}");
         if let Err(e) = down(prefix) {
             let _ = writeln!(std::io::stderr(), "  not all of it: {e:#} (fabric down --prefix {prefix})");
         }

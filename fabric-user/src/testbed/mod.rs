@@ -203,6 +203,8 @@ fn build(plan: &Plan, quiet: bool) -> Result<Vec<(String, f64)>> {
     State {
         plan: plan.clone(),
         down_links: BTreeSet::new(),
+        links_taken_down: BTreeSet::new(),
+        down_switches: BTreeSet::new(),
         group_slots: Default::default(),
         degraded: Default::default(),
         faults: Vec::new(),
@@ -570,6 +572,8 @@ pub struct Status {
     pub xdp_links_expected: usize,
     pub xdp_links_pinned: usize,
     pub down_links: Vec<String>,
+    /// Switches taken down whole (`fabric switch down`).
+    pub down_switches: Vec<String>,
     /// Degraded links (`fabric link degrade`): label and what was set.
     pub degraded_links: Vec<String>,
     /// The switch agent (PFC frames, watchdog) runs when the congestion model is on.
@@ -609,6 +613,9 @@ pub fn status(prefix: &str) -> Result<Status> {
         };
         s.degraded.iter().map(describe).collect()
     });
+    let down_switches = state
+        .as_ref()
+        .map_or(Vec::new(), |s| s.down_switches.iter().map(|&sw| s.plan.nodes[sw].name.clone()).collect());
     let missing: Vec<String> = expected.iter().filter(|n| !present.contains(n)).cloned().collect();
     let unexpected: Vec<String> = present.iter().filter(|n| !expected.contains(n)).cloned().collect();
     let agent_expected = state.as_ref().is_some_and(|s| s.plan.topology.congestion.enabled);
@@ -629,6 +636,7 @@ pub fn status(prefix: &str) -> Result<Status> {
         xdp_links_expected: links_expected,
         xdp_links_pinned: links_pinned,
         down_links,
+        down_switches,
         agent_expected,
         agent_running,
         healthy,
@@ -646,17 +654,27 @@ pub fn find_link(plan: &Plan, spec: &str) -> Result<LinkId> {
 }
 
 /// Takes a link down (both veth ends) or back up, and reprograms every switch's ECMP groups
-/// and routes for the links that remain.
+/// and routes for the links that remain. A link of a switch that is down (`fabric switch
+/// down`) comes back with its switch, not alone.
 pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     netns::require_capabilities()?;
     let mut state = State::load(prefix)?;
     let l = find_link(&state.plan, spec)?;
-    let mut down_links = state.down_links.clone();
+    let mut taken_down = state.links_taken_down.clone();
     if up {
-        down_links.remove(&l);
+        if let Some(&sw) = state.down_switches_of(l).first() {
+            let name = &state.plan.nodes[sw].name;
+            bail!(
+                "link {} is down with switch {name}: bring the switch back first (fabric switch up {name})",
+                link_label(&state.plan, l)
+            );
+        }
+        taken_down.remove(&l);
     } else {
-        down_links.insert(l);
+        taken_down.insert(l);
     }
+    let down_links = state.out_of_service(&taken_down, &state.down_switches);
+    state.links_taken_down = taken_down;
     let kind = if up { FaultKind::LinkUp } else { FaultKind::LinkDown };
     state.faults.push(FaultEvent::now(kind, link_label(&state.plan, l), ""));
     // Order matters for packets in flight. Down: reroute around the link first, then take it
@@ -664,7 +682,11 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     // it.
     if up {
         set_link_carrier(&state.plan, l, true)?;
-        reroute(&mut state, down_links)?;
+        if let Err(e) = reroute(&mut state, down_links) {
+            // The link stays out of service, as routing still has it.
+            let _ = set_link_carrier(&state.plan, l, false);
+            return Err(e);
+        }
     } else {
         reroute(&mut state, down_links)?;
         set_link_carrier(&state.plan, l, false)?;
@@ -689,24 +711,58 @@ fn set_link_carrier(plan: &Plan, l: LinkId, up: bool) -> Result<()> {
 }
 
 /// Reprograms every switch whose tables differ with `down_links` out of service, and saves the
-/// new tables' group slots with the state.
+/// new tables' group slots with the state. A switch that cannot be reprogrammed (its maps gone
+/// from a half-broken testbed) stops the change, and the switches reprogrammed before it get
+/// their tables back: no switch is left routing around a link the others still use.
 fn reroute(state: &mut State, down_links: BTreeSet<LinkId>) -> Result<()> {
-    let plan = &state.plan;
-    let old = routing::compute(plan, &state.down_links);
-    let new = routing::compute(plan, &down_links);
-    for sw in plan.switches() {
+    let old = routing::compute(&state.plan, &state.down_links);
+    let new = routing::compute(&state.plan, &down_links);
+    let mut done: Vec<(NodeId, Vec<u32>)> = Vec::new();
+    for sw in state.plan.switches() {
         let (o, n) = (old[sw].as_ref().expect("switch"), new[sw].as_ref().expect("switch"));
         if o == n {
             continue;
         }
-        let identity: Vec<u32> = (0..o.groups.len() as u32).collect();
-        let old_slots = state.group_slots.get(&sw).cloned().unwrap_or(identity);
-        let mut dp = state.dataplane(sw)?;
-        let slots = program_tables(&mut dp, plan, sw, Some(Installed { tables: o, slots: &old_slots }), n)?;
-        state.group_slots.insert(sw, slots);
+        let old_slots = installed_slots(state, sw, o);
+        match reprogram(state, sw, Installed { tables: o, slots: &old_slots }, n) {
+            Ok(slots) => done.push((sw, slots)),
+            Err(e) => {
+                roll_back(state, &done, &new, &old);
+                return Err(e.context("routing left as it was"));
+            }
+        }
     }
+    state.group_slots.extend(done);
     state.down_links = down_links;
     state.save()
+}
+
+/// The `GROUPS` slots of switch `sw`'s tables in force, `tables`.
+fn installed_slots(state: &State, sw: NodeId, tables: &SwitchTables) -> Vec<u32> {
+    let identity = || (0..tables.groups.len() as u32).collect();
+    state.group_slots.get(&sw).cloned().unwrap_or_else(identity)
+}
+
+/// Programs `to` into switch `sw`, whose tables in force are `from`; returns `to`'s slots.
+fn reprogram(state: &State, sw: NodeId, from: Installed<'_>, to: &SwitchTables) -> Result<Vec<u32>> {
+    let name = &state.plan.nodes[sw].name;
+    let mut dp = state.dataplane(sw).with_context(|| format!("reprogramming switch {name}"))?;
+    program_tables(&mut dp, &state.plan, sw, Some(from), to).with_context(|| format!("reprogramming switch {name}"))
+}
+
+/// Gives the switches `done` (each with the slots of its tables in `new`) their tables of `old`
+/// back, and saves where their groups now sit with the state on disk (the caller's changes to
+/// `state` are not saved: the change did not happen).
+fn roll_back(state: &State, done: &[(NodeId, Vec<u32>)], new: &[Option<SwitchTables>], old: &[Option<SwitchTables>]) {
+    let mut saved = State::load(&state.plan.topology.prefix).unwrap_or_else(|_| state.clone());
+    for (sw, slots) in done.iter().rev() {
+        let (n, o) = (new[*sw].as_ref().expect("switch"), old[*sw].as_ref().expect("switch"));
+        // Best effort: the error that stopped the change is the one reported.
+        if let Ok(slots) = reprogram(state, *sw, Installed { tables: n, slots }, o) {
+            saved.group_slots.insert(*sw, slots);
+        }
+    }
+    let _ = saved.save();
 }
 
 /// Sets the ECMP hash mode of every switch at run time, and optionally re-seeds them (each

@@ -118,6 +118,9 @@ pub fn serve(opts: &UiOptions) -> Result<()> {
         })?;
     }
     eprintln!("fabric ui: http://{}/ (testbed {}; Ctrl-C stops it)", listener.local_addr()?, opts.prefix);
+    if let Some(note) = http::absent_testbed_note(&opts.prefix) {
+        eprintln!("{note}");
+    }
     http::serve(listener, router(shared, &opts.prefix), None)
 }
 
