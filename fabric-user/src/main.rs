@@ -48,7 +48,7 @@ enum LinkAction {
         link: String,
     },
     /// Bring a link back and restore the groups (a link of a switch that is down comes back with
-    /// `fabric switch up`).
+    /// `fabric switch up`, unless also taken down on its own).
     Up {
         /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
         link: String,
@@ -65,17 +65,17 @@ enum LinkAction {
         /// Share of frames lost, in percent (0%..=100%), by a seeded draw per frame.
         #[arg(long, value_parser = parse_loss_arg)]
         loss: Option<u32>,
-        /// Seed of the loss draws.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
+        /// Seed of the loss draws (default: the link's earlier degradation's, else 1).
+        #[arg(long)]
+        seed: Option<u64>,
     },
     /// Give a degraded link back its own rate and no loss.
     Restore {
         /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
         link: String,
     },
-    /// Take a link down and up repeatedly, routing repaired each time (stopped by Ctrl-C or
-    /// SIGTERM, it brings the link back up first).
+    /// Take a link down and up repeatedly, routing repaired each time (stopped by Ctrl-C,
+    /// SIGTERM or SIGHUP, it brings the link back up first).
     Flap {
         /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
         link: String,
@@ -655,13 +655,19 @@ fn run_collective(spec: &fabric_user::run::RunSpec, prefix: &str, json: Option<P
     Ok(())
 }
 
-/// For `fabric link flap`: a stop signal (Ctrl-C) leaves the link up, not in its down half.
+/// For `fabric link flap`: a stop signal (Ctrl-C, SIGTERM, SIGHUP) leaves the link up, not in
+/// its down half.
 fn bring_back_up_on_interrupt(prefix: &str, link: &str) -> Result<()> {
+    use std::io::Write as _;
     let (prefix, link) = (prefix.to_string(), link.to_string());
-    testbed::interrupt::on_stop_signal(move |why| match testbed::fault::end_flap(&prefix, &link) {
-        Ok(Some(label)) => eprintln!("{why}: link {label} is up again; ECMP groups repaired"),
-        Ok(None) => eprintln!("{why}: link {link} was not down by itself: left as it is"),
-        Err(e) => eprintln!("{why}: link {link} may be left down: {e:#} (fabric link up {link})"),
+    testbed::interrupt::on_stop_signal(move |why| {
+        let said = match testbed::fault::end_flap(&prefix, &link) {
+            Ok(Some(label)) => format!("{why}: link {label} is up again; ECMP groups repaired"),
+            Ok(None) => format!("{why}: link {link} left as it is (not down on its own)"),
+            Err(e) => format!("{why}: link {link} may be left down: {e:#} (fabric link up {link})"),
+        };
+        // Stderr may be gone with the terminal: the link is up either way.
+        let _ = writeln!(std::io::stderr(), "{said}");
     })
 }
 

@@ -70,7 +70,7 @@ fn every_routing_mode_carries_an_allreduce_to_completion() {
     for mode in [HashMode::Eecmp, HashMode::Flowlet, HashMode::Adaptive, HashMode::Spray, HashMode::Wcmp] {
         // WCMP runs with one uplink of z0r0 degraded to a quarter of its rate.
         if mode == HashMode::Wcmp {
-            testbed::fault::degrade(&prefix, &format!("z0r0:{uplink}"), Some(nominal / 4.0), None, 1).unwrap();
+            testbed::fault::degrade(&prefix, &format!("z0r0:{uplink}"), Some(nominal / 4.0), None, Some(1)).unwrap();
         }
         let state = State::load(&prefix).unwrap();
         let res = go(&state, &allreduce(mode));

@@ -115,7 +115,7 @@ fn the_live_view_shows_the_fabric_its_load_and_its_failures_in_a_browser() {
         testbed::set_link(&prefix, &format!("z0r1:{spine}"), false).unwrap();
     }
     // A gray failure elsewhere, which the picture must tell apart from a healthy link.
-    testbed::fault::degrade(&prefix, "z0r2:z0c0", Some(100.0), None, 0).unwrap();
+    testbed::fault::degrade(&prefix, "z0r2:z0c0", Some(100.0), None, Some(0)).unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let _ui = Ui(Command::new(env!("CARGO_BIN_EXE_fabric"))

@@ -326,7 +326,7 @@ fn degraded_run(ctx: &Ctx, state: &State, o: &RunOptions, victim: &str, label: &
     let prefix = state.plan.topology.prefix.as_str();
     let link = format!("{RTSW}:{victim}");
     let nominal = state.plan.topology.tiers.rtsw.rate_gbps;
-    testbed::fault::degrade(prefix, &link, Some(nominal * DEGRADED_FRACTION), None, 0)?;
+    testbed::fault::degrade(prefix, &link, Some(nominal * DEGRADED_FRACTION), None, Some(0))?;
     let r = ctx.run(state, label, o);
     testbed::fault::restore(prefix, &link)?;
     r
@@ -337,7 +337,7 @@ fn degraded_run(ctx: &Ctx, state: &State, o: &RunOptions, victim: &str, label: &
 fn lossy_run(ctx: &Ctx, state: &State, o: &RunOptions, victim: &str, seed: u64) -> Result<(RunResult, u64)> {
     let prefix = state.plan.topology.prefix.as_str();
     let link = format!("{RTSW}:{victim}");
-    testbed::fault::degrade(prefix, &link, None, Some(LOSS_PPM), seed)?;
+    testbed::fault::degrade(prefix, &link, None, Some(LOSS_PPM), Some(seed))?;
     let before = switch_drops(state);
     let r = ctx.run(state, &format!("eecmp lossy seed {seed}"), o);
     let after = switch_drops(state);

@@ -232,7 +232,7 @@ impl Ctx {
         // A leftover of a crashed earlier run under the same prefix would make `up` refuse.
         let _ = testbed::down(&prefix);
         let _guard = DownOnDrop::owned(prefix.clone());
-        testbed::interrupt::one_step(|| testbed::up(&topo, true))
+        testbed::interrupt::guarded_step(|| testbed::up(&topo, true))
             .with_context(|| format!("bringing up the testbed of the experiment ({prefix})"))?;
         let state = State::load(&prefix)?;
         f(&state)

@@ -232,7 +232,7 @@ fn degrade(state: &State, on: bool) -> Result<()> {
     let link = format!("{RTSW}:{SLOW_UPLINK}");
     if on {
         let rate = state.plan.topology.tiers.rtsw.rate_gbps * DEGRADED_FRACTION;
-        testbed::fault::degrade(prefix, &link, Some(rate), None, 0)?;
+        testbed::fault::degrade(prefix, &link, Some(rate), None, Some(0))?;
     } else {
         testbed::fault::restore(prefix, &link)?;
     }

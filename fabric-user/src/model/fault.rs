@@ -19,10 +19,21 @@ pub struct Degradation {
 }
 
 impl Degradation {
-    /// This degradation changed by a later `fabric link degrade`: a rate or loss given
-    /// replaces this one's, one not given is kept (so `--rate` then `--loss` leaves both).
-    pub fn updated(self, rate_gbps: Option<f64>, loss_ppm: Option<u32>, seed: u64) -> Self {
-        Self { rate_gbps: rate_gbps.or(self.rate_gbps), loss_ppm: loss_ppm.unwrap_or(self.loss_ppm), seed }
+    /// A link's state before its first degradation: its own rate, no loss, and the loss draws'
+    /// seed a degradation takes when none is given.
+    pub const NONE: Self = Self { rate_gbps: None, loss_ppm: 0, seed: 1 };
+
+    /// This degradation changed by a later `fabric link degrade`: a rate, loss or seed given
+    /// replaces this one's, one not given is kept (so `--rate` then `--loss` leaves both). A
+    /// rate equal to the link's own, `nominal_gbps`, gives it back.
+    pub fn updated(self, rate_gbps: Option<f64>, loss_ppm: Option<u32>, seed: Option<u64>, nominal_gbps: f64) -> Self {
+        let rate_gbps = rate_gbps.or(self.rate_gbps).filter(|&r| r != nominal_gbps);
+        Self { rate_gbps, loss_ppm: loss_ppm.unwrap_or(self.loss_ppm), seed: seed.unwrap_or(self.seed) }
+    }
+
+    /// Whether it changes nothing (its own rate, no loss).
+    pub fn is_none(&self) -> bool {
+        self.rate_gbps.is_none() && self.loss_ppm == 0
     }
 
     /// "100 Gbit/s (of 400), 0.1% loss" style.
@@ -159,12 +170,15 @@ mod tests {
 
     #[test]
     fn a_later_degradation_keeps_what_it_does_not_give() {
-        let rate = Degradation::default().updated(Some(100.0), None, 1);
+        let rate = Degradation::NONE.updated(Some(100.0), None, None, 400.0);
         assert_eq!(rate, Degradation { rate_gbps: Some(100.0), loss_ppm: 0, seed: 1 });
-        let both = rate.updated(None, Some(1000), 7);
+        let both = rate.updated(None, Some(1000), Some(7), 400.0);
         assert_eq!(both, Degradation { rate_gbps: Some(100.0), loss_ppm: 1000, seed: 7 });
-        let replaced = both.updated(Some(200.0), Some(0), 7);
-        assert_eq!(replaced, Degradation { rate_gbps: Some(200.0), loss_ppm: 0, seed: 7 });
+        let seed_kept = both.updated(Some(200.0), None, None, 400.0);
+        assert_eq!(seed_kept, Degradation { rate_gbps: Some(200.0), loss_ppm: 1000, seed: 7 });
+        let own_rate = seed_kept.updated(Some(400.0), None, None, 400.0);
+        assert_eq!(own_rate, Degradation { rate_gbps: None, loss_ppm: 1000, seed: 7 });
+        assert!(!own_rate.is_none() && own_rate.updated(None, Some(0), None, 400.0).is_none());
     }
 
     /// Every bad value named in the issue, and its neighbours, against the good ones.

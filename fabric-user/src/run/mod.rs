@@ -416,15 +416,20 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     Ok(result)
 }
 
-/// Labels of the links down or degraded in `state`.
+/// The switches down, and the labels of the links down (but for those of a down switch) or
+/// degraded, in `state`.
 pub(crate) fn faulty_links(state: &State) -> Vec<String> {
     let label = |l| crate::testbed::link_label(&state.plan, l);
-    let down = state.down_links.iter().map(|&l| format!("{} down", label(l)));
+    let switches = state.down_switches.iter().map(|&sw| format!("switch {} down", state.plan.nodes[sw].name));
+    let with_switches = state.out_of_service(&std::collections::BTreeSet::new(), &state.down_switches);
+    let down = (state.down_links.iter())
+        .filter(|l| state.links_taken_down.contains(l) || !with_switches.contains(l))
+        .map(|&l| format!("{} down", label(l)));
     let degraded = state
         .degraded
         .iter()
         .map(|(&l, d)| format!("{} degraded ({})", label(l), d.describe(state.plan.links[l].rate_gbps)));
-    down.chain(degraded).collect()
+    switches.chain(down).chain(degraded).collect()
 }
 
 #[cfg(test)]

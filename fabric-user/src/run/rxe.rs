@@ -850,7 +850,7 @@ pub fn smoke(topology: &Path, out: &Path, with_allreduce: bool) -> Result<()> {
     let started = Instant::now();
     let guard = testbed::DownOnDrop::owned(prefix.clone());
     let (_, layout) =
-        testbed::interrupt::one_step(|| testbed::up_rxe(&topo, true, RxeOptions { create_devices: true }))?;
+        testbed::interrupt::guarded_step(|| testbed::up_rxe(&topo, true, RxeOptions { create_devices: true }))?;
     let up_seconds = started.elapsed().as_secs_f64();
     println!(
         "rxe smoke: testbed {prefix} up with rxe hosts in {up_seconds:.1} s (per-host namespaces: {})",

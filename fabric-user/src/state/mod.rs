@@ -94,10 +94,13 @@ impl State {
         let path = state_path(prefix);
         let text = std::fs::read_to_string(&path)
             .with_context(|| format!("no testbed with prefix {prefix:?} is up (cannot read {})", path.display()))?;
-        let mut state: Self =
-            serde_json::from_str(&text).with_context(|| format!("corrupt state file {}", path.display()))?;
-        // A state saved before switches were told apart from links held every down link as
-        // taken down by hand.
+        Self::from_json(&text).with_context(|| format!("corrupt state file {}", path.display()))
+    }
+
+    /// A saved state. One saved before switches were told apart from links (no
+    /// `links_taken_down`) held every down link as taken down on its own.
+    fn from_json(text: &str) -> Result<Self> {
+        let mut state: Self = serde_json::from_str(text)?;
         if state.links_taken_down.is_empty() && state.down_switches.is_empty() {
             state.links_taken_down = state.down_links.clone();
         }
@@ -121,5 +124,37 @@ impl State {
     /// The pinned maps of a switch.
     pub fn dataplane(&self, node: NodeId) -> Result<SwitchDataplane> {
         SwitchDataplane::from_pins(&bpf_dir(&self.plan.topology.prefix).join(&self.plan.nodes[node].name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::topology::Topology;
+
+    /// A state file written before `links_taken_down` and `down_switches` existed loads with
+    /// its down links as taken down on their own (so `fabric link up` brings each back), and a
+    /// new one loads as saved.
+    #[test]
+    fn a_state_saved_before_switches_were_tracked_loads_its_down_links_as_taken_down() {
+        let plan = Plan::new(&Topology::default_topology());
+        let down: BTreeSet<LinkId> = [0, 3].into();
+        let state = State {
+            plan,
+            down_links: down.clone(),
+            links_taken_down: BTreeSet::new(),
+            down_switches: [1].into(),
+            group_slots: BTreeMap::new(),
+            degraded: BTreeMap::new(),
+            faults: Vec::new(),
+        };
+        let mut json: serde_json::Value = serde_json::to_value(&state).unwrap();
+        let new = State::from_json(&json.to_string()).unwrap();
+        assert_eq!((new.links_taken_down.len(), new.down_switches.len()), (0, 1), "loaded as saved");
+        let fields = json.as_object_mut().unwrap();
+        fields.remove("links_taken_down");
+        fields.remove("down_switches");
+        let old = State::from_json(&json.to_string()).unwrap();
+        assert_eq!((old.links_taken_down, old.down_switches, old.down_links), (down.clone(), BTreeSet::new(), down));
     }
 }

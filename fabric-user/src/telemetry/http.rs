@@ -32,7 +32,8 @@ pub enum BindError {
 /// For a server started before its testbed (a typo in `--prefix`, say): what it serves until
 /// one is up. `None` when testbed `prefix` is up.
 pub fn absent_testbed_note(prefix: &str) -> Option<String> {
-    crate::state::State::load(prefix).err().map(|_| {
+    // Only an absent state: a corrupt or unreadable one is reported by each scrape as it is.
+    (!crate::state::state_path(prefix).exists()).then(|| {
         format!(
             "note: no testbed with prefix {prefix:?} is up (yet); until `fabric up --prefix {prefix}` builds one, \
              this serves its absence (`fabric status --prefix {prefix}` shows what exists)"

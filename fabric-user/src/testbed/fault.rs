@@ -22,8 +22,15 @@ use crate::{
 
 /// Degrades link `spec`: `rate_gbps` (modelled, at most the link's own) and/or `loss_ppm`, with
 /// loss draws from `seed`. Of an earlier degradation of the link, what is not given again is
-/// kept. Returns its label and what is in force.
-pub fn degrade(prefix: &str, spec: &str, rate_gbps: Option<f64>, loss_ppm: Option<u32>, seed: u64) -> Result<String> {
+/// kept; the link's own rate gives the rate back, and a link left with its own rate and no loss
+/// is restored. Returns its label and what is in force.
+pub fn degrade(
+    prefix: &str,
+    spec: &str,
+    rate_gbps: Option<f64>,
+    loss_ppm: Option<u32>,
+    seed: Option<u64>,
+) -> Result<String> {
     if rate_gbps.is_none() && loss_ppm.is_none() {
         return Err(crate::model::fault::FaultError::NothingToDo.into());
     }
@@ -32,13 +39,18 @@ pub fn degrade(prefix: &str, spec: &str, rate_gbps: Option<f64>, loss_ppm: Optio
     let l = find_link(&state.plan, spec)?;
     let nominal = state.plan.links[l].rate_gbps;
     let rate_gbps = rate_gbps.map(|r| check_testbed_rate(r, nominal, &state.plan.topology)).transpose()?;
-    let before = state.degraded.get(&l).copied().unwrap_or_default();
-    let d = before.updated(rate_gbps, loss_ppm, seed);
+    let before = state.degraded.get(&l).copied().unwrap_or(Degradation::NONE);
+    let d = before.updated(rate_gbps, loss_ppm, seed, nominal);
     apply(&state, l, &d, &before)?;
     let label = link_label(&state.plan, l);
-    let detail = d.describe(nominal);
-    state.degraded.insert(l, d);
-    state.faults.push(FaultEvent::now(FaultKind::LinkDegraded, &label, &detail));
+    let (kind, detail) = if d.is_none() {
+        state.degraded.remove(&l);
+        (FaultKind::LinkRestored, "its own rate, no loss".to_string())
+    } else {
+        state.degraded.insert(l, d);
+        (FaultKind::LinkDegraded, d.describe(nominal))
+    };
+    state.faults.push(FaultEvent::now(kind, &label, if d.is_none() { "" } else { &detail }));
     state.save()?;
     Ok(format!("{label}: {detail}"))
 }
@@ -52,7 +64,7 @@ pub fn restore(prefix: &str, spec: &str) -> Result<String> {
     let Some(before) = state.degraded.remove(&l) else {
         bail!("link {label} is not degraded; degraded links: {}", degraded_labels(&state));
     };
-    apply(&state, l, &Degradation::default(), &before)?;
+    apply(&state, l, &Degradation::NONE, &before)?;
     state.faults.push(FaultEvent::now(FaultKind::LinkRestored, &label, ""));
     state.save()?;
     Ok(label)
@@ -72,7 +84,8 @@ fn apply(state: &State, l: LinkId, d: &Degradation, before: &Degradation) -> Res
     let ends = [(link.a, link.a_port), (link.b, link.b_port)];
     for (i, &end) in ends.iter().enumerate() {
         if let Err(e) = apply_end(state, l, i, end, d) {
-            for (j, &written) in ends[..i].iter().enumerate() {
+            // The end that failed too: it may have taken the rate before failing.
+            for (j, &written) in ends[..=i].iter().enumerate() {
                 // Best effort: the end that failed is already named in the error.
                 let _ = apply_end(state, l, j, written, before);
             }
@@ -108,11 +121,20 @@ pub fn flap(prefix: &str, spec: &str, period: Duration, count: u32) -> Result<St
     if count == 0 {
         return Err(crate::model::fault::FaultError::ZeroCount.into());
     }
+    let state = State::load(prefix)?;
+    let l = find_link(&state.plan, spec)?;
+    if let Some(&sw) = state.down_switches_of(l).first() {
+        let name = &state.plan.nodes[sw].name;
+        bail!(
+            "link {} is down with switch {name}: nothing to flap (fabric switch up {name})",
+            link_label(&state.plan, l)
+        );
+    }
     let mut label = String::new();
     for _ in 0..count {
-        label = interrupt::one_step(|| set_link(prefix, spec, false))?;
+        label = interrupt::guarded_step(|| set_link(prefix, spec, false))?;
         std::thread::sleep(period / 2);
-        interrupt::one_step(|| set_link(prefix, spec, true))?;
+        interrupt::guarded_step(|| set_link(prefix, spec, true))?;
         std::thread::sleep(period / 2);
     }
     Ok(label)
@@ -149,7 +171,7 @@ pub fn set_switch(prefix: &str, name: &str, up: bool) -> Result<SwitchChange> {
     let mut down_switches = state.down_switches.clone();
     let toggled = if up { down_switches.remove(&sw) } else { down_switches.insert(sw) };
     if !toggled {
-        bail!("switch {name} is already {}", if up { "up" } else { "down" });
+        return Err(already(&state, sw, up));
     }
     let down_links = state.out_of_service(&state.links_taken_down, &down_switches);
     let changed: Vec<LinkId> = state.down_links.symmetric_difference(&down_links).copied().collect();
@@ -179,6 +201,23 @@ pub fn set_switch(prefix: &str, name: &str, up: bool) -> Result<SwitchChange> {
     crate::te::reinstall(&state)?;
     let changed = changed.iter().map(|&l| link_label(&state.plan, l)).collect();
     Ok(SwitchChange { changed, held_down })
+}
+
+/// Why switch `sw` is already up (or down): with the links of it that are down on their own,
+/// which `switch up` does not bring back.
+fn already(state: &State, sw: NodeId, up: bool) -> anyhow::Error {
+    let name = &state.plan.nodes[sw].name;
+    let on_their_own: Vec<String> = (state.plan.nodes[sw].ports.iter())
+        .filter(|p| up && state.links_taken_down.contains(&p.link))
+        .map(|p| link_label(&state.plan, p.link))
+        .collect();
+    if on_their_own.is_empty() {
+        return anyhow::anyhow!("switch {name} is already {}", if up { "up" } else { "down" });
+    }
+    anyhow::anyhow!(
+        "switch {name} is already up; its links down on their own come back with fabric link up: {}",
+        on_their_own.join(", ")
+    )
 }
 
 /// Labels of `links` with why each stays down while `down_switches` are down.

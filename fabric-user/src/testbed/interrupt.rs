@@ -47,7 +47,7 @@ pub(super) fn owned_work() -> Option<MutexGuard<'static, ()>> {
 
 /// Runs `step` (an owned testbed's bring-up, one change of a flap) so that a stop signal's
 /// cleanup waits for it to end.
-pub fn one_step<T>(step: impl FnOnce() -> Result<T>) -> Result<T> {
+pub fn guarded_step<T>(step: impl FnOnce() -> Result<T>) -> Result<T> {
     let _work = owned_work();
     step()
 }
@@ -72,10 +72,14 @@ fn ignored(signal: i32) -> bool {
 /// on stderr), then dies of the signal, as an interrupted command does (so that a calling
 /// shell's loop stops too). A second signal during the removal ends the process at once.
 pub fn remove_owned_on_interrupt(down: fn(&str) -> Result<()>) -> Result<()> {
-    on_stop_signal(move |why| remove(why, &std::mem::take(&mut *owned()), down))
+    on_stop_signal(move |why| {
+        // Taken, not held: the list's lock is free during the teardowns.
+        let prefixes = std::mem::take(&mut *owned());
+        remove(why, &prefixes, down)
+    })
 }
 
-/// On a stop signal (see [`remove_owned_on_interrupt`]): once no [`one_step`] is under way,
+/// On a stop signal (see [`remove_owned_on_interrupt`]): once no [`guarded_step`] is under way,
 /// runs `cleanup` with the signal's word ("interrupted"), then dies of the signal. The steps
 /// of the main thread wait meanwhile, until the process has died.
 pub fn on_stop_signal(cleanup: impl Fn(&str) + Send + 'static) -> Result<()> {
@@ -85,7 +89,7 @@ pub fn on_stop_signal(cleanup: impl Fn(&str) + Send + 'static) -> Result<()> {
         .name("stop-signal".into())
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
-                stop(signal, &cleanup);
+                stop(signal, &wanted, &cleanup);
             }
         })
         .context("starting the signal handler's thread")?;
@@ -93,13 +97,14 @@ pub fn on_stop_signal(cleanup: impl Fn(&str) + Send + 'static) -> Result<()> {
     Ok(())
 }
 
-/// The handler's work for `signal`: cleans up, then dies of it.
-fn stop(signal: i32, cleanup: &impl Fn(&str)) -> ! {
+/// The handler's work for `signal`: cleans up, then dies of it. `handled` are the stop signals
+/// it was installed for (the others stay ignored).
+fn stop(signal: i32, handled: &[i32], cleanup: &impl Fn(&str)) -> ! {
     // SAFETY: setting dispositions to the default or to ignore is valid at any time: a second
     // stop signal now ends the process at once, and a closed stderr (a pipe whose reader Ctrl-C
     // also stopped) must not kill the process before it has cleaned up.
     unsafe {
-        for (s, _) in STOP_SIGNALS {
+        for &s in handled {
             libc::signal(s, libc::SIG_DFL);
         }
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
@@ -148,7 +153,7 @@ fn remove(why: &str, prefixes: &[String], down: fn(&str) -> Result<()>) {
     }
 }
 
-/// Returns once no Ctrl-C cleanup is under way (one under way never returns: the process dies
+/// Returns once no stop signal's cleanup is under way (one under way never returns: the process dies
 /// at its end). The command line calls it before exiting, so that a main thread that failed
 /// because its testbed went away does not exit in the middle of the cleanup.
 pub fn await_interrupt_cleanup() {

@@ -726,15 +726,40 @@ fn reroute(state: &mut State, down_links: BTreeSet<LinkId>) -> Result<()> {
         let old_slots = installed_slots(state, sw, o);
         match reprogram(state, sw, Installed { tables: o, slots: &old_slots }, n) {
             Ok(slots) => done.push((sw, slots)),
-            Err(e) => {
-                roll_back(state, &done, &new, &old);
-                return Err(e.context("routing left as it was"));
-            }
+            Err(e) => return Err(roll_back(state, sw, &done, &old, &new, e)),
         }
     }
     state.group_slots.extend(done);
     state.down_links = down_links;
     state.save()
+}
+
+/// After switch `failed` could not be reprogrammed (`error`): gives it and the switches `done`
+/// before it their `old` tables back. Returns the error to report, naming any switch left with
+/// its `new` tables.
+fn roll_back(
+    state: &State,
+    failed: NodeId,
+    done: &[(NodeId, Vec<u32>)],
+    old: &[Option<SwitchTables>],
+    new: &[Option<SwitchTables>],
+    error: anyhow::Error,
+) -> anyhow::Error {
+    let restore =
+        |sw: NodeId| restore_tables(state, sw, old[sw].as_ref().expect("switch"), new[sw].as_ref().expect("switch"));
+    // Best effort on the switch that failed: it may have switched some of its routes.
+    let _ = restore(failed);
+    let left: Vec<String> = done
+        .iter()
+        .filter_map(|&(sw, _)| restore(sw).err().map(|e| format!("{} ({e:#})", state.plan.nodes[sw].name)))
+        .collect();
+    if left.is_empty() {
+        return error.context("routing left as it was");
+    }
+    error.context(format!(
+        "routing left as it was except on {}: rebuild the testbed (fabric down, fabric up)",
+        left.join(", ")
+    ))
 }
 
 /// The `GROUPS` slots of switch `sw`'s tables in force, `tables`.
@@ -750,19 +775,26 @@ fn reprogram(state: &State, sw: NodeId, from: Installed<'_>, to: &SwitchTables) 
     program_tables(&mut dp, &state.plan, sw, Some(from), to).with_context(|| format!("reprogramming switch {name}"))
 }
 
-/// Gives the switches `done` (each with the slots of its tables in `new`) their tables of `old`
-/// back, and saves where their groups now sit with the state on disk (the caller's changes to
-/// `state` are not saved: the change did not happen).
-fn roll_back(state: &State, done: &[(NodeId, Vec<u32>)], new: &[Option<SwitchTables>], old: &[Option<SwitchTables>]) {
-    let mut saved = State::load(&state.plan.topology.prefix).unwrap_or_else(|_| state.clone());
-    for (sw, slots) in done.iter().rev() {
-        let (n, o) = (new[*sw].as_ref().expect("switch"), old[*sw].as_ref().expect("switch"));
-        // Best effort: the error that stopped the change is the one reported.
-        if let Ok(slots) = reprogram(state, *sw, Installed { tables: n, slots }, o) {
-            saved.group_slots.insert(*sw, slots);
-        }
+/// Gives switch `sw` its tables `old` back, in the slots the state has for them, after all or
+/// part of `attempted` was programmed. An update never writes a slot that the routes in force
+/// name ([`routing::assign_slots`]), so `old`'s groups are still in their slots: only the routes
+/// are switched back, and those that only `attempted` has removed. The state's slots stay true.
+fn restore_tables(state: &State, sw: NodeId, old: &SwitchTables, attempted: &SwitchTables) -> Result<()> {
+    let slots = installed_slots(state, sw, old);
+    let mut dp = state.dataplane(sw)?;
+    program_tables(&mut dp, &state.plan, sw, Some(Installed { tables: old, slots: &slots }), old)?;
+    // A route the failed update never added is not there to remove: nothing to undo.
+    for &(addr, len, _) in
+        attempted.routes_v4.iter().filter(|r| !old.routes_v4.iter().any(|o| (o.0, o.1) == (r.0, r.1)))
+    {
+        let _ = dp.remove_route_v4(addr, len);
     }
-    let _ = saved.save();
+    for &(addr, len, _) in
+        attempted.routes_v6.iter().filter(|r| !old.routes_v6.iter().any(|o| (o.0, o.1) == (r.0, r.1)))
+    {
+        let _ = dp.remove_route_v6(addr, len);
+    }
+    Ok(())
 }
 
 /// Sets the ECMP hash mode of every switch at run time, and optionally re-seeds them (each

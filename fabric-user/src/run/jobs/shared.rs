@@ -289,13 +289,18 @@ impl SlowNics {
     }
 
     pub(super) fn degrade(&mut self, link: &str, rate_gbps: f64) -> Result<()> {
-        testbed::fault::degrade(&self.prefix, link, Some(rate_gbps), None, 0).context("slow NIC")?;
+        testbed::fault::degrade(&self.prefix, link, Some(rate_gbps), None, Some(0)).context("slow NIC")?;
         self.active.push(link.to_string());
         Ok(())
     }
 
     pub(super) fn restore(&mut self, link: &str) -> Result<()> {
         self.active.retain(|l| l != link);
+        // A slow NIC at the link's own rate left nothing degraded to restore.
+        let state = State::load(&self.prefix)?;
+        if !state.degraded.contains_key(&state.plan.find_link(link)?) {
+            return Ok(());
+        }
         testbed::fault::restore(&self.prefix, link).map(|_| ()).context("slow NIC")
     }
 }
