@@ -59,7 +59,7 @@ enum LinkAction {
     Degrade {
         /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
         link: String,
-        /// Modelled rate in Gbit/s, above 0 and at most the link's own.
+        /// Modelled rate in Gbit/s, above 0 and at most the link's own (which gives the rate back).
         #[arg(long)]
         rate: Option<f64>,
         /// Share of frames lost, in percent (0%..=100%), by a seeded draw per frame.
@@ -662,8 +662,7 @@ fn bring_back_up_on_interrupt(prefix: &str, link: &str) -> Result<()> {
     let (prefix, link) = (prefix.to_string(), link.to_string());
     testbed::interrupt::on_stop_signal(move |why| {
         let said = match testbed::fault::end_flap(&prefix, &link) {
-            Ok(Some(label)) => format!("{why}: link {label} is up again; ECMP groups repaired"),
-            Ok(None) => format!("{why}: link {link} left as it is (not down on its own)"),
+            Ok(done) => format!("{why}: {done}"),
             Err(e) => format!("{why}: link {link} may be left down: {e:#} (fabric link up {link})"),
         };
         // Stderr may be gone with the terminal: the link is up either way.
@@ -671,7 +670,7 @@ fn bring_back_up_on_interrupt(prefix: &str, link: &str) -> Result<()> {
     })
 }
 
-/// For a command that `builds` testbeds of its own: Ctrl-C removes them.
+/// For a command that `builds` testbeds of its own: Ctrl-C, SIGTERM or SIGHUP removes them.
 fn remove_owned_testbeds_on_interrupt(builds: bool) -> Result<()> {
     if builds {
         testbed::interrupt::remove_owned_on_interrupt(|p| testbed::down(p).map(drop))?;

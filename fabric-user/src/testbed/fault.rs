@@ -35,39 +35,68 @@ pub fn degrade(
         return Err(crate::model::fault::FaultError::NothingToDo.into());
     }
     netns::require_capabilities()?;
-    let mut state = State::load(prefix)?;
+    let state = State::load(prefix)?;
     let l = find_link(&state.plan, spec)?;
     let nominal = state.plan.links[l].rate_gbps;
     let rate_gbps = rate_gbps.map(|r| check_testbed_rate(r, nominal, &state.plan.topology)).transpose()?;
-    let before = state.degraded.get(&l).copied().unwrap_or(Degradation::NONE);
-    let d = before.updated(rate_gbps, loss_ppm, seed, nominal);
-    apply(&state, l, &d, &before)?;
-    let label = link_label(&state.plan, l);
-    let (kind, detail) = if d.is_none() {
-        state.degraded.remove(&l);
-        (FaultKind::LinkRestored, "its own rate, no loss".to_string())
-    } else {
-        state.degraded.insert(l, d);
-        (FaultKind::LinkDegraded, d.describe(nominal))
-    };
-    state.faults.push(FaultEvent::now(kind, &label, if d.is_none() { "" } else { &detail }));
-    state.save()?;
-    Ok(format!("{label}: {detail}"))
+    let d = degradation_of(&state, l).updated(rate_gbps, loss_ppm, seed, nominal);
+    put(state, l, d)
 }
 
 /// Gives link `spec` back its own rate and no loss.
 pub fn restore(prefix: &str, spec: &str) -> Result<String> {
     netns::require_capabilities()?;
-    let mut state = State::load(prefix)?;
+    let state = State::load(prefix)?;
     let l = find_link(&state.plan, spec)?;
     let label = link_label(&state.plan, l);
-    let Some(before) = state.degraded.remove(&l) else {
+    if !state.degraded.contains_key(&l) {
         bail!("link {label} is not degraded; degraded links: {}", degraded_labels(&state));
-    };
-    apply(&state, l, &Degradation::NONE, &before)?;
-    state.faults.push(FaultEvent::now(FaultKind::LinkRestored, &label, ""));
-    state.save()?;
+    }
+    put(state, l, Degradation::NONE)?;
     Ok(label)
+}
+
+/// What is in force on link `spec` (`Degradation::NONE` on a link not degraded), to put back
+/// later with [`put_back`] (a job's slow NIC over a degradation of the user's).
+pub fn degradation(prefix: &str, spec: &str) -> Result<Degradation> {
+    let state = State::load(prefix)?;
+    let l = find_link(&state.plan, spec)?;
+    Ok(degradation_of(&state, l))
+}
+
+/// Puts degradation `d` back on link `spec` as it was (`NONE`: its own rate, no loss).
+pub fn put_back(prefix: &str, spec: &str, d: Degradation) -> Result<String> {
+    netns::require_capabilities()?;
+    let state = State::load(prefix)?;
+    let l = find_link(&state.plan, spec)?;
+    put(state, l, d)
+}
+
+fn degradation_of(state: &State, l: LinkId) -> Degradation {
+    state.degraded.get(&l).copied().unwrap_or(Degradation::NONE)
+}
+
+/// Puts degradation `d` in force on link `l` (at both switch ends), logs the change and saves
+/// the state. Returns the link's label and what is in force. A link that stays as it was (not
+/// degraded, and `d` is none) is neither written nor logged.
+fn put(mut state: State, l: LinkId, d: Degradation) -> Result<String> {
+    let label = link_label(&state.plan, l);
+    let nominal = state.plan.links[l].rate_gbps;
+    let before = degradation_of(&state, l);
+    if d.is_none() && before.is_none() {
+        return Ok(format!("{label}: its own rate, no loss (it was not degraded)"));
+    }
+    apply(&state, l, &d, &before)?;
+    let (kind, detail) = if d.is_none() {
+        state.degraded.remove(&l);
+        (FaultKind::LinkRestored, String::new())
+    } else {
+        state.degraded.insert(l, d);
+        (FaultKind::LinkDegraded, d.describe(nominal))
+    };
+    state.faults.push(FaultEvent::now(kind, &label, &detail));
+    state.save()?;
+    Ok(format!("{label}: {}", if d.is_none() { "its own rate, no loss" } else { &detail }))
 }
 
 /// The labels of the degraded links, for messages.
@@ -140,15 +169,20 @@ pub fn flap(prefix: &str, spec: &str, period: Duration, count: u32) -> Result<St
     Ok(label)
 }
 
-/// Ends a flap cut short: brings link `spec` back up if it is down by itself (not with a
-/// switch). Returns its label if it did.
-pub fn end_flap(prefix: &str, spec: &str) -> Result<Option<String>> {
+/// Ends a flap cut short: brings link `spec` back up if it is down on its own (not with a
+/// switch). Says what it found or did.
+pub fn end_flap(prefix: &str, spec: &str) -> Result<String> {
     let state = State::load(prefix)?;
     let l = find_link(&state.plan, spec)?;
-    if !state.links_taken_down.contains(&l) || !state.down_switches_of(l).is_empty() {
-        return Ok(None);
+    let label = link_label(&state.plan, l);
+    if let Some(&sw) = state.down_switches_of(l).first() {
+        return Ok(format!("link {label} stays down with switch {}", state.plan.nodes[sw].name));
     }
-    set_link(prefix, spec, true).map(Some)
+    if !state.links_taken_down.contains(&l) {
+        return Ok(format!("link {label} is up"));
+    }
+    set_link(prefix, spec, true)?;
+    Ok(format!("link {label} is up again; ECMP groups repaired"))
 }
 
 /// What `fabric switch down|up` changed.
@@ -228,10 +262,13 @@ fn held_down<'a>(
 ) -> Vec<String> {
     let why = |l: LinkId| {
         let link = &state.plan.links[l];
-        match [link.a, link.b].into_iter().find(|n| down_switches.contains(n)) {
-            Some(other) => format!("switch {} is down", state.plan.nodes[other].name),
-            None => "taken down by itself".to_string(),
-        }
+        let by_hand = state.links_taken_down.contains(&l).then(|| "taken down by itself".to_string());
+        let switches = [link.a, link.b].into_iter().filter(|n| down_switches.contains(n));
+        let reasons: Vec<String> = by_hand
+            .into_iter()
+            .chain(switches.map(|sw| format!("switch {} is down", state.plan.nodes[sw].name)))
+            .collect();
+        reasons.join("; ")
     };
     links.map(|&l| format!("{} ({})", link_label(&state.plan, l), why(l))).collect()
 }

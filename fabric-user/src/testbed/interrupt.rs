@@ -100,12 +100,14 @@ pub fn on_stop_signal(cleanup: impl Fn(&str) + Send + 'static) -> Result<()> {
 /// The handler's work for `signal`: cleans up, then dies of it. `handled` are the stop signals
 /// it was installed for (the others stay ignored).
 fn stop(signal: i32, handled: &[i32], cleanup: &impl Fn(&str)) -> ! {
-    // SAFETY: setting dispositions to the default or to ignore is valid at any time: a second
-    // stop signal now ends the process at once, and a closed stderr (a pipe whose reader Ctrl-C
-    // also stopped) must not kill the process before it has cleaned up.
+    // SAFETY: setting dispositions to the default or to ignore is valid at any time. A second
+    // Ctrl-C now ends the process at once (the user asks for it); a repeated SIGTERM or SIGHUP
+    // (a closing terminal sends SIGHUP more than once) must not cut the cleanup short; and a
+    // closed stderr (a pipe whose reader Ctrl-C also stopped) must not kill the process before
+    // it has cleaned up.
     unsafe {
         for &s in handled {
-            libc::signal(s, libc::SIG_DFL);
+            libc::signal(s, if s == libc::SIGINT { libc::SIG_DFL } else { libc::SIG_IGN });
         }
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
@@ -114,7 +116,10 @@ fn stop(signal: i32, handled: &[i32], cleanup: &impl Fn(&str)) -> ! {
     // Whatever happens in the cleanup, the process still dies of the signal below.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cleanup(why)));
     // SAFETY: raising a signal whose disposition is the default ends the process.
-    unsafe { libc::raise(signal) };
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
     std::process::exit(128 + signal);
 }
 

@@ -726,33 +726,38 @@ fn reroute(state: &mut State, down_links: BTreeSet<LinkId>) -> Result<()> {
         let old_slots = installed_slots(state, sw, o);
         match reprogram(state, sw, Installed { tables: o, slots: &old_slots }, n) {
             Ok(slots) => done.push((sw, slots)),
-            Err(e) => return Err(roll_back(state, sw, &done, &old, &new, e)),
+            Err(e) => return Err(roll_back(state, Some(sw), &done, [&old, &new], e)),
         }
     }
-    state.group_slots.extend(done);
-    state.down_links = down_links;
-    state.save()
+    // Saved before `state` changes: a state that cannot be saved undoes the change too, or the
+    // next change would start from slots that are not in force.
+    let mut next = state.clone();
+    next.group_slots.extend(done.iter().cloned());
+    next.down_links = down_links;
+    if let Err(e) = next.save() {
+        return Err(roll_back(state, None, &done, [&old, &new], e));
+    }
+    *state = next;
+    Ok(())
 }
 
-/// After switch `failed` could not be reprogrammed (`error`): gives it and the switches `done`
-/// before it their `old` tables back. Returns the error to report, naming any switch left with
-/// its `new` tables.
+/// After switch `failed` could not be reprogrammed, or the state could not be saved (`error`):
+/// gives it and the switches `done` before it their `old` tables back (`[old, new]`). Returns
+/// the error to report, naming any switch left with its `new` tables, in part or whole.
 fn roll_back(
     state: &State,
-    failed: NodeId,
+    failed: Option<NodeId>,
     done: &[(NodeId, Vec<u32>)],
-    old: &[Option<SwitchTables>],
-    new: &[Option<SwitchTables>],
+    [old, new]: [&[Option<SwitchTables>]; 2],
     error: anyhow::Error,
 ) -> anyhow::Error {
-    let restore =
-        |sw: NodeId| restore_tables(state, sw, old[sw].as_ref().expect("switch"), new[sw].as_ref().expect("switch"));
-    // Best effort on the switch that failed: it may have switched some of its routes.
-    let _ = restore(failed);
-    let left: Vec<String> = done
-        .iter()
-        .filter_map(|&(sw, _)| restore(sw).err().map(|e| format!("{} ({e:#})", state.plan.nodes[sw].name)))
-        .collect();
+    let restore = |sw: NodeId| {
+        let (o, n) = (old[sw].as_ref().expect("switch"), new[sw].as_ref().expect("switch"));
+        restore_tables(state, sw, o, n).err().map(|e| format!("{} ({e:#})", state.plan.nodes[sw].name))
+    };
+    // A switch that failed where its maps could not be opened was never written.
+    let failed = failed.filter(|&sw| state.dataplane(sw).is_ok());
+    let left: Vec<String> = done.iter().map(|&(sw, _)| sw).chain(failed).filter_map(restore).collect();
     if left.is_empty() {
         return error.context("routing left as it was");
     }

@@ -14,6 +14,7 @@ use crate::{
     endpoint::EndpointOptions,
     endpoint::engine::{FlowResult, HostResult, StepShape},
     forwarding::{fabric::SimFabric, flows::step_flows_shaped, route},
+    model::fault::Degradation,
     model::plan::{NodeId, Plan, Role},
     model::workload::HostTransfer,
     run::job::{JobClock, JobFaults, JobRecord},
@@ -277,10 +278,12 @@ pub(super) fn record_step(
     retransmitted
 }
 
-/// Host links degraded for slow NICs, restored when their job ends, or when the run fails.
+/// Host links degraded for slow NICs, put back as they were (a degradation of the user's
+/// included) when their job ends, or when the run fails.
 pub(super) struct SlowNics {
     prefix: String,
-    active: Vec<String>,
+    /// Each link slowed, with what was in force on it before.
+    active: Vec<(String, Degradation)>,
 }
 
 impl SlowNics {
@@ -289,26 +292,25 @@ impl SlowNics {
     }
 
     pub(super) fn degrade(&mut self, link: &str, rate_gbps: f64) -> Result<()> {
-        testbed::fault::degrade(&self.prefix, link, Some(rate_gbps), None, Some(0)).context("slow NIC")?;
-        self.active.push(link.to_string());
+        let before = testbed::fault::degradation(&self.prefix, link).context("slow NIC")?;
+        testbed::fault::degrade(&self.prefix, link, Some(rate_gbps), None, None).context("slow NIC")?;
+        self.active.push((link.to_string(), before));
         Ok(())
     }
 
     pub(super) fn restore(&mut self, link: &str) -> Result<()> {
-        self.active.retain(|l| l != link);
-        // A slow NIC at the link's own rate left nothing degraded to restore.
-        let state = State::load(&self.prefix)?;
-        if !state.degraded.contains_key(&state.plan.find_link(link)?) {
+        let Some(i) = self.active.iter().position(|(l, _)| l == link) else {
             return Ok(());
-        }
-        testbed::fault::restore(&self.prefix, link).map(|_| ()).context("slow NIC")
+        };
+        let (link, before) = self.active.remove(i);
+        testbed::fault::put_back(&self.prefix, &link, before).map(drop).context("slow NIC")
     }
 }
 
 impl Drop for SlowNics {
     fn drop(&mut self) {
-        for l in std::mem::take(&mut self.active) {
-            if let Err(e) = testbed::fault::restore(&self.prefix, &l) {
+        for (l, before) in std::mem::take(&mut self.active) {
+            if let Err(e) = testbed::fault::put_back(&self.prefix, &l, before) {
                 log::warn!("restoring the slow NIC's link {l}: {e:#}");
             }
         }
