@@ -251,41 +251,9 @@ fn a_flap_stopped_half_way_leaves_its_link_up() {
     let link = "z0r0:z0c1";
     let label = state.plan.link_label(state.plan.find_link(link).unwrap());
     // One cycle of 20 minutes: the link is down for 10, far longer than the test waits.
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
-        .args(["link", "--prefix", &prefix, "flap", link, "--period", "1200s", "--count", "1"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stderr, &mut text).map(|_| text)
-    });
-    let fail = |child: &mut std::process::Child, why: &str| -> ! {
-        let _ = child.kill();
-        panic!("{why}");
-    };
-    let waited = std::time::Instant::now();
-    while State::load(&prefix).unwrap().down_links.is_empty() {
-        if child.try_wait().unwrap().is_some() || waited.elapsed() > Duration::from_secs(60) {
-            fail(&mut child, "the flap never took its link down");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let stopped = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if stopped.elapsed() > Duration::from_secs(60) {
-            fail(&mut child, "the flap outlived its SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let err = reader.join().unwrap().unwrap();
+    let args = ["link", "--prefix", &prefix, "flap", link, "--period", "1200s", "--count", "1"];
+    let link_down = || !State::load(&prefix).unwrap().down_links.is_empty();
+    let (status, err) = common::signal_when_ready(&args, "the flap", link_down, libc::SIGTERM, Duration::from_secs(60));
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}: {err}");
     assert!(err.contains(&format!("terminated: link {label} is up again")), "{err}");
     let after = State::load(&prefix).unwrap();

@@ -263,47 +263,11 @@ fn an_interrupted_experiment_removes_its_testbed() {
     // A leftover of an earlier run under the same name would look like this one's testbed.
     testbed::down(&built).unwrap();
     let out = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
-        .args(["experiment", "incast", "--seeds", "1", "--prefix", &base, "--out"])
-        .arg(out.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Read stderr as it comes, so that a chatty child never blocks on a full pipe.
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stderr, &mut text).map(|_| text)
-    });
-    // A child that outlives a failed assertion is killed first.
-    let fail = |child: &mut std::process::Child, why: &str| -> ! {
-        let _ = child.kill();
-        panic!("{why}");
-    };
-    let waited = std::time::Instant::now();
-    while fabric_user::state::State::load(&built).is_err() {
-        if child.try_wait().unwrap().is_some() {
-            fail(&mut child, "the experiment ended before its testbed was up");
-        }
-        if waited.elapsed() > Duration::from_secs(120) {
-            fail(&mut child, "the experiment's testbed never came up");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let interrupted = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if interrupted.elapsed() > Duration::from_secs(120) {
-            fail(&mut child, "the experiment outlived its Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let err = reader.join().unwrap().unwrap();
+    let out_dir = out.path().to_str().unwrap();
+    let args = ["experiment", "incast", "--seeds", "1", "--prefix", &base, "--out", out_dir];
+    let testbed_up = || fabric_user::state::State::load(&built).is_ok();
+    let (status, err) =
+        common::signal_when_ready(&args, "the experiment", testbed_up, libc::SIGINT, Duration::from_secs(120));
     assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}: {err}");
     assert!(err.contains(&format!("interrupted: removing testbed {built}")), "{err}");
     nothing_left(&built);

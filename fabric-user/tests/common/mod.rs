@@ -244,3 +244,54 @@ impl Drop for Tcpdump {
         self.terminate();
     }
 }
+
+/// Runs `fabric ARGS`, waits (up to `limit`) until `ready()`, sends it `signal`, and waits (up
+/// to `limit` again) for it to end. Returns how it ended and its stderr, read as it came (a
+/// chatty child never blocks on a full pipe). A child that ends before it is ready, or
+/// outlives a limit, is killed and fails the test with `what`.
+pub fn signal_when_ready(
+    args: &[&str],
+    what: &str,
+    ready: impl Fn() -> bool,
+    signal: i32,
+    limit: std::time::Duration,
+) -> (std::process::ExitStatus, String) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut text).map(|_| text)
+    });
+    let fail = |child: &mut std::process::Child, why: &str| -> ! {
+        let _ = child.kill();
+        panic!("{what}: {why}");
+    };
+    let waited = std::time::Instant::now();
+    while !ready() {
+        if child.try_wait().unwrap().is_some() {
+            fail(&mut child, "ended before it was ready");
+        }
+        if waited.elapsed() > limit {
+            fail(&mut child, "never got ready");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: signalling our own child, which has not been waited for (its pid is still ours).
+    unsafe { libc::kill(child.id() as i32, signal) };
+    let signalled = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if signalled.elapsed() > limit {
+            fail(&mut child, "outlived its signal");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (status, reader.join().unwrap().unwrap())
+}
