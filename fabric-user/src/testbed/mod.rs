@@ -479,18 +479,23 @@ pub fn program_tables(
         dp.set_route_v6(addr, len, target(t))?;
     }
     if let Some(old) = installed {
-        for &(addr, len, _) in &old.tables.routes_v4 {
-            if !new.routes_v4.iter().any(|r| (r.0, r.1) == (addr, len)) {
-                dp.remove_route_v4(addr, len)?;
-            }
+        for (addr, len) in routes_only_in(&old.tables.routes_v4, &new.routes_v4) {
+            dp.remove_route_v4(addr, len)?;
         }
-        for &(addr, len, _) in &old.tables.routes_v6 {
-            if !new.routes_v6.iter().any(|r| (r.0, r.1) == (addr, len)) {
-                dp.remove_route_v6(addr, len)?;
-            }
+        for (addr, len) in routes_only_in(&old.tables.routes_v6, &new.routes_v6) {
+            dp.remove_route_v6(addr, len)?;
         }
     }
     Ok(slots)
+}
+
+/// The prefixes of `routes` that `other` has no route for.
+fn routes_only_in<'a, A: Copy + PartialEq>(
+    routes: &'a [(A, u8, RouteTarget)],
+    other: &'a [(A, u8, RouteTarget)],
+) -> impl Iterator<Item = (A, u8)> + 'a {
+    let prefixes = routes.iter().map(|&(addr, len, _)| (addr, len));
+    prefixes.filter(move |&(addr, len)| !other.iter().any(|r| (r.0, r.1) == (addr, len)))
 }
 
 /// Tears a testbed down when dropped, whatever happened: for tests and benchmarks that build
@@ -789,14 +794,10 @@ fn restore_tables(state: &State, sw: NodeId, old: &SwitchTables, attempted: &Swi
     let mut dp = state.dataplane(sw)?;
     program_tables(&mut dp, &state.plan, sw, Some(Installed { tables: old, slots: &slots }), old)?;
     // A route the failed update never added is not there to remove: nothing to undo.
-    for &(addr, len, _) in
-        attempted.routes_v4.iter().filter(|r| !old.routes_v4.iter().any(|o| (o.0, o.1) == (r.0, r.1)))
-    {
+    for (addr, len) in routes_only_in(&attempted.routes_v4, &old.routes_v4) {
         let _ = dp.remove_route_v4(addr, len);
     }
-    for &(addr, len, _) in
-        attempted.routes_v6.iter().filter(|r| !old.routes_v6.iter().any(|o| (o.0, o.1) == (r.0, r.1)))
-    {
+    for (addr, len) in routes_only_in(&attempted.routes_v6, &old.routes_v6) {
         let _ = dp.remove_route_v6(addr, len);
     }
     Ok(())
