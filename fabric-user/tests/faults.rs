@@ -261,6 +261,62 @@ fn a_flap_stopped_half_way_leaves_its_link_up() {
     common::assert_all_reachable(&after);
 }
 
+/// A link being flapped belongs to its flap: another flap of it, `link up|down` of it and
+/// `switch down` of a switch at its end are refused (the flap would undo them at its next step),
+/// while a change of another link goes through and stays after the flap. A flap killed outright
+/// (no cleanup) leaves its record, which holds nothing.
+#[test]
+fn a_flapped_link_belongs_to_its_flap() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let prefix = common::unique_prefix('l', 6);
+    let (_guard, state) = common::up(None, &prefix);
+    let (link, other) = ("z0r0:z0c1", "z0r1:z0c0");
+    let (l, o) = (state.plan.find_link(link).unwrap(), state.plan.find_link(other).unwrap());
+    let args = ["link", "--prefix", &prefix, "flap", link, "--period", "1200s", "--count", "1"];
+    let flapping = || State::load(&prefix).unwrap().links_taken_down.contains(&l);
+    // What the test process (another process than the flap) may do while the link is down.
+    let tried = std::cell::RefCell::new(None);
+    let ready = || {
+        if !flapping() {
+            return false;
+        }
+        tried.borrow_mut().get_or_insert_with(|| {
+            let refused = [
+                testbed::set_link(&prefix, link, true).err(),
+                testbed::set_link(&prefix, link, false).err(),
+                fault::flap(&prefix, link, Duration::from_secs(1), 1).err(),
+                fault::set_switch(&prefix, "z0c1", false).err(),
+            ];
+            (
+                refused.map(|e| e.map(|e| format!("{e:#}"))),
+                testbed::set_link(&prefix, other, false).map_err(|e| format!("{e:#}")),
+            )
+        });
+        true
+    };
+    let (status, err) = common::signal_when_ready(&args, "the flap", ready, libc::SIGTERM, Duration::from_secs(60));
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}: {err}");
+    let (refused, other_down) = tried.into_inner().expect("tried while the link was down");
+    for (i, e) in refused.iter().enumerate() {
+        let e = e.as_deref().unwrap_or_else(|| panic!("change {i} of the flapped link went through"));
+        assert!(e.contains("being flapped by process"), "change {i}: {e}");
+    }
+    other_down.expect("another link can be taken down during the flap");
+    let after = State::load(&prefix).unwrap();
+    assert_eq!(after.links_taken_down, BTreeSet::from([o]), "the flap's end kept the other link down");
+    assert!(after.flaps.is_empty(), "{:?}", after.flaps);
+
+    let (status, err) = common::signal_when_ready(&args, "the flap", flapping, libc::SIGKILL, Duration::from_secs(60));
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}: {err}");
+    assert!(State::load(&prefix).unwrap().flaps.contains_key(&l), "a killed flap cleans nothing up");
+    testbed::set_link(&prefix, link, true).expect("a dead flap's record holds nothing");
+    assert!(State::load(&prefix).unwrap().flaps.is_empty(), "the next change drops a dead flap's record");
+    testbed::set_link(&prefix, other, true).unwrap();
+    let end = State::load(&prefix).unwrap();
+    assert!(end.down_links.is_empty(), "{:?}", end.down_links);
+    common::assert_all_reachable(&end);
+}
+
 /// Moves switch `sw`'s pinned maps aside (a half-broken testbed: its maps cannot be opened)
 /// while `f` runs; they are put back even if `f` panics, so that `down` finds them.
 fn with_maps_aside<T>(state: &State, sw: NodeId, f: impl FnOnce() -> T) -> T {

@@ -3,16 +3,18 @@
 //! bpffs and run-time folders its switches and agent use.
 use std::{
     collections::{BTreeMap, BTreeSet},
-    path::PathBuf,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::{
     dataplane::SwitchDataplane,
     model::fault::{Degradation, FaultEvent},
     model::plan::{LinkId, NodeId, Plan},
+    sys::process,
 };
 
 /// Where bpffs lives; a testbed pins under `fabric/<prefix>/<node>/`.
@@ -63,6 +65,83 @@ pub struct State {
     /// Every fault injected since `up`, oldest first (job records pick theirs from it).
     #[serde(default)]
     pub faults: Vec<FaultEvent>,
+    /// Links a `fabric link flap` is flapping, with the process that does it: no other command
+    /// may take such a link down or up meanwhile (the flap would undo it at its next step).
+    #[serde(default)]
+    pub flaps: BTreeMap<LinkId, Owner>,
+}
+
+/// A process, told apart from any later one with the same pid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub pid: u32,
+    /// Its start time, in clock ticks after boot (`sys::process::start_time`).
+    pub started: u64,
+}
+
+impl Owner {
+    /// This process.
+    pub fn this_process() -> Self {
+        let pid = std::process::id();
+        Owner { pid, started: process::start_time(pid).unwrap_or(0) }
+    }
+
+    /// Whether the process still runs (not one that took its pid after it ended).
+    pub fn is_running(&self) -> bool {
+        process::start_time(self.pid) == Some(self.started)
+    }
+}
+
+/// Held while a command changes a testbed, from reading its state to saving it: changes of one
+/// testbed happen one at a time. Without it, a flap in the background and a `fabric link down`
+/// could each read the state, reroute and save, and the later save would lose the other's
+/// change while its switches routed by it. Released when dropped (the lock of an open file,
+/// which the kernel also releases when the process dies).
+#[must_use = "the lock is released when this is dropped"]
+pub struct ChangeLock {
+    _file: std::fs::File,
+}
+
+/// How long a change waits for another one of the same testbed to finish. A change takes
+/// seconds at most (rerouting a few hundred switches); a wait this long means a stuck process.
+const CHANGE_LOCK_WAIT: Duration = Duration::from_secs(120);
+
+impl ChangeLock {
+    /// Waits (up to [`CHANGE_LOCK_WAIT`]) until no other command changes testbed `prefix`.
+    pub fn take(prefix: &str) -> Result<Self> {
+        Self::take_within(&state_dir(prefix), prefix, CHANGE_LOCK_WAIT)
+    }
+
+    /// The lock of testbed `prefix` whose state folder is `dir`.
+    fn take_within(dir: &Path, prefix: &str, wait: Duration) -> Result<Self> {
+        let path = dir.join("change.lock");
+        // The folder exists while the testbed does; without it there is nothing to change.
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("no testbed with prefix {prefix:?} is up (cannot open {})", path.display()))?;
+        let start = Instant::now();
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(ChangeLock { _file: file }),
+                Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < wait => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(std::fs::TryLockError::WouldBlock) => bail!(
+                    "another fabric command has been changing testbed {prefix:?} for over {}s and still holds {}: \
+                     if none should be running, a stuck one can be found with `fuser {}`",
+                    wait.as_secs(),
+                    path.display(),
+                    path.display()
+                ),
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(e).with_context(|| format!("locking {}", path.display()));
+                }
+            }
+        }
+    }
 }
 
 impl State {
@@ -90,6 +169,21 @@ impl State {
 }
 
 impl State {
+    /// The state of testbed `prefix`, to change: read once no other command changes it, which
+    /// none will until the lock is dropped (after the change is saved).
+    /// Records of flaps whose process is gone (killed outright) are dropped.
+    pub fn load_for_change(prefix: &str) -> Result<(Self, ChangeLock)> {
+        let lock = ChangeLock::take(prefix)?;
+        let mut state = Self::load(prefix)?;
+        state.flaps.retain(|_, owner| owner.is_running());
+        Ok((state, lock))
+    }
+
+    /// The process flapping link `l`, if it is another one and still runs.
+    pub fn flapped_by_another(&self, l: LinkId) -> Option<Owner> {
+        self.flaps.get(&l).copied().filter(|o| *o != Owner::this_process() && o.is_running())
+    }
+
     pub fn load(prefix: &str) -> Result<Self> {
         let path = state_path(prefix);
         let text = std::fs::read_to_string(&path)
@@ -147,6 +241,7 @@ mod tests {
             group_slots: BTreeMap::new(),
             degraded: BTreeMap::new(),
             faults: Vec::new(),
+            flaps: BTreeMap::new(),
         };
         let mut json: serde_json::Value = serde_json::to_value(&state).unwrap();
         let new = State::from_json(&json.to_string()).unwrap();
@@ -156,5 +251,40 @@ mod tests {
         fields.remove("down_switches");
         let old = State::from_json(&json.to_string()).unwrap();
         assert_eq!((old.links_taken_down, old.down_switches, old.down_links), (down.clone(), BTreeSet::new(), down));
+    }
+
+    /// A second change of the same testbed waits for the first, and names the lock when it has
+    /// waited too long; another testbed's change does not wait.
+    #[test]
+    fn one_change_of_a_testbed_at_a_time() {
+        let base = std::env::temp_dir().join(format!("fabric-lock-test-{}", std::process::id()));
+        let (dir, other) = (base.join("t1"), base.join("t2"));
+        for d in [&dir, &other] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let first = ChangeLock::take_within(&dir, "t1", Duration::ZERO).unwrap();
+        let err = ChangeLock::take_within(&dir, "t1", Duration::from_millis(100)).err().expect("held by the first");
+        assert!(format!("{err:#}").contains("change.lock"), "{err:#}");
+        let _other = ChangeLock::take_within(&other, "t2", Duration::ZERO).expect("another testbed's lock is free");
+        let waiter = std::thread::spawn({
+            let dir = dir.clone();
+            move || ChangeLock::take_within(&dir, "t1", Duration::from_secs(60)).map(|_| ())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        drop(first);
+        waiter.join().unwrap().expect("taken once the first is dropped");
+        std::fs::remove_dir_all(&base).unwrap();
+        let gone = ChangeLock::take_within(&dir, "t1", Duration::ZERO).err().expect("no testbed, no lock");
+        assert!(format!("{gone:#}").contains("no testbed with prefix \"t1\""), "{gone:#}");
+    }
+
+    /// This process runs; a process with a pid that runs but another start time (one that took
+    /// a dead flap's pid) does not count as the same.
+    #[test]
+    fn an_owner_is_its_pid_and_start_time() {
+        let me = Owner::this_process();
+        assert!(me.is_running());
+        assert!(!Owner { started: me.started + 1, ..me }.is_running());
+        assert!(!Owner { pid: 1 << 23, ..me }.is_running());
     }
 }

@@ -5,3 +5,4 @@ pub mod cpu;
 pub mod file;
 pub mod netlink;
 pub mod netns;
+pub mod process;

@@ -12,11 +12,11 @@ use std::{collections::BTreeSet, time::Duration};
 use anyhow::{Context as _, Result, bail};
 use fabric_common::fault::PortLoss;
 
-use super::{find_link, interrupt, link_label, reroute, set_link, set_link_carrier};
+use super::{change_links, find_link, interrupt, link_label, refuse_if_flapped, set_link};
 use crate::{
     model::fault::{Degradation, FaultEvent, FaultKind, check_testbed_rate},
     model::plan::{LinkId, NodeId, Plan},
-    state::State,
+    state::{Owner, State},
     sys::netns,
 };
 
@@ -35,7 +35,7 @@ pub fn degrade(
         return Err(crate::model::fault::FaultError::NothingToDo.into());
     }
     netns::require_capabilities()?;
-    let state = State::load(prefix)?;
+    let (state, _lock) = State::load_for_change(prefix)?;
     let l = find_link(&state.plan, spec)?;
     let nominal = state.plan.links[l].rate_gbps;
     let rate_gbps = rate_gbps.map(|r| check_testbed_rate(r, nominal, &state.plan.topology)).transpose()?;
@@ -46,7 +46,7 @@ pub fn degrade(
 /// Gives link `spec` back its own rate and no loss.
 pub fn restore(prefix: &str, spec: &str) -> Result<String> {
     netns::require_capabilities()?;
-    let state = State::load(prefix)?;
+    let (state, _lock) = State::load_for_change(prefix)?;
     let l = find_link(&state.plan, spec)?;
     let label = link_label(&state.plan, l);
     if !state.degraded.contains_key(&l) {
@@ -67,7 +67,7 @@ pub fn degradation(prefix: &str, spec: &str) -> Result<Degradation> {
 /// Puts degradation `d` back on link `spec` as it was (`NONE`: its own rate, no loss).
 pub fn put_back(prefix: &str, spec: &str, d: Degradation) -> Result<String> {
     netns::require_capabilities()?;
-    let state = State::load(prefix)?;
+    let (state, _lock) = State::load_for_change(prefix)?;
     let l = find_link(&state.plan, spec)?;
     put(state, l, d)
 }
@@ -150,23 +150,44 @@ pub fn flap(prefix: &str, spec: &str, period: Duration, count: u32) -> Result<St
     if count == 0 {
         return Err(crate::model::fault::FaultError::ZeroCount.into());
     }
-    let state = State::load(prefix)?;
-    let l = find_link(&state.plan, spec)?;
-    if let Some(&sw) = state.down_switches_of(l).first() {
-        let name = &state.plan.nodes[sw].name;
-        bail!(
-            "link {} is down with switch {name}: nothing to flap (fabric switch up {name})",
-            link_label(&state.plan, l)
-        );
-    }
-    let mut label = String::new();
-    for _ in 0..count {
-        label = interrupt::guarded_step(|| set_link(prefix, spec, false))?;
+    let l = interrupt::guarded_step(|| own_flap(prefix, spec))?;
+    let flapped = (0..count).try_for_each(|_| {
+        interrupt::guarded_step(|| set_link(prefix, spec, false))?;
         std::thread::sleep(period / 2);
         interrupt::guarded_step(|| set_link(prefix, spec, true))?;
         std::thread::sleep(period / 2);
+        Ok::<_, anyhow::Error>(())
+    });
+    let released = interrupt::guarded_step(|| release_flap(prefix, l));
+    flapped.and(released)
+}
+
+/// Records this process as the one flapping link `spec` (no other command may take it down or
+/// up until [`release_flap`]); returns the link.
+fn own_flap(prefix: &str, spec: &str) -> Result<LinkId> {
+    let (mut state, _lock) = State::load_for_change(prefix)?;
+    let l = find_link(&state.plan, spec)?;
+    let label = link_label(&state.plan, l);
+    if let Some(&sw) = state.down_switches_of(l).first() {
+        let name = &state.plan.nodes[sw].name;
+        bail!("link {label} is down with switch {name}: nothing to flap (fabric switch up {name})");
     }
-    Ok(label)
+    if let Some(owner) = state.flapped_by_another(l) {
+        bail!("link {label} is already being flapped by process {} (one flap of a link at a time)", owner.pid);
+    }
+    state.flaps.insert(l, Owner::this_process());
+    state.save()?;
+    Ok(l)
+}
+
+/// Ends this process's record of flapping link `l`. Returns the link's label.
+fn release_flap(prefix: &str, l: LinkId) -> Result<String> {
+    let (mut state, _lock) = State::load_for_change(prefix)?;
+    if state.flaps.get(&l) == Some(&Owner::this_process()) {
+        state.flaps.remove(&l);
+        state.save()?;
+    }
+    Ok(link_label(&state.plan, l))
 }
 
 /// Ends a flap cut short: brings link `spec` back up if it is down on its own (not with a
@@ -175,14 +196,16 @@ pub fn end_flap(prefix: &str, spec: &str) -> Result<String> {
     let state = State::load(prefix)?;
     let l = find_link(&state.plan, spec)?;
     let label = link_label(&state.plan, l);
-    if let Some(&sw) = state.down_switches_of(l).first() {
-        return Ok(format!("link {label} stays down with switch {}", state.plan.nodes[sw].name));
-    }
-    if !state.links_taken_down.contains(&l) {
-        return Ok(format!("link {label} is up"));
-    }
-    set_link(prefix, spec, true)?;
-    Ok(format!("link {label} is up again; ECMP groups repaired"))
+    let found = if let Some(&sw) = state.down_switches_of(l).first() {
+        format!("link {label} stays down with switch {}", state.plan.nodes[sw].name)
+    } else if !state.links_taken_down.contains(&l) {
+        format!("link {label} is up")
+    } else {
+        set_link(prefix, spec, true)?;
+        format!("link {label} is up again; ECMP groups repaired")
+    };
+    release_flap(prefix, l)?;
+    Ok(found)
 }
 
 /// What `fabric switch down|up` changed.
@@ -200,8 +223,11 @@ pub struct SwitchChange {
 /// that is down too stays down when the switch comes back.
 pub fn set_switch(prefix: &str, name: &str, up: bool) -> Result<SwitchChange> {
     netns::require_capabilities()?;
-    let mut state = State::load(prefix)?;
+    let (mut state, _lock) = State::load_for_change(prefix)?;
     let sw = find_switch(&state.plan, name)?;
+    for p in &state.plan.nodes[sw].ports {
+        refuse_if_flapped(&state, p.link)?;
+    }
     let mut down_switches = state.down_switches.clone();
     let toggled = if up { down_switches.remove(&sw) } else { down_switches.insert(sw) };
     if !toggled {
@@ -214,25 +240,7 @@ pub fn set_switch(prefix: &str, name: &str, up: bool) -> Result<SwitchChange> {
     state.down_switches = down_switches;
     let kind = if up { FaultKind::SwitchUp } else { FaultKind::SwitchDown };
     state.faults.push(FaultEvent::now(kind, name, ""));
-    // As for one link: down reroutes first, then takes the links down; up the other way round.
-    if up {
-        for &l in &changed {
-            set_link_carrier(&state.plan, l, true)?;
-        }
-        if let Err(e) = reroute(&mut state, down_links) {
-            // The links stay out of service, as routing still has them.
-            for &l in &changed {
-                let _ = set_link_carrier(&state.plan, l, false);
-            }
-            return Err(e);
-        }
-    } else {
-        reroute(&mut state, down_links)?;
-        for &l in &changed {
-            set_link_carrier(&state.plan, l, false)?;
-        }
-    }
-    crate::te::reinstall(&state)?;
+    change_links(&mut state, &changed, up, down_links)?;
     let changed = changed.iter().map(|&l| link_label(&state.plan, l)).collect();
     Ok(SwitchChange { changed, held_down })
 }

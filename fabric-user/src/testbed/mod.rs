@@ -208,6 +208,7 @@ fn build(plan: &Plan, quiet: bool) -> Result<Vec<(String, f64)>> {
         group_slots: Default::default(),
         degraded: Default::default(),
         faults: Vec::new(),
+        flaps: Default::default(),
     }
     .save()?;
     let mut phase = Phase::new(&bar);
@@ -663,8 +664,9 @@ pub fn find_link(plan: &Plan, spec: &str) -> Result<LinkId> {
 /// down`) comes back with its switch, not alone.
 pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     netns::require_capabilities()?;
-    let mut state = State::load(prefix)?;
+    let (mut state, _lock) = State::load_for_change(prefix)?;
     let l = find_link(&state.plan, spec)?;
+    refuse_if_flapped(&state, l)?;
     let mut taken_down = state.links_taken_down.clone();
     if up {
         if let Some(&sw) = state.down_switches_of(l).first() {
@@ -682,23 +684,50 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     state.links_taken_down = taken_down;
     let kind = if up { FaultKind::LinkUp } else { FaultKind::LinkDown };
     state.faults.push(FaultEvent::now(kind, link_label(&state.plan, l), ""));
-    // Order matters for packets in flight. Down: reroute around the link first, then take it
-    // down, so nothing is redirected into a dead veth. Up: bring it up first, then route onto
-    // it.
+    change_links(&mut state, &[l], up, down_links)?;
+    Ok(link_label(&state.plan, l))
+}
+
+/// Refuses a change of link `l` while another process flaps it: the flap would undo the change
+/// at its next step.
+fn refuse_if_flapped(state: &State, l: LinkId) -> Result<()> {
+    if let Some(owner) = state.flapped_by_another(l) {
+        bail!(
+            "link {} is being flapped by process {} (fabric link flap): wait for the flap to end, or stop it \
+             (kill {}), which brings the link back up",
+            link_label(&state.plan, l),
+            owner.pid,
+            owner.pid
+        );
+    }
+    Ok(())
+}
+
+/// Takes links `changed` down (or brings them up) and routes the fabric with `down_links` out
+/// of service: the one order of steps of a link's and a switch's change. Order matters for
+/// packets in flight. Down: reroute around the links first, then take them down, so nothing is
+/// redirected into a dead veth. Up: bring them up first, then route onto them; if the reroute
+/// fails, they go down again, as routing still has them out of service.
+fn change_links(state: &mut State, changed: &[LinkId], up: bool, down_links: BTreeSet<LinkId>) -> Result<()> {
     if up {
-        set_link_carrier(&state.plan, l, true)?;
-        if let Err(e) = reroute(&mut state, down_links) {
-            // The link stays out of service, as routing still has it.
-            let _ = set_link_carrier(&state.plan, l, false);
+        for &l in changed {
+            set_link_carrier(&state.plan, l, true)?;
+        }
+        if let Err(e) = reroute(state, down_links) {
+            for &l in changed {
+                let _ = set_link_carrier(&state.plan, l, false);
+            }
             return Err(e);
         }
     } else {
-        reroute(&mut state, down_links)?;
-        set_link_carrier(&state.plan, l, false)?;
+        reroute(state, down_links)?;
+        for &l in changed {
+            set_link_carrier(&state.plan, l, false)?;
+        }
     }
     // Traffic engineering recomputes its placement over the links that are left.
-    crate::te::reinstall(&state)?;
-    Ok(link_label(&state.plan, l))
+    crate::te::reinstall(state)?;
+    Ok(())
 }
 
 /// Sets both ends of link `l` up or down. A down link loses its IPv6 addresses, its neighbour
