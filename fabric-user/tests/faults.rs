@@ -216,7 +216,8 @@ fn a_switch_brings_back_only_the_links_it_took_down() {
     let err = format!("{:#}", fault::flap(&prefix, "z0r1:z0c1", Duration::from_millis(100), 1).unwrap_err());
     assert!(err.contains("is down with switch z0r1") && err.contains("nothing to flap"), "{err}");
     let said = fault::end_flap(&prefix, "z0r1:z0c1").unwrap();
-    assert!(said.ends_with("stays down with switch z0r1"), "a stopped flap leaves the switch's link down: {said}");
+    assert!(said.ends_with("was not being flapped by this command: left as it is"), "{said}");
+    assert!(down_labels().contains(&label("z0r1:z0c1")), "ending a refused flap leaves the switch's link down");
     assert!(format!("{:#}", fault::set_switch(&prefix, "z0c0", false).unwrap_err()).contains("already down"));
 
     let up = fault::set_switch(&prefix, "z0c0", true).unwrap();
@@ -315,6 +316,42 @@ fn a_flapped_link_belongs_to_its_flap() {
     let end = State::load(&prefix).unwrap();
     assert!(end.down_links.is_empty(), "{:?}", end.down_links);
     common::assert_all_reachable(&end);
+}
+
+/// A flap's step waits for another command's change of the testbed to end, and then starts
+/// from the state that change saved: neither save loses the other's change. The test process
+/// holds the change lock across the flap's up step, with a change of its own loaded before it.
+#[test]
+fn a_flap_step_waits_for_a_change_in_progress() {
+    let prefix = common::unique_prefix('l', 8);
+    let (_guard, state) = common::up(None, &prefix);
+    let link = "z0r0:z0c1";
+    let l = state.plan.find_link(link).unwrap();
+    // Down at once, up one second later, then done.
+    let mut flap = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
+        .args(["link", "--prefix", &prefix, "flap", link, "--period", "2s", "--count", "1"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while !State::load(&prefix).unwrap().links_taken_down.contains(&l) {
+        assert!(waited.elapsed() < Duration::from_secs(60), "the flap never took {link} down");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (mut mine, lock) = State::load_for_change(&prefix).unwrap();
+    // Past the flap's up step, which must wait.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(State::load(&prefix).unwrap().links_taken_down.contains(&l), "the flap changed the link meanwhile");
+    mine.faults.push(fabric_user::model::fault::FaultEvent::now(FaultKind::LinkDegraded, "marker", "the test's"));
+    mine.save().unwrap();
+    drop(lock);
+    assert!(flap.wait().unwrap().success());
+    let after = State::load(&prefix).unwrap();
+    assert!(after.links_taken_down.is_empty(), "the flap's up was lost: {:?}", after.links_taken_down);
+    let kinds: Vec<(FaultKind, &str)> = after.faults.iter().map(|f| (f.kind, f.target.as_str())).collect();
+    let marker = kinds.iter().position(|&(_, name)| name == "marker").expect("the test's change was kept");
+    assert_eq!(kinds[marker + 1].0, FaultKind::LinkUp, "{kinds:?}");
+    common::assert_all_reachable(&after);
 }
 
 /// Moves switch `sw`'s pinned maps aside (a half-broken testbed: its maps cannot be opened)
@@ -428,9 +465,10 @@ fn a_later_degradation_keeps_the_earlier_rate() {
         assert_eq!(dp.port_rate(port as u32).unwrap(), degraded, "{}", state.plan.nodes[node].name);
         assert_eq!(dp.port_loss(port as u32).unwrap().threshold, PortLoss::new(1000, 0).threshold);
     }
-    // What a job's slow NIC does over it: the degradation in force is put back afterwards.
-    let users = fault::degradation(&prefix, spec).unwrap();
-    fault::degrade(&prefix, spec, Some(50.0), None, None).unwrap();
+    // What a job's slow NIC does over it: slower for a while, the loss kept, then the
+    // degradation in force before is put back.
+    let users = fault::slow_for_a_while(&prefix, spec, 50.0).unwrap();
+    assert_eq!(State::load(&prefix).unwrap().degraded[&l].loss_ppm, 1000, "the slow NIC keeps the loss");
     assert_eq!(fault::put_back(&prefix, spec, users).unwrap(), what);
     assert_eq!(State::load(&prefix).unwrap().degraded[&l], users);
     // The link's own rate gives the rate back and keeps the loss; no loss then restores it.

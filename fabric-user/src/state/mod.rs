@@ -81,9 +81,10 @@ pub struct Owner {
 
 impl Owner {
     /// This process.
-    pub fn this_process() -> Self {
+    pub fn this_process() -> Result<Self> {
         let pid = std::process::id();
-        Owner { pid, started: process::start_time(pid).unwrap_or(0) }
+        let started = process::start_time(pid).context("reading this process's start time in /proc/self/stat")?;
+        Ok(Owner { pid, started })
     }
 
     /// Whether the process still runs (not one that took its pid after it ended).
@@ -112,35 +113,73 @@ impl ChangeLock {
         Self::take_within(&state_dir(prefix), prefix, CHANGE_LOCK_WAIT)
     }
 
+    /// For `fabric down`, which removes the folder the lock lives in: waits for a change in
+    /// progress to end, but only briefly (a stuck command must not keep a testbed up). None when
+    /// there is no lock to take (nothing left of the testbed's folder) or the wait was in vain.
+    pub fn take_for_down(prefix: &str) -> Option<Self> {
+        Self::take_within(&state_dir(prefix), prefix, Duration::from_secs(10)).ok()
+    }
+
     /// The lock of testbed `prefix` whose state folder is `dir`.
     fn take_within(dir: &Path, prefix: &str, wait: Duration) -> Result<Self> {
         let path = dir.join("change.lock");
-        // The folder exists while the testbed does; without it there is nothing to change.
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("no testbed with prefix {prefix:?} is up (cannot open {})", path.display()))?;
         let start = Instant::now();
         loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(ChangeLock { _file: file }),
-                Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < wait => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                Err(std::fs::TryLockError::WouldBlock) => bail!(
-                    "another fabric command has been changing testbed {prefix:?} for over {}s and still holds {}: \
-                     if none should be running, a stuck one can be found with `fuser {}`",
-                    wait.as_secs(),
-                    path.display(),
-                    path.display()
-                ),
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(e).with_context(|| format!("locking {}", path.display()));
-                }
+            let file = open_lock_file(&path, prefix)?;
+            if !lock_within(&file, &path, prefix, wait.saturating_sub(start.elapsed()))? {
+                continue;
+            }
+            // Locked: but `fabric down` may have removed the folder (and the file) while this
+            // waited, and a new `up` made a new one. A lock on a removed file excludes no one.
+            if same_file(&file, &path) {
+                return Ok(ChangeLock { _file: file });
             }
         }
+    }
+}
+
+/// Opens (creating it if need be) the lock file of testbed `prefix`, whose folder exists while
+/// the testbed does: without it there is nothing to change.
+fn open_lock_file(path: &Path, prefix: &str) -> Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("no testbed with prefix {prefix:?} is up (cannot open {})", path.display()))
+}
+
+/// Locks `file` (at `path`), waiting up to `wait`. Ok(false) if the file was removed meanwhile
+/// (the caller opens it again).
+fn lock_within(file: &std::fs::File, path: &Path, prefix: &str, wait: Duration) -> Result<bool> {
+    let start = Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) if !same_file(file, path) => return Ok(false),
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < wait => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(std::fs::TryLockError::WouldBlock) => bail!(
+                "another fabric command has been changing testbed {prefix:?} for over {}s and still holds {}: \
+                 if none should be running, a stuck one can be found with `fuser {}`",
+                wait.as_secs(),
+                path.display(),
+                path.display()
+            ),
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+    }
+}
+
+/// Whether `path` still names the open `file` (same device and inode).
+fn same_file(file: &std::fs::File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
     }
 }
 
@@ -181,7 +220,7 @@ impl State {
 
     /// The process flapping link `l`, if it is another one and still runs.
     pub fn flapped_by_another(&self, l: LinkId) -> Option<Owner> {
-        self.flaps.get(&l).copied().filter(|o| *o != Owner::this_process() && o.is_running())
+        self.flaps.get(&l).copied().filter(|o| o.pid != std::process::id() && o.is_running())
     }
 
     pub fn load(prefix: &str) -> Result<Self> {
@@ -208,8 +247,15 @@ impl State {
     /// never half of one.
     pub fn save(&self) -> Result<()> {
         let path = state_path(&self.plan.topology.prefix);
+        // Not created here: `up` makes the folder, and `down` removes it; a change that ends
+        // after a `down` must not bring back the state of a testbed that is gone.
         let dir = path.parent().expect("has a parent");
-        std::fs::create_dir_all(dir)?;
+        if !dir.is_dir() {
+            bail!(
+                "testbed {:?} was taken down (fabric down) before this change could be saved",
+                self.plan.topology.prefix
+            );
+        }
         let tmp = dir.join(format!(".state.json.{}.tmp", std::process::id()));
         std::fs::write(&tmp, serde_json::to_vec(self)?).with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, &path).with_context(|| format!("replacing {}", path.display()))
@@ -282,7 +328,7 @@ mod tests {
     /// a dead flap's pid) does not count as the same.
     #[test]
     fn an_owner_is_its_pid_and_start_time() {
-        let me = Owner::this_process();
+        let me = Owner::this_process().unwrap();
         assert!(me.is_running());
         assert!(!Owner { started: me.started + 1, ..me }.is_running());
         assert!(!Owner { pid: 1 << 23, ..me }.is_running());

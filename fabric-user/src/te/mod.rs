@@ -137,9 +137,17 @@ fn flows_path(prefix: &str) -> std::path::PathBuf {
     state_dir(prefix).join("te-flows.json")
 }
 
-/// Places a job's flows and installs the entries in every switch (replacing earlier ones), and
-/// remembers the flows for recomputation after a link failure.
-pub fn install(state: &State, flows: &[TeFlow]) -> Result<TePlacement> {
+/// Places a job's flows over testbed `prefix`'s links as they are and installs the entries in
+/// every switch (replacing earlier ones), and remembers the flows for recomputation after a link
+/// failure. Under the testbed's change lock: a link change (a flap's step) meanwhile would move
+/// the groups the entries name.
+pub fn install(prefix: &str, flows: &[TeFlow]) -> Result<TePlacement> {
+    let (state, _lock) = State::load_for_change(prefix)?;
+    install_in(&state, flows)
+}
+
+/// [`install`] on `state`, loaded for a change (the caller holds its lock).
+fn install_in(state: &State, flows: &[TeFlow]) -> Result<TePlacement> {
     let placement = assign(&state.plan, &state.down_links, flows)?;
     for sw in state.plan.switches() {
         // The placement names groups by their position in the tables; the switch, by the slot
@@ -159,11 +167,11 @@ pub fn install(state: &State, flows: &[TeFlow]) -> Result<TePlacement> {
 }
 
 /// After the set of links changed: recompute and reinstall the last job's placement, if a job
-/// was placed. Returns whether it did.
+/// was placed. Returns whether it did. `state` is loaded for the change (its lock held).
 pub fn reinstall(state: &State) -> Result<bool> {
     let Ok(text) = std::fs::read(flows_path(&state.plan.topology.prefix)) else { return Ok(false) };
     let flows: Vec<TeFlow> = serde_json::from_slice(&text).context("corrupt TE flow file")?;
-    install(state, &flows)?;
+    install_in(state, &flows)?;
     Ok(true)
 }
 

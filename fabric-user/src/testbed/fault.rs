@@ -12,7 +12,7 @@ use std::{collections::BTreeSet, time::Duration};
 use anyhow::{Context as _, Result, bail};
 use fabric_common::fault::PortLoss;
 
-use super::{change_links, find_link, interrupt, link_label, refuse_if_flapped, set_link};
+use super::{change_links, find_link, interrupt, link_label, refuse_if_flapped, set_link, set_link_in};
 use crate::{
     model::fault::{Degradation, FaultEvent, FaultKind, check_testbed_rate},
     model::plan::{LinkId, NodeId, Plan},
@@ -34,13 +34,32 @@ pub fn degrade(
     if rate_gbps.is_none() && loss_ppm.is_none() {
         return Err(crate::model::fault::FaultError::NothingToDo.into());
     }
+    degrade_from(prefix, spec, rate_gbps, loss_ppm, seed).map(|(what, _before)| what)
+}
+
+/// Slows link `spec` to `rate_gbps` for a while (a job's slow NIC), keeping its loss: returns
+/// what was in force before (`Degradation::NONE` on a link not degraded), to put back with
+/// [`put_back`]. Read and changed under one lock, so that no change between is lost.
+pub fn slow_for_a_while(prefix: &str, spec: &str, rate_gbps: f64) -> Result<Degradation> {
+    degrade_from(prefix, spec, Some(rate_gbps), None, None).map(|(_what, before)| before)
+}
+
+/// [`degrade`]: what it says, and the degradation in force before.
+fn degrade_from(
+    prefix: &str,
+    spec: &str,
+    rate_gbps: Option<f64>,
+    loss_ppm: Option<u32>,
+    seed: Option<u64>,
+) -> Result<(String, Degradation)> {
     netns::require_capabilities()?;
     let (state, _lock) = State::load_for_change(prefix)?;
     let l = find_link(&state.plan, spec)?;
     let nominal = state.plan.links[l].rate_gbps;
     let rate_gbps = rate_gbps.map(|r| check_testbed_rate(r, nominal, &state.plan.topology)).transpose()?;
-    let d = degradation_of(&state, l).updated(rate_gbps, loss_ppm, seed, nominal);
-    put(state, l, d)
+    let before = degradation_of(&state, l);
+    let what = put(state, l, before.updated(rate_gbps, loss_ppm, seed, nominal))?;
+    Ok((what, before))
 }
 
 /// Gives link `spec` back its own rate and no loss.
@@ -54,14 +73,6 @@ pub fn restore(prefix: &str, spec: &str) -> Result<String> {
     }
     put(state, l, Degradation::NONE)?;
     Ok(label)
-}
-
-/// What is in force on link `spec` (`Degradation::NONE` on a link not degraded), to put back
-/// later with [`put_back`] (a job's slow NIC over a degradation of the user's).
-pub fn degradation(prefix: &str, spec: &str) -> Result<Degradation> {
-    let state = State::load(prefix)?;
-    let l = find_link(&state.plan, spec)?;
-    Ok(degradation_of(&state, l))
 }
 
 /// Puts degradation `d` back on link `spec` as it was (`NONE`: its own rate, no loss).
@@ -143,9 +154,10 @@ fn apply_end(state: &State, l: LinkId, end: usize, (node, port): (NodeId, usize)
 }
 
 /// Takes link `spec` down and up `count` times, `period` per cycle (half down, half up), with
-/// routing repaired each time. Returns the link's label. Each change is one step for a stop
-/// signal's cleanup (`interrupt::on_stop_signal`), which brings the link back up with
-/// [`end_flap`] rather than leave it down.
+/// routing repaired each time. Returns the link's label. The link belongs to the flap while it
+/// runs (`State::flaps`): other commands may not take it down or up, nor its switches down.
+/// Each change is one step for a stop signal's cleanup (`interrupt::on_stop_signal`), which
+/// brings the link back up with [`end_flap`] rather than leave it down.
 pub fn flap(prefix: &str, spec: &str, period: Duration, count: u32) -> Result<String> {
     if count == 0 {
         return Err(crate::model::fault::FaultError::ZeroCount.into());
@@ -175,7 +187,7 @@ fn own_flap(prefix: &str, spec: &str) -> Result<LinkId> {
     if let Some(owner) = state.flapped_by_another(l) {
         bail!("link {label} is already being flapped by process {} (one flap of a link at a time)", owner.pid);
     }
-    state.flaps.insert(l, Owner::this_process());
+    state.flaps.insert(l, Owner::this_process()?);
     state.save()?;
     Ok(l)
 }
@@ -183,29 +195,31 @@ fn own_flap(prefix: &str, spec: &str) -> Result<LinkId> {
 /// Ends this process's record of flapping link `l`. Returns the link's label.
 fn release_flap(prefix: &str, l: LinkId) -> Result<String> {
     let (mut state, _lock) = State::load_for_change(prefix)?;
-    if state.flaps.get(&l) == Some(&Owner::this_process()) {
+    if state.flaps.get(&l) == Some(&Owner::this_process()?) {
         state.flaps.remove(&l);
         state.save()?;
     }
     Ok(link_label(&state.plan, l))
 }
 
-/// Ends a flap cut short: brings link `spec` back up if it is down on its own (not with a
-/// switch). Says what it found or did.
+/// Ends this process's flap of link `spec`, cut short: brings the link back up if it is down,
+/// and ends the flap's record. A link this process does not flap
+/// (a flap refused, or stopped before it began) is left as it is. Says what it found or did.
 pub fn end_flap(prefix: &str, spec: &str) -> Result<String> {
-    let state = State::load(prefix)?;
+    let (mut state, _lock) = State::load_for_change(prefix)?;
     let l = find_link(&state.plan, spec)?;
     let label = link_label(&state.plan, l);
-    let found = if let Some(&sw) = state.down_switches_of(l).first() {
-        format!("link {label} stays down with switch {}", state.plan.nodes[sw].name)
-    } else if !state.links_taken_down.contains(&l) {
-        format!("link {label} is up")
-    } else {
-        set_link(prefix, spec, true)?;
-        format!("link {label} is up again; ECMP groups repaired")
-    };
-    release_flap(prefix, l)?;
-    Ok(found)
+    if state.flaps.remove(&l) != Some(Owner::this_process()?) {
+        return Ok(format!("link {label} was not being flapped by this command: left as it is"));
+    }
+    // No switch of the link can have gone down meanwhile: `switch down` refuses a flapped link.
+    if !state.links_taken_down.contains(&l) {
+        state.save()?;
+        return Ok(format!("link {label} is up"));
+    }
+    // Saves the state without the flap's record too.
+    set_link_in(&mut state, l, true)?;
+    Ok(format!("link {label} is up again; ECMP groups repaired"))
 }
 
 /// What `fabric switch down|up` changed.

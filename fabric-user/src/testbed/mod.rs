@@ -27,7 +27,7 @@ use crate::{
     model::plan::{LinkId, NodeId, Plan, Role},
     model::routing::{self, SwitchTables},
     model::topology::Topology,
-    state::{BPFFS, State, bpf_dir, link_pin_name, state_path},
+    state::{BPFFS, State, bpf_dir, link_pin_name, state_dir, state_path},
     sys::netlink::{self, VethEnd, in_netns},
     sys::netns,
 };
@@ -200,6 +200,8 @@ fn build(plan: &Plan, quiet: bool) -> Result<Vec<(String, f64)>> {
     let hosts: Vec<NodeId> = plan.hosts().collect();
     let bar = progress(nodes.len() * 4 + switches.len() + hosts.len(), quiet);
     // Saved first, so that `status` and `down` know about a half-built testbed.
+    std::fs::create_dir_all(state_dir(&plan.topology.prefix))
+        .with_context(|| format!("creating {}", state_dir(&plan.topology.prefix).display()))?;
     State {
         plan: plan.clone(),
         down_links: BTreeSet::new(),
@@ -540,6 +542,9 @@ pub fn down(prefix: &str) -> Result<DownSummary> {
     // reach outside its folders, whoever the caller is.
     crate::model::topology::validate::parse_prefix(prefix).map_err(|e| anyhow::anyhow!("down: {e}"))?;
     netns::require_capabilities()?;
+    // A change in progress (a flap's step) ends before its testbed goes, and a later one finds
+    // no testbed; a stuck one does not keep it up.
+    let _lock = crate::state::ChangeLock::take_for_down(prefix);
     let mut summary = DownSummary {
         agent_stopped: crate::agent::stop(prefix)?,
         // rxe hosts (`up --endpoints rxe`) live outside the testbed's namespaces.
@@ -667,6 +672,12 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     let (mut state, _lock) = State::load_for_change(prefix)?;
     let l = find_link(&state.plan, spec)?;
     refuse_if_flapped(&state, l)?;
+    set_link_in(&mut state, l, up)?;
+    Ok(link_label(&state.plan, l))
+}
+
+/// [`set_link`] of link `l` in `state`, loaded for this change (the caller holds its lock).
+fn set_link_in(state: &mut State, l: LinkId, up: bool) -> Result<()> {
     let mut taken_down = state.links_taken_down.clone();
     if up {
         if let Some(&sw) = state.down_switches_of(l).first() {
@@ -684,8 +695,7 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     state.links_taken_down = taken_down;
     let kind = if up { FaultKind::LinkUp } else { FaultKind::LinkDown };
     state.faults.push(FaultEvent::now(kind, link_label(&state.plan, l), ""));
-    change_links(&mut state, &[l], up, down_links)?;
-    Ok(link_label(&state.plan, l))
+    change_links(state, &[l], up, down_links)
 }
 
 /// Refuses a change of link `l` while another process flaps it: the flap would undo the change

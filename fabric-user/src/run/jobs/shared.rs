@@ -161,7 +161,7 @@ pub(super) fn install_te(state: &State, fabric: &mut SimFabric, by_key: HashMap<
         .into_iter()
         .map(|((src, dst, sport, dest_qp), bytes)| crate::te::TeFlow { src, dst, sport, dest_qp, bytes })
         .collect();
-    let placement = crate::te::install(state, &flows)?;
+    let placement = crate::te::install(&state.plan.topology.prefix, &flows)?;
     fabric.te =
         placement.entries.into_iter().flat_map(|(n, es)| es.into_iter().map(move |(k, e)| ((n, k), e))).collect();
     Ok(())
@@ -292,8 +292,7 @@ impl SlowNics {
     }
 
     pub(super) fn degrade(&mut self, link: &str, rate_gbps: f64) -> Result<()> {
-        let before = testbed::fault::degradation(&self.prefix, link).context("slow NIC")?;
-        testbed::fault::degrade(&self.prefix, link, Some(rate_gbps), None, None).context("slow NIC")?;
+        let before = testbed::fault::slow_for_a_while(&self.prefix, link, rate_gbps).context("slow NIC")?;
         self.active.push((link.to_string(), before));
         Ok(())
     }
