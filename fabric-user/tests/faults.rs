@@ -323,29 +323,41 @@ fn a_flapped_link_belongs_to_its_flap() {
 /// holds the change lock across the flap's up step, with a change of its own loaded before it.
 #[test]
 fn a_flap_step_waits_for_a_change_in_progress() {
+    /// The flap, killed if the test ends before it.
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
     let prefix = common::unique_prefix('l', 8);
     let (_guard, state) = common::up(None, &prefix);
     let link = "z0r0:z0c1";
     let l = state.plan.find_link(link).unwrap();
-    // Down at once, up one second later, then done.
-    let mut flap = std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
-        .args(["link", "--prefix", &prefix, "flap", link, "--period", "2s", "--count", "1"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    // Down at once, up 5 s later, then done 5 s after that.
+    let mut flap = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
+            .args(["link", "--prefix", &prefix, "flap", link, "--period", "10s", "--count", "1"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let waited = std::time::Instant::now();
     while !State::load(&prefix).unwrap().links_taken_down.contains(&l) {
         assert!(waited.elapsed() < Duration::from_secs(60), "the flap never took {link} down");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let down_seen = std::time::Instant::now();
     let (mut mine, lock) = State::load_for_change(&prefix).unwrap();
+    assert!(mine.links_taken_down.contains(&l), "the test took the lock after the flap's up step: too late to test");
     // Past the flap's up step, which must wait.
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(7).saturating_sub(down_seen.elapsed()));
     assert!(State::load(&prefix).unwrap().links_taken_down.contains(&l), "the flap changed the link meanwhile");
     mine.faults.push(fabric_user::model::fault::FaultEvent::now(FaultKind::LinkDegraded, "marker", "the test's"));
     mine.save().unwrap();
     drop(lock);
-    assert!(flap.wait().unwrap().success());
+    assert!(flap.0.wait().unwrap().success());
     let after = State::load(&prefix).unwrap();
     assert!(after.links_taken_down.is_empty(), "the flap's up was lost: {:?}", after.links_taken_down);
     let kinds: Vec<(FaultKind, &str)> = after.faults.iter().map(|f| (f.kind, f.target.as_str())).collect();
@@ -467,10 +479,21 @@ fn a_later_degradation_keeps_the_earlier_rate() {
     }
     // What a job's slow NIC does over it: slower for a while, the loss kept, then the
     // degradation in force before is put back.
-    let users = fault::slow_for_a_while(&prefix, spec, 50.0).unwrap();
-    assert_eq!(State::load(&prefix).unwrap().degraded[&l].loss_ppm, 1000, "the slow NIC keeps the loss");
-    assert_eq!(fault::put_back(&prefix, spec, users).unwrap(), what);
+    let (set, users) = fault::slow_for_a_while(&prefix, spec, 50.0).unwrap();
+    assert_eq!(State::load(&prefix).unwrap().degraded[&l], set);
+    assert_eq!(set.loss_ppm, 1000, "the slow NIC keeps the loss");
+    assert_eq!(fault::put_back(&prefix, spec, set, users).unwrap(), what);
     assert_eq!(State::load(&prefix).unwrap().degraded[&l], users);
+    // A change of the user's during the slow NIC is kept at its end.
+    let (set, before) = fault::slow_for_a_while(&prefix, spec, 50.0).unwrap();
+    let users_now = fault::degrade(&prefix, spec, Some(200.0), None, None).unwrap();
+    assert!(fault::put_back(&prefix, spec, set, before).unwrap().ends_with("changed since, left as it is"));
+    assert_eq!(
+        state.dataplane(link.a).unwrap().port_rate(link.a_port as u32).unwrap(),
+        state.plan.topology.modelled_rate_bps(200.0),
+        "the user's 200 Gbit/s stays"
+    );
+    assert_eq!(fault::degrade(&prefix, spec, Some(100.0), None, None).unwrap(), what, "after {users_now}");
     // The link's own rate gives the rate back and keeps the loss; no loss then restores it.
     let what = fault::degrade(&prefix, spec, Some(400.0), None, None).unwrap();
     assert!(what.ends_with(": 0.1% loss"), "{what}");

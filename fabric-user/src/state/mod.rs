@@ -117,7 +117,13 @@ impl ChangeLock {
     /// progress to end, but only briefly (a stuck command must not keep a testbed up). None when
     /// there is no lock to take (nothing left of the testbed's folder) or the wait was in vain.
     pub fn take_for_down(prefix: &str) -> Option<Self> {
-        Self::take_within(&state_dir(prefix), prefix, Duration::from_secs(10)).ok()
+        let dir = state_dir(prefix);
+        if !dir.is_dir() {
+            return None;
+        }
+        Self::take_within(&dir, prefix, Duration::from_secs(10))
+            .inspect_err(|e| eprintln!("warning: removing testbed {prefix:?} without its change lock: {e:#}"))
+            .ok()
     }
 
     /// The lock of testbed `prefix` whose state folder is `dir`.
@@ -141,12 +147,16 @@ impl ChangeLock {
 /// Opens (creating it if need be) the lock file of testbed `prefix`, whose folder exists while
 /// the testbed does: without it there is nothing to change.
 fn open_lock_file(path: &Path, prefix: &str) -> Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("no testbed with prefix {prefix:?} is up (cannot open {})", path.display()))
+    match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path) {
+        Ok(file) => Ok(file),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!(
+                "no testbed with prefix {prefix:?} is up ({} does not exist)",
+                path.parent().unwrap_or(path).display()
+            )
+        }
+        Err(e) => Err(e).with_context(|| format!("opening {}", path.display())),
+    }
 }
 
 /// Locks `file` (at `path`), waiting up to `wait`. Ok(false) if the file was removed meanwhile

@@ -34,32 +34,34 @@ pub fn degrade(
     if rate_gbps.is_none() && loss_ppm.is_none() {
         return Err(crate::model::fault::FaultError::NothingToDo.into());
     }
-    degrade_from(prefix, spec, rate_gbps, loss_ppm, seed).map(|(what, _before)| what)
+    degrade_from(prefix, spec, rate_gbps, loss_ppm, seed).map(|(what, _set, _before)| what)
 }
 
 /// Slows link `spec` to `rate_gbps` for a while (a job's slow NIC), keeping its loss: returns
-/// what was in force before (`Degradation::NONE` on a link not degraded), to put back with
-/// [`put_back`]. Read and changed under one lock, so that no change between is lost.
-pub fn slow_for_a_while(prefix: &str, spec: &str, rate_gbps: f64) -> Result<Degradation> {
-    degrade_from(prefix, spec, Some(rate_gbps), None, None).map(|(_what, before)| before)
+/// what it set and what was in force before (`Degradation::NONE` on a link not degraded), to
+/// put back with [`put_back`]. Read and changed under one lock, so that no change between is
+/// lost.
+pub fn slow_for_a_while(prefix: &str, spec: &str, rate_gbps: f64) -> Result<(Degradation, Degradation)> {
+    degrade_from(prefix, spec, Some(rate_gbps), None, None).map(|(_what, set, before)| (set, before))
 }
 
-/// [`degrade`]: what it says, and the degradation in force before.
+/// [`degrade`]: what it says, the degradation it set, and the one in force before.
 fn degrade_from(
     prefix: &str,
     spec: &str,
     rate_gbps: Option<f64>,
     loss_ppm: Option<u32>,
     seed: Option<u64>,
-) -> Result<(String, Degradation)> {
+) -> Result<(String, Degradation, Degradation)> {
     netns::require_capabilities()?;
     let (state, _lock) = State::load_for_change(prefix)?;
     let l = find_link(&state.plan, spec)?;
     let nominal = state.plan.links[l].rate_gbps;
     let rate_gbps = rate_gbps.map(|r| check_testbed_rate(r, nominal, &state.plan.topology)).transpose()?;
     let before = degradation_of(&state, l);
-    let what = put(state, l, before.updated(rate_gbps, loss_ppm, seed, nominal))?;
-    Ok((what, before))
+    let set = before.updated(rate_gbps, loss_ppm, seed, nominal);
+    let what = put(state, l, set)?;
+    Ok((what, set, before))
 }
 
 /// Gives link `spec` back its own rate and no loss.
@@ -75,12 +77,16 @@ pub fn restore(prefix: &str, spec: &str) -> Result<String> {
     Ok(label)
 }
 
-/// Puts degradation `d` back on link `spec` as it was (`NONE`: its own rate, no loss).
-pub fn put_back(prefix: &str, spec: &str, d: Degradation) -> Result<String> {
+/// Puts degradation `before` back on link `spec` (`NONE`: its own rate, no loss), unless the
+/// link no longer has `set` (what [`slow_for_a_while`] left): a change made since is kept.
+pub fn put_back(prefix: &str, spec: &str, set: Degradation, before: Degradation) -> Result<String> {
     netns::require_capabilities()?;
     let (state, _lock) = State::load_for_change(prefix)?;
     let l = find_link(&state.plan, spec)?;
-    put(state, l, d)
+    if degradation_of(&state, l) != set {
+        return Ok(format!("{}: changed since, left as it is", link_label(&state.plan, l)));
+    }
+    put(state, l, before)
 }
 
 fn degradation_of(state: &State, l: LinkId) -> Degradation {
@@ -239,13 +245,13 @@ pub fn set_switch(prefix: &str, name: &str, up: bool) -> Result<SwitchChange> {
     netns::require_capabilities()?;
     let (mut state, _lock) = State::load_for_change(prefix)?;
     let sw = find_switch(&state.plan, name)?;
-    for p in &state.plan.nodes[sw].ports {
-        refuse_if_flapped(&state, p.link)?;
-    }
     let mut down_switches = state.down_switches.clone();
     let toggled = if up { down_switches.remove(&sw) } else { down_switches.insert(sw) };
     if !toggled {
         return Err(already(&state, sw, up));
+    }
+    for p in &state.plan.nodes[sw].ports {
+        refuse_if_flapped(&state, p.link)?;
     }
     let down_links = state.out_of_service(&state.links_taken_down, &down_switches);
     let changed: Vec<LinkId> = state.down_links.symmetric_difference(&down_links).copied().collect();

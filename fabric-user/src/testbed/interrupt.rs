@@ -131,13 +131,16 @@ fn wait_for_owned_work(why: &str) -> MutexGuard<'static, ()> {
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         Err(std::sync::TryLockError::WouldBlock) => {
             let prefixes = owned().join(", ");
-            if !prefixes.is_empty() {
-                let _ = writeln!(
+            let _ = if prefixes.is_empty() {
+                // A change of a testbed (a flap's step) may itself wait for another command's.
+                writeln!(std::io::stderr(), "{why}: finishing the change under way first (Ctrl-C again stops at once)")
+            } else {
+                writeln!(
                     std::io::stderr(),
                     "{why}: waiting for testbed {prefixes} to finish coming up, then removing it (Ctrl-C again \
                      leaves it: fabric down --prefix PREFIX removes it later)"
-                );
-            }
+                )
+            };
             WORK.lock().unwrap_or_else(PoisonError::into_inner)
         }
     }

@@ -561,11 +561,14 @@ pub fn down(prefix: &str) -> Result<DownSummary> {
         std::fs::remove_dir_all(&pins).with_context(|| format!("removing {}", pins.display()))?;
         summary.pins_removed = true;
     }
-    let state = state_path(prefix);
-    if let Some(dir) = state.parent()
-        && dir.exists()
-    {
-        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    let dir = state_dir(prefix);
+    if dir.exists() {
+        // Renamed away first, in one step: a change still waiting for the lock (or one that
+        // outlived the wait) then finds no folder to write into, rather than a half-removed one
+        // it would fill again while `remove_dir_all` empties it.
+        let doomed = dir.with_file_name(format!(".{prefix}.removing.{}", std::process::id()));
+        std::fs::rename(&dir, &doomed).with_context(|| format!("moving {} aside to remove it", dir.display()))?;
+        std::fs::remove_dir_all(&doomed).with_context(|| format!("removing {}", doomed.display()))?;
         summary.state_removed = true;
     }
     Ok(summary)

@@ -282,8 +282,8 @@ pub(super) fn record_step(
 /// included) when their job ends, or when the run fails.
 pub(super) struct SlowNics {
     prefix: String,
-    /// Each link slowed, with what was in force on it before.
-    active: Vec<(String, Degradation)>,
+    /// Each link slowed.
+    active: Vec<Slowed>,
 }
 
 impl SlowNics {
@@ -292,25 +292,32 @@ impl SlowNics {
     }
 
     pub(super) fn degrade(&mut self, link: &str, rate_gbps: f64) -> Result<()> {
-        let before = testbed::fault::slow_for_a_while(&self.prefix, link, rate_gbps).context("slow NIC")?;
-        self.active.push((link.to_string(), before));
+        let (set, before) = testbed::fault::slow_for_a_while(&self.prefix, link, rate_gbps).context("slow NIC")?;
+        self.active.push(Slowed { link: link.to_string(), set, before });
         Ok(())
     }
 
     pub(super) fn restore(&mut self, link: &str) -> Result<()> {
-        let Some(i) = self.active.iter().position(|(l, _)| l == link) else {
+        let Some(i) = self.active.iter().position(|s| s.link == link) else {
             return Ok(());
         };
-        let (link, before) = self.active.remove(i);
-        testbed::fault::put_back(&self.prefix, &link, before).map(drop).context("slow NIC")
+        let s = self.active.remove(i);
+        testbed::fault::put_back(&self.prefix, &s.link, s.set, s.before).map(drop).context("slow NIC")
     }
+}
+
+/// A link a slow NIC slowed: what it set, and what was in force before.
+struct Slowed {
+    link: String,
+    set: Degradation,
+    before: Degradation,
 }
 
 impl Drop for SlowNics {
     fn drop(&mut self) {
-        for (l, before) in std::mem::take(&mut self.active) {
-            if let Err(e) = testbed::fault::put_back(&self.prefix, &l, before) {
-                log::warn!("restoring the slow NIC's link {l}: {e:#}");
+        for s in std::mem::take(&mut self.active) {
+            if let Err(e) = testbed::fault::put_back(&self.prefix, &s.link, s.set, s.before) {
+                log::warn!("restoring the slow NIC's link {}: {e:#}", s.link);
             }
         }
     }
