@@ -334,6 +334,26 @@ mod tests {
         assert!(format!("{gone:#}").contains("no testbed with prefix \"t1\""), "{gone:#}");
     }
 
+    /// A change waiting for the lock while `down` moves the testbed's folder aside does not get
+    /// the moved file's lock once it is free (that would exclude no one): it finds no testbed.
+    #[test]
+    fn a_change_waiting_through_a_down_finds_no_testbed() {
+        let base = std::env::temp_dir().join(format!("fabric-lock-down-test-{}", std::process::id()));
+        let dir = base.join("t3");
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = ChangeLock::take_within(&dir, "t3", Duration::ZERO).unwrap();
+        let waiter = std::thread::spawn({
+            let dir = dir.clone();
+            move || ChangeLock::take_within(&dir, "t3", Duration::from_secs(60)).map(|_| ())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::rename(&dir, base.join(".t3.removing")).unwrap();
+        drop(first);
+        let err = waiter.join().unwrap().expect_err("the folder is gone");
+        assert!(format!("{err:#}").contains("no testbed with prefix \"t3\""), "{err:#}");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
     /// This process runs; a process with a pid that runs but another start time (one that took
     /// a dead flap's pid) does not count as the same.
     #[test]
