@@ -213,7 +213,7 @@ fn start(run: &Run<'_>, j: usize) -> Result<()> {
         l.started_at_ms = run.clock.start.elapsed().as_millis() as u64;
     }
     if let Some((_, link, rate)) = &job.slow_nic {
-        sh.slow_nics.degrade(link, *rate)?;
+        sh.slow_nics.degrade(j, link, *rate)?;
     }
     sh.in_flight.insert(j, BTreeMap::new());
     if !run.quiet {
@@ -230,7 +230,7 @@ fn end(run: &Run<'_>, j: usize) -> Result<(RunResult, JobRecord)> {
         let mut sh = run.shared.lock().expect("not poisoned");
         sh.in_flight.remove(&j);
         if let Some((_, link, _)) = &job.slow_nic {
-            sh.slow_nics.restore(link)?;
+            sh.slow_nics.restore(j, link)?;
         }
         place(run, &mut sh)?;
     }

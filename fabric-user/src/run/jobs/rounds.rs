@@ -114,7 +114,7 @@ pub(super) fn run_rounds(state: &State, jp: &JobsPlan, quiet: bool) -> Result<Jo
                 live[j].uplinks_before = Some(UplinkBytes::read(state)?);
                 live[j].started_at_ms = run_start.elapsed().as_millis() as u64;
                 if let Some((_, link, rate)) = &jp.jobs[j].slow_nic {
-                    slow_nics.degrade(link, *rate)?;
+                    slow_nics.degrade(j, link, *rate)?;
                 }
                 if !quiet {
                     println!("job {} starts at +{:.2} s", jp.jobs[j].name, run_start.elapsed().as_secs_f64());
@@ -166,7 +166,7 @@ pub(super) fn run_rounds(state: &State, jp: &JobsPlan, quiet: bool) -> Result<Jo
                     println!("job {} ends at +{:.2} s", job.name, run_start.elapsed().as_secs_f64());
                 }
                 if let Some((_, link, _)) = &job.slow_nic {
-                    slow_nics.restore(link)?;
+                    slow_nics.restore(j, link)?;
                 }
                 let (result, record) = finish(state, jp, j, l, &names[j])?;
                 results[j] = Some(result);

@@ -279,47 +279,84 @@ pub(super) fn record_step(
 }
 
 /// Host links degraded for slow NICs, put back as they were (a degradation of the user's
-/// included) when their job ends, or when the run fails.
+/// included) when the last job that slowed them ends, or when the run fails. Jobs that share a
+/// host (`mode = "rounds"`) may slow one link together: it stays slow until both have ended.
 pub(super) struct SlowNics {
     prefix: String,
-    /// Each link slowed.
-    active: Vec<Slowed>,
+    links: SlowLinks,
 }
 
 impl SlowNics {
     pub(super) fn new(prefix: &str) -> Self {
-        SlowNics { prefix: prefix.to_string(), active: Vec::new() }
+        SlowNics { prefix: prefix.to_string(), links: SlowLinks::default() }
     }
 
-    pub(super) fn degrade(&mut self, link: &str, rate_gbps: f64) -> Result<()> {
+    /// Job `job`'s slow NIC: link `link` at `rate_gbps`.
+    pub(super) fn degrade(&mut self, job: usize, link: &str, rate_gbps: f64) -> Result<()> {
         let (set, before) = testbed::fault::slow_for_a_while(&self.prefix, link, rate_gbps).context("slow NIC")?;
-        self.active.push(Slowed { link: link.to_string(), set, before });
+        self.links.slowed(job, link, set, before);
         Ok(())
     }
 
-    pub(super) fn restore(&mut self, link: &str) -> Result<()> {
-        let Some(i) = self.active.iter().position(|s| s.link == link) else {
-            return Ok(());
-        };
-        let s = self.active.remove(i);
-        testbed::fault::put_back(&self.prefix, &s.link, s.set, s.before).map(drop).context("slow NIC")
+    /// Job `job` ended: its link is put back once no other job's slow NIC holds it.
+    pub(super) fn restore(&mut self, job: usize, link: &str) -> Result<()> {
+        let Some((set, before)) = self.links.ended(job, link) else { return Ok(()) };
+        testbed::fault::put_back(&self.prefix, link, set, before).map(drop).context("slow NIC")
     }
-}
-
-/// A link a slow NIC slowed: what it set, and what was in force before.
-struct Slowed {
-    link: String,
-    set: Degradation,
-    before: Degradation,
 }
 
 impl Drop for SlowNics {
     fn drop(&mut self) {
-        for s in std::mem::take(&mut self.active) {
-            if let Err(e) = testbed::fault::put_back(&self.prefix, &s.link, s.set, s.before) {
-                log::warn!("restoring the slow NIC's link {}: {e:#}", s.link);
+        for (link, s) in std::mem::take(&mut self.links.0) {
+            if let Err(e) = testbed::fault::put_back(&self.prefix, &link, s.set, s.before) {
+                log::warn!("restoring the slow NIC's link {link}: {e:#}");
             }
         }
+    }
+}
+
+/// Which jobs' slow NICs hold each link, and what to put back when the last ends.
+#[derive(Default)]
+struct SlowLinks(BTreeMap<String, Slowed>);
+
+/// A link that slow NICs slowed.
+struct Slowed {
+    /// The jobs whose slow NIC it is.
+    jobs: Vec<usize>,
+    /// The last degradation they set.
+    set: Degradation,
+    /// What was in force before them (or what the user put on it between them).
+    before: Degradation,
+}
+
+impl SlowLinks {
+    /// Job `job` set `set` on `link`, which had `before`.
+    fn slowed(&mut self, job: usize, link: &str, set: Degradation, before: Degradation) {
+        match self.0.get_mut(link) {
+            Some(slowed) => {
+                // Another job slowed it already; a degradation the user put on it since is what
+                // comes back at the end.
+                if before != slowed.set {
+                    slowed.before = before;
+                }
+                slowed.jobs.push(job);
+                slowed.set = set;
+            }
+            None => {
+                self.0.insert(link.to_string(), Slowed { jobs: vec![job], set, before });
+            }
+        }
+    }
+
+    /// Job `job` ended: what to put back on `link` (the last degradation set, to check it is
+    /// still in force, and the one before) if no other job holds it.
+    fn ended(&mut self, job: usize, link: &str) -> Option<(Degradation, Degradation)> {
+        let slowed = self.0.get_mut(link)?;
+        slowed.jobs.retain(|&j| j != job);
+        if !slowed.jobs.is_empty() {
+            return None;
+        }
+        self.0.remove(link).map(|s| (s.set, s.before))
     }
 }
 
@@ -442,5 +479,36 @@ impl JobsSummary {
         let path = if id_or_path.ends_with(".json") { id_or_path.into() } else { Self::path(id_or_path) };
         let s: JobsSummary = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
         (s.schema == JOBS_SCHEMA).then_some(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two jobs slowing one link (rounds that share a host): put back once, when the last of
+    /// them ends, whichever order they end in; a degradation of the user's between them is
+    /// what comes back.
+    #[test]
+    fn a_link_slowed_by_two_jobs_comes_back_when_both_have_ended() {
+        let none = Degradation::NONE;
+        let rate = |r: f64| Degradation { rate_gbps: Some(r), ..Degradation::NONE };
+        for first_to_end in [0, 1] {
+            let mut links = SlowLinks::default();
+            links.slowed(0, "h:p", rate(100.0), none);
+            links.slowed(1, "h:p", rate(50.0), rate(100.0));
+            assert_eq!(links.ended(first_to_end, "h:p"), None, "the other job still holds it");
+            assert_eq!(links.ended(1 - first_to_end, "h:p"), Some((rate(50.0), none)));
+            assert!(links.0.is_empty());
+        }
+        let mut links = SlowLinks::default();
+        links.slowed(0, "h:p", rate(100.0), none);
+        // The user degraded it to 200 between the two jobs.
+        links.slowed(1, "h:p", rate(50.0), rate(200.0));
+        links.slowed(2, "h:q", rate(10.0), none);
+        assert_eq!(links.ended(0, "h:p"), None);
+        assert_eq!(links.ended(2, "h:q"), Some((rate(10.0), none)), "another link is its own");
+        assert_eq!(links.ended(1, "h:p"), Some((rate(50.0), rate(200.0))));
+        assert_eq!(links.ended(1, "h:p"), None, "ended twice: nothing left to put back");
     }
 }
