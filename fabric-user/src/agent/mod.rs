@@ -233,10 +233,9 @@ pub fn running(prefix: &str) -> Option<i32> {
     let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
     let ours = args.windows(2).any(|w| w[0] == b"--prefix" && w[1] == prefix.as_bytes())
         && args.iter().any(|a| *a == b"agent");
-    // A zombie (exited, not yet reaped) is not running.
-    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|st| st.rsplit(") ").next().is_some_and(|rest| rest.starts_with('Z')));
-    (ours && !zombie).then_some(pid)
+    // A zombie (exited, not yet reaped) is not running: it has no start time.
+    let running = crate::sys::process::start_time(pid as u32).is_some();
+    (ours && running).then_some(pid)
 }
 
 /// Stops the testbed's agent, if one runs. Checks that the pid is still our agent first.
