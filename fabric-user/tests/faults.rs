@@ -318,19 +318,21 @@ fn a_flapped_link_belongs_to_its_flap() {
     common::assert_all_reachable(&end);
 }
 
+/// A child process (a flap), killed if the test ends before it.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A flap's step waits for another command's change of the testbed to end, and then starts
 /// from the state that change saved: neither save loses the other's change. The test process
 /// holds the change lock across the flap's up step, with a change of its own loaded before it.
 #[test]
 fn a_flap_step_waits_for_a_change_in_progress() {
-    /// The flap, killed if the test ends before it.
-    struct KillOnDrop(std::process::Child);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let prefix = common::unique_prefix('l', 8);
     let (_guard, state) = common::up(None, &prefix);
     let link = "z0r0:z0c1";
@@ -363,6 +365,57 @@ fn a_flap_step_waits_for_a_change_in_progress() {
     let kinds: Vec<(FaultKind, &str)> = after.faults.iter().map(|f| (f.kind, f.target.as_str())).collect();
     let marker = kinds.iter().position(|&(_, name)| name == "marker").expect("the test's change was kept");
     assert_eq!(kinds[marker + 1].0, FaultKind::LinkUp, "{kinds:?}");
+    common::assert_all_reachable(&after);
+}
+
+/// A flap outlives its testbed: `fabric down` and a new `up` under the same prefix come between
+/// two of its steps. The new testbed's link is not the flap's: its next step finds no record of
+/// the flap in the new state and ends it with an error saying why, and the new testbed stays as
+/// built (no link down, no fault logged).
+#[test]
+fn a_flap_ends_when_its_testbed_is_built_again() {
+    let prefix = common::unique_prefix('f', 0);
+    let (guard, state) = common::up(None, &prefix);
+    let link = "z0r0:z0c1";
+    let l = state.plan.find_link(link).unwrap();
+    // Down at once, then up after 1 s, for two cycles.
+    let mut flap = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
+            .args(["link", "--prefix", &prefix, "flap", link, "--period", "2s", "--count", "2"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let waited = std::time::Instant::now();
+    while !State::load(&prefix).unwrap().links_taken_down.contains(&l) {
+        assert!(waited.elapsed() < Duration::from_secs(60), "the flap never took {link} down");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Stopped between two steps (it takes none while the test holds the lock), so that its next
+    // step comes after the rebuild however slow the machine is.
+    let flap_pid = flap.0.id() as i32;
+    let lock = fabric_user::state::ChangeLock::take(&prefix).unwrap();
+    // SAFETY: signalling our own child, which has not been waited for (its pid is still ours).
+    unsafe { libc::kill(flap_pid, libc::SIGSTOP) };
+    drop(lock);
+    drop(guard);
+    let (_guard, _) = common::up(None, &prefix);
+    // SAFETY: as above.
+    unsafe { libc::kill(flap_pid, libc::SIGCONT) };
+    let status = loop {
+        if let Some(status) = flap.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(waited.elapsed() < Duration::from_secs(180), "the flap never ended");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut flap.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success() && err.contains("no longer records this flap"), "{status:?}: {err}");
+    let after = State::load(&prefix).unwrap();
+    assert!(after.down_links.is_empty() && after.flaps.is_empty(), "{:?} {:?}", after.down_links, after.flaps);
+    assert!(after.faults.is_empty(), "the flap changed the new testbed: {:?}", after.faults);
     common::assert_all_reachable(&after);
 }
 
@@ -425,7 +478,7 @@ fn send_flows(state: &State, src: &str, dst: &str) {
 /// switch still sends on the link (and stops once the same change succeeds).
 #[test]
 fn a_change_that_fails_half_way_is_rolled_back() {
-    let prefix = common::unique_prefix('l', 6);
+    let prefix = common::unique_prefix('l', 9);
     let (_guard, state) = common::up(None, &prefix);
     let spec = "z0r0:z0c1";
     let l = state.plan.find_link(spec).unwrap();

@@ -283,7 +283,7 @@ fn sampled_ping_covers_every_host_and_rack_pair() {
 /// reported by name, not left for a later route or ping to trip over.
 #[test]
 fn a_lost_address_is_reported() {
-    let prefix = unique_prefix('l', 0);
+    let prefix = unique_prefix('a', 0);
     let (_guard, state) = common::up(None, &prefix);
     testbed::check_addresses(&state.plan).expect("a fresh testbed has every address");
     let host = state.plan.hosts().next().unwrap();

@@ -462,8 +462,10 @@ pub struct JobProgress {
     pub step: usize,
     pub steps: usize,
     pub started_unix_ms: u64,
-    /// The running `fabric run`: a record whose process is gone is stale.
-    pub pid: u32,
+    /// The running `fabric run`: a record whose process is gone is stale (a process that took
+    /// its pid since, or its zombie, is not it).
+    #[serde(flatten)]
+    pub process: crate::state::Owner,
 }
 
 impl JobProgress {
@@ -491,7 +493,7 @@ impl JobProgress {
     /// The job running on a testbed, if its process still runs.
     pub fn read(prefix: &str) -> Option<JobProgress> {
         let p: JobProgress = serde_json::from_slice(&std::fs::read(Self::path(prefix)).ok()?).ok()?;
-        std::path::Path::new(&format!("/proc/{}", p.pid)).exists().then_some(p)
+        p.process.is_running().then_some(p)
     }
 }
 

@@ -312,7 +312,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         started_unix_ms: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64),
-        pid: std::process::id(),
+        process: crate::state::Owner::this_process()?,
     };
     let prefix = &plan.topology.prefix;
     progress.write(prefix);

@@ -126,19 +126,32 @@ impl ChangeLock {
             .ok()
     }
 
-    /// The lock of testbed `prefix` whose state folder is `dir`.
+    /// The lock of testbed `prefix` whose state folder is `dir`, polled every 20 ms until it is
+    /// free or `wait` is over.
     fn take_within(dir: &Path, prefix: &str, wait: Duration) -> Result<Self> {
         let path = dir.join("change.lock");
         let start = Instant::now();
         loop {
+            // Opened anew each time: `fabric down` may have removed the folder (and the file)
+            // while this waited, and a new `up` made a new one. A lock on a removed file
+            // excludes no one.
             let file = open_lock_file(&path, prefix)?;
-            if !lock_within(&file, &path, prefix, wait.saturating_sub(start.elapsed()))? {
-                continue;
-            }
-            // Locked: but `fabric down` may have removed the folder (and the file) while this
-            // waited, and a new `up` made a new one. A lock on a removed file excludes no one.
-            if same_file(&file, &path) {
-                return Ok(ChangeLock { _file: file });
+            match file.try_lock() {
+                Ok(()) if same_file(&file, &path) => return Ok(ChangeLock { _file: file }),
+                Ok(()) => continue,
+                Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < wait => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(std::fs::TryLockError::WouldBlock) => bail!(
+                    "another fabric command has been changing testbed {prefix:?} for over {}s and still holds {}: \
+                     if none should be running, a stuck one can be found with `fuser {}`",
+                    wait.as_secs(),
+                    path.display(),
+                    path.display()
+                ),
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(e).with_context(|| format!("locking {}", path.display()));
+                }
             }
         }
     }
@@ -156,31 +169,6 @@ fn open_lock_file(path: &Path, prefix: &str) -> Result<std::fs::File> {
             )
         }
         Err(e) => Err(e).with_context(|| format!("opening {}", path.display())),
-    }
-}
-
-/// Locks `file` (at `path`), waiting up to `wait`. Ok(false) if the file was removed meanwhile
-/// (the caller opens it again).
-fn lock_within(file: &std::fs::File, path: &Path, prefix: &str, wait: Duration) -> Result<bool> {
-    let start = Instant::now();
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(true),
-            Err(std::fs::TryLockError::WouldBlock) if !same_file(file, path) => return Ok(false),
-            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < wait => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            Err(std::fs::TryLockError::WouldBlock) => bail!(
-                "another fabric command has been changing testbed {prefix:?} for over {}s and still holds {}: \
-                 if none should be running, a stuck one can be found with `fuser {}`",
-                wait.as_secs(),
-                path.display(),
-                path.display()
-            ),
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("locking {}", path.display()));
-            }
-        }
     }
 }
 

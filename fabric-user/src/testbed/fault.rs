@@ -12,7 +12,7 @@ use std::{collections::BTreeSet, time::Duration};
 use anyhow::{Context as _, Result, bail};
 use fabric_common::fault::PortLoss;
 
-use super::{change_links, find_link, interrupt, link_label, refuse_if_flapped, set_link, set_link_in};
+use super::{change_links, find_link, interrupt, link_label, refuse_if_flapped, set_link_in};
 use crate::{
     model::fault::{Degradation, FaultEvent, FaultKind, check_testbed_rate},
     model::plan::{LinkId, NodeId, Plan},
@@ -168,21 +168,22 @@ pub fn flap(prefix: &str, spec: &str, period: Duration, count: u32) -> Result<St
     if count == 0 {
         return Err(crate::model::fault::FaultError::ZeroCount.into());
     }
-    let l = interrupt::guarded_step(|| own_flap(prefix, spec))?;
+    netns::require_capabilities()?;
+    let (l, label) = interrupt::guarded_step(|| own_flap(prefix, spec))?;
     let flapped = (0..count).try_for_each(|_| {
-        interrupt::guarded_step(|| set_link(prefix, spec, false))?;
+        interrupt::guarded_step(|| flap_step(prefix, l, &label, false))?;
         std::thread::sleep(period / 2);
-        interrupt::guarded_step(|| set_link(prefix, spec, true))?;
+        interrupt::guarded_step(|| flap_step(prefix, l, &label, true))?;
         std::thread::sleep(period / 2);
         Ok::<_, anyhow::Error>(())
     });
     let released = interrupt::guarded_step(|| release_flap(prefix, l));
-    flapped.and(released)
+    flapped.and(released).map(|()| label)
 }
 
 /// Records this process as the one flapping link `spec` (no other command may take it down or
-/// up until [`release_flap`]); returns the link.
-fn own_flap(prefix: &str, spec: &str) -> Result<LinkId> {
+/// up until [`release_flap`]); returns the link and its label.
+fn own_flap(prefix: &str, spec: &str) -> Result<(LinkId, String)> {
     let (mut state, _lock) = State::load_for_change(prefix)?;
     let l = find_link(&state.plan, spec)?;
     let label = link_label(&state.plan, l);
@@ -195,17 +196,31 @@ fn own_flap(prefix: &str, spec: &str) -> Result<LinkId> {
     }
     state.flaps.insert(l, Owner::this_process()?);
     state.save()?;
-    Ok(l)
+    Ok((l, label))
 }
 
-/// Ends this process's record of flapping link `l`. Returns the link's label.
-fn release_flap(prefix: &str, l: LinkId) -> Result<String> {
+/// One step of this process's flap of link `l` (`label`): taken only while the testbed still
+/// records the flap as this process's. A testbed taken down and built again under the same
+/// prefix since the flap began has no such record, and its links are not the flap's to change.
+fn flap_step(prefix: &str, l: LinkId, label: &str, up: bool) -> Result<()> {
+    let (mut state, _lock) = State::load_for_change(prefix)?;
+    if state.flaps.get(&l) != Some(&Owner::this_process()?) {
+        bail!(
+            "testbed {prefix:?} no longer records this flap of link {label}: it was taken down and built again \
+             since the flap began, so the flap ends and leaves the new testbed's links as they are"
+        );
+    }
+    set_link_in(&mut state, l, up)
+}
+
+/// Ends this process's record of flapping link `l`, if the testbed still has it.
+fn release_flap(prefix: &str, l: LinkId) -> Result<()> {
     let (mut state, _lock) = State::load_for_change(prefix)?;
     if state.flaps.get(&l) == Some(&Owner::this_process()?) {
         state.flaps.remove(&l);
         state.save()?;
     }
-    Ok(link_label(&state.plan, l))
+    Ok(())
 }
 
 /// Ends this process's flap of link `spec`, cut short: brings the link back up if it is down,

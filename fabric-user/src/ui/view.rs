@@ -632,7 +632,7 @@ pub(crate) mod tests {
             step: 7,
             steps: 14,
             started_unix_ms: 0,
-            pid: 1,
+            process: crate::state::Owner { pid: 1, started: 0 },
         });
         let (v, _) = build(&plan, &layout, &r, None, 0.0);
         assert!((v.job.unwrap().fraction - 0.75).abs() < 1e-9);
