@@ -44,20 +44,21 @@ impl Which {
 enum LinkAction {
     /// Take a link down and repair every ECMP group around it.
     Down {
-        /// A link as SWITCH:PEER, e.g. z0r0:z0c1 (either end; `fabric status` lists them).
+        /// A link as SWITCH:PEER, e.g. z0r0:z0c1 (either end; `fabric status` lists them); one of
+        /// parallel links as SWITCH:PEER.K, e.g. z0r0:z0c1.0.
         link: String,
     },
     /// Bring a link back and restore the groups (a link of a switch that is down comes back with
     /// `fabric switch up`, unless also taken down on its own).
     Up {
-        /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
+        /// A link as SWITCH:PEER, e.g. z0r0:z0c1 (SWITCH:PEER.K for one of parallel links).
         link: String,
     },
     /// A gray failure: lower the link's modelled rate and/or make it lose frames (at its switch
     /// ends, on what they send): `fabric link degrade z0r0:z0c1 --rate 100 --loss 0.1%`. A later
     /// degrade of the same link keeps what it does not give.
     Degrade {
-        /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
+        /// A link as SWITCH:PEER, e.g. z0r0:z0c1 (SWITCH:PEER.K for one of parallel links).
         link: String,
         /// Modelled rate in Gbit/s, above 0 and at most the link's own (which gives the rate back).
         #[arg(long)]
@@ -71,13 +72,13 @@ enum LinkAction {
     },
     /// Give a degraded link back its own rate and no loss.
     Restore {
-        /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
+        /// A link as SWITCH:PEER, e.g. z0r0:z0c1 (SWITCH:PEER.K for one of parallel links).
         link: String,
     },
     /// Take a link down and up repeatedly, routing repaired each time (stopped by Ctrl-C,
     /// SIGTERM or SIGHUP, it brings the link back up first).
     Flap {
-        /// A link as SWITCH:PEER, e.g. z0r0:z0c1.
+        /// A link as SWITCH:PEER, e.g. z0r0:z0c1 (SWITCH:PEER.K for one of parallel links).
         link: String,
         /// One down-and-up cycle, half down and half up (e.g. 200ms, 2s; 10ms to 1h).
         #[arg(long, default_value = "200ms", value_parser = parse_period_arg)]
@@ -144,7 +145,8 @@ enum Command {
         #[arg(long)]
         quiet: bool,
         /// Host endpoints: own (our RoCEv2 endpoints, a namespace per host) or rxe (the kernel's
-        /// soft-RoCE; host veths in the initial namespace with policy routing, see src/testbed/rxe.rs).
+        /// soft-RoCE; host veths in the initial namespace with policy routing, see the README's
+        /// "Soft-RoCE (rxe) hosts").
         #[arg(long, value_enum, default_value = "own")]
         endpoints: fabric_user::testbed::rxe::Endpoints,
     },
@@ -201,6 +203,7 @@ enum Command {
     Exporter {
         #[command(flatten)]
         which: Which,
+        /// Address and port to serve on.
         #[arg(long, default_value = "127.0.0.1:9464")]
         listen: std::net::SocketAddr,
         /// Listen on a non-loopback address too (the counters are then visible to the network).
@@ -213,6 +216,7 @@ enum Command {
     Ui {
         #[command(flatten)]
         which: Which,
+        /// Address and port to serve on.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: std::net::SocketAddr,
         /// Listen on a non-loopback address too (the counters are then visible to the network).
@@ -228,6 +232,7 @@ enum Command {
         /// Topology file (default: the embedded default topology).
         #[arg(long)]
         topology: Option<PathBuf>,
+        /// svg (a drawing) or dot (Graphviz's input, to lay out or style with its tools).
         #[arg(long, value_enum, default_value = "svg")]
         format: GraphFormat,
         /// Draw every host even above 64 hosts (else one box per rack).
@@ -263,8 +268,8 @@ enum Command {
         #[command(flatten)]
         which: Which,
         /// Write the result (JSON, schema fabric.run/2) here; default results/run-<workload>-<time>.json.
-        /// (With --jobs or --straggler the run is a jobs run: its summary and job records go to
-        /// results/jobs/, and its results to results/run-JOB.json.)
+        /// Not with --jobs or --straggler, which make a jobs run: it writes its summary and job
+        /// records to results/jobs/ and its results to results/run-JOB.json.
         #[arg(long, conflicts_with_all = ["jobs", "straggler"])]
         json: Option<PathBuf>,
         /// No progress bar.

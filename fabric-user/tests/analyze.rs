@@ -378,6 +378,57 @@ fn pcapng_with_several_interfaces_and_link_types() {
     check_members_against_kernel(&r, &[frame]);
 }
 
+/// A capture that ends inside a record (tcpdump killed, a copy taken while it wrote): the whole
+/// records before the cut are analysed and the report says the file was cut short, in pcap and
+/// pcapng alike, wherever the cut falls. A whole file says nothing of the kind, and bytes that
+/// are not a record at all are still an error naming the record.
+#[test]
+fn a_capture_cut_inside_a_record_is_analysed_up_to_the_cut() {
+    let frame = roce4(H2, H3, 51000, 0x0A, 0x500, 32, None);
+    let pcap = tmp("whole.pcap");
+    write_pcap(&pcap, DataLink::ETHERNET, &[full(frame.clone()), full(frame.clone()), full(frame.clone())]);
+    let pcapng = tmp("whole.pcapng");
+    {
+        let mut w = PcapNgWriter::new(std::fs::File::create(&*pcapng).unwrap()).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::ETHERNET, 0)).unwrap();
+        for _ in 0..3 {
+            w.write_pcapng_block(EnhancedPacketBlock {
+                interface_id: 0,
+                timestamp: Duration::ZERO,
+                original_len: frame.len() as u32,
+                data: Cow::Owned(frame.clone()),
+                options: vec![],
+            })
+            .unwrap();
+        }
+    }
+    // A record's length: pcap's 16-byte header, or pcapng's 28-byte block header, data padded to
+    // 4 bytes and the 4-byte trailing length.
+    let (pcap_record, pcapng_record) = (16 + frame.len(), 32 + frame.len().next_multiple_of(4));
+    for (whole, record) in [(&pcap, pcap_record), (&pcapng, pcapng_record)] {
+        let bytes = std::fs::read(&**whole).unwrap();
+        let r = analyze_file(whole, &group(2, 1)).unwrap();
+        assert_eq!((r.frames, r.cut_short), (3, false), "{}", whole.display());
+        // Cut in the last record's header, in its data, and one byte short of its end.
+        for cut in [bytes.len() - record + 4, bytes.len() - record / 2, bytes.len() - 1] {
+            let path = tmp(&format!("cut-{cut}-{}", whole.file_name().unwrap().to_str().unwrap()));
+            std::fs::write(&*path, &bytes[..cut]).unwrap();
+            let r = analyze_file(&path, &group(2, 1)).unwrap_or_else(|e| panic!("cut at {cut}: {e:#}"));
+            assert_eq!((r.frames, r.roce_packets, r.cut_short), (2, 2, true), "{} cut at {cut}", whole.display());
+            let text = fabric_user::analyze::report::render(&r, false);
+            assert!(text.contains("ends inside record 3"), "{text}");
+        }
+    }
+    // A record whose microseconds field holds two seconds is corrupt, not cut.
+    let mut bytes = std::fs::read(&*pcap).unwrap();
+    let second = 24 + pcap_record;
+    bytes[second + 4..second + 8].copy_from_slice(&2_000_000u32.to_le_bytes());
+    let path = tmp("corrupt.pcap");
+    std::fs::write(&*path, &bytes).unwrap();
+    let e = format!("{:#}", analyze_file(&path, &group(2, 1)).unwrap_err());
+    assert!(e.contains("corrupt record 2 (after 1 whole ones)"), "{e}");
+}
+
 #[test]
 fn json_report_and_chart() {
     let dir = tmp("out");

@@ -247,6 +247,8 @@ pub struct Analyzer {
     qps: BTreeMap<QpKey, QpAcc>,
     roce_packets: u64,
     roce_bytes: u64,
+    /// The capture ended inside a record (see [`Report::cut_short`]).
+    cut_short: bool,
 }
 
 /// What to predict for.
@@ -351,6 +353,9 @@ pub struct Report {
     pub flows: Vec<FlowReport>,
     pub qps: Vec<QpReport>,
     pub modes: Vec<ModeReport>,
+    /// The file ends inside a record (a capture still being written, or cut short by a copy or
+    /// a kill): the whole records before it are analysed, and the cut one is not.
+    pub cut_short: bool,
 }
 
 /// A readable name of a BTH opcode.
@@ -566,6 +571,7 @@ impl Analyzer {
             flows,
             qps,
             modes: mode_reports,
+            cut_short: self.cut_short,
         }
     }
 }
@@ -588,12 +594,36 @@ pub fn read_capture(path: &Path, a: &mut Analyzer) -> Result<&'static str> {
                 .with_context(|| format!("{} is not a pcap file", path.display()))?;
             let linktype = r.header().datalink;
             while let Some(pkt) = r.next_packet() {
-                let pkt = pkt.with_context(|| format!("{}: corrupt record", path.display()))?;
-                a.push(linktype, &pkt.data, pkt.orig_len);
+                match pkt {
+                    Ok(pkt) => a.push(linktype, &pkt.data, pkt.orig_len),
+                    Err(e) if ends_inside_a_record(&e) => {
+                        a.cut_short = true;
+                        break;
+                    }
+                    Err(e) => {
+                        return Err(e).with_context(|| {
+                            format!(
+                                "{}: corrupt record {} (after {} whole ones)",
+                                path.display(),
+                                a.frames + 1,
+                                a.frames
+                            )
+                        });
+                    }
+                }
             }
             Ok("pcap")
         }
         other => bail!("{}: not a pcap or pcapng file (magic {:02x?})", path.display(), other),
+    }
+}
+
+/// Whether reading a record failed because the file ended inside it.
+fn ends_inside_a_record(e: &pcap_file::PcapError) -> bool {
+    match e {
+        pcap_file::PcapError::IncompleteBuffer => true,
+        pcap_file::PcapError::IoError(io) => io.kind() == std::io::ErrorKind::UnexpectedEof,
+        _ => false,
     }
 }
 
@@ -623,7 +653,15 @@ fn read_pcapng<R: Read>(r: R, a: &mut Analyzer) -> Result<()> {
     // `new`; a later one starts a new interface list).
     let mut interfaces: Vec<DataLink> = r.interfaces().iter().map(|i| i.linktype).collect();
     while let Some(block) = r.next_block() {
-        match block? {
+        let block = match block {
+            Ok(block) => block,
+            Err(e) if ends_inside_a_record(&e) => {
+                a.cut_short = true;
+                break;
+            }
+            Err(e) => return Err(e).with_context(|| format!("block after {} whole records", a.frames)),
+        };
+        match block {
             Block::SectionHeader(_) => interfaces.clear(),
             Block::InterfaceDescription(i) => interfaces.push(i.linktype),
             Block::EnhancedPacket(p) => {

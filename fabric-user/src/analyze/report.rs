@@ -31,6 +31,15 @@ pub fn render(r: &Report, per_qp: bool) -> String {
         r.captured_bytes,
         if links.is_empty() { "-".into() } else { links.join(", ") }
     );
+    if r.cut_short {
+        let _ = writeln!(
+            o,
+            "note: the file ends inside record {} (still being written, or cut short): the {} whole records \
+             before it are analysed",
+            r.frames + 1,
+            r.frames
+        );
+    }
     let _ = writeln!(
         o,
         "RoCEv2: {} packets, {} bytes, {} flows (five-tuples), {} QPs (five-tuple + destination QP)",

@@ -21,8 +21,8 @@ use crate::{endpoint::CcMode, forwarding::fabric::SimFabric, model::topology::To
 pub const SCENARIO: Scenario = Scenario {
     name: "cc-at-400g",
     summary: "On the twin at 400 Gbit/s: PFC only against DCQCN with ECN thresholds carried over from 200G \
-              (half the bytes) and DCQCN with thresholds scaled to 400G, on a ring AllReduce and an all-to-all: \
-              completion, and how long CTSWs paused RTSWs.",
+              (half the bytes) and DCQCN with thresholds scaled to 400G, on a ring AllReduce, an all-to-all and an \
+              incast: completion, and how long CTSWs paused RTSWs.",
     paper: "DCQCN was used at 200G. At 400G, default DCQCN with ECN thresholds carried over from 200G did worse, \
             and Meta ran for over a year with PFC only, no transport congestion control, without persistent \
             congestion: CTSWs did not persistently pause RTSWs.",

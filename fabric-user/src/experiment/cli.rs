@@ -27,8 +27,9 @@ pub struct ExperimentArgs {
     /// Results go to DIR/NAME/ (report.md, charts, results.json).
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
-    /// Testbed prefix to start from (1..=4 chars of [a-z0-9]; default x + the pid).
-    #[arg(long, value_parser = crate::model::topology::validate::parse_prefix)]
+    /// Testbed prefix to start from: 1..=4 characters of [a-z0-9] starting with a letter (each
+    /// testbed of the experiment appends one); default: x and the pid's last three digits.
+    #[arg(long, value_parser = parse_base_prefix)]
     pub prefix: Option<String>,
     /// Time scale of the experiments (default: the ECMP and placement ones calibrate it on this
     /// machine, from 20000 doubling until the endpoints keep 70% of their rate; incast and
@@ -62,13 +63,18 @@ impl ExperimentArgs {
     }
 }
 
+/// The longest `--prefix`: each testbed of an experiment appends a character to it, and a
+/// testbed's prefix has at most [`MAX_PREFIX_LEN`](crate::model::topology::validate::MAX_PREFIX_LEN).
+const BASE_PREFIX_LEN: usize = 4;
+
+/// `--prefix`: a testbed prefix short enough for the experiment's testbeds to extend.
+fn parse_base_prefix(s: &str) -> Result<String, String> {
+    let what = "an experiment's prefix (each of its testbeds appends a character)";
+    crate::model::topology::validate::parse_prefix_up_to(s, BASE_PREFIX_LEN, what)
+}
+
 /// Options that would be ignored, refused by name.
 fn check(args: &ExperimentArgs) -> Result<()> {
-    if let Some(p) = &args.prefix
-        && !(1..=4).contains(&p.len())
-    {
-        bail!("--prefix: 1..=4 characters (each testbed appends one)");
-    }
     // The twin builds no testbed and keeps modelled time itself (at time scale 1).
     let testbed_only = [("--prefix", args.prefix.is_some()), ("--time-scale", args.time_scale.is_some())];
     let given = testbed_only.iter().find(|(_, given)| *given).map(|(flag, _)| flag);

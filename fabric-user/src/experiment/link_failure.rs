@@ -17,7 +17,7 @@ use crate::{run::RunOptions, run::RunResult, state::State, testbed};
 
 pub const SCENARIO: Scenario = Scenario {
     name: "link-failure",
-    summary: "A CTSW link fails in the middle of a ring AllReduce (testbed::set_link), under path pinning \
+    summary: "A CTSW link fails in the middle of a ring AllReduce (as `fabric link down` takes it down), under path pinning \
               and under E-ECMP with QP scaling: completion with and without the failure, and how the failed \
               uplink's load was redistributed.",
     paper: "Path pinning was fine with whole racks and no failures; link failures reshuffle pinned flows onto \

@@ -22,8 +22,8 @@ const THIRTY_PCT_WORSE_AS_GAIN: f64 = (1.0 - 1.0 / 1.3) * 100.0;
 pub const SCENARIO: Scenario = Scenario {
     name: "path-pinning",
     summary: "Path pinning (route by destination slice) with whole racks vs fragmented placement, against \
-              E-ECMP with QP scaling, and the band-aid of doubling the RTSW uplinks (twice the links, or \
-              twice their rate).",
+              E-ECMP with QP scaling and TE, and the band-aid of doubling the RTSW uplinks (twice the links, \
+              or twice their rate).",
     paper: "Path pinning routes by destination \"slice\" (the RTSW downlink index). It was fine with whole \
             racks per job and no failures; with fragmented placement (one of two hosts in a rack used) \
             training degraded by more than 30%. The short-term fix was to double the RTSW uplink bandwidth \

@@ -169,7 +169,7 @@ pub fn lossy(fabric: &SimFabric, spec: &str, ppm: u32) -> Result<SimFabric> {
     Ok(f)
 }
 
-/// `fabric` with the link `spec` (`SWITCH:PORT`) at `fraction` of its rate: the twin's port
+/// `fabric` with the link `spec` (`SWITCH:PEER`) at `fraction` of its rate: the twin's port
 /// runs at that rate, so queues build behind it, adaptive routing sees their depth and WCMP's
 /// weights follow the rate (as `fabric link degrade --rate` makes them on the testbed).
 pub fn slowed(fabric: &SimFabric, spec: &str, fraction: f64) -> Result<SimFabric> {
@@ -247,7 +247,7 @@ pub fn run_whatif(
     r.packet.and_then(|p| p.whatif).ok_or_else(|| anyhow::anyhow!("{}: the what-if left no report", w.target))
 }
 
-/// `o` for `seed` while link `spec` (`SWITCH:PORT`) flaps `count` times from `at_ns`, each
+/// `o` for `seed` while link `spec` (`SWITCH:PEER`) flaps `count` times from `at_ns`, each
 /// cycle `period_ns` long and down for its first half (`fabric sim --flap`): the what-if's
 /// report, whose completion is the job's with the flaps.
 pub fn flapping(

@@ -294,19 +294,19 @@ pub struct Job {
     /// A collective (allreduce, alltoall, incast, permutation) ...
     #[serde(default)]
     pub collective: Option<Collective>,
-    /// ... with this message per rank (K, M, G, Ki, Mi, Gi) ...
-    #[serde(default = "default_message")]
-    pub message: crate::model::units::Size,
+    /// ... with this message per rank (K, M, G, Ki, Mi, Gi; default [`DEFAULT_MESSAGE`]) and
+    /// this seed of its permutation (default 0) ...
     #[serde(default)]
-    pub seed: u64,
+    pub message: Option<crate::model::units::Size>,
+    #[serde(default)]
+    pub seed: Option<u64>,
     /// ... or an explicit traffic matrix: `[[traffic]] src = 0, dst = 1, bytes = 1000000`.
     #[serde(default)]
     pub traffic: Vec<TrafficEntry>,
 }
 
-fn default_message() -> crate::model::units::Size {
-    crate::model::units::Size(4 << 20)
-}
+/// A collective job's message per rank when its file gives none: 4 MiB.
+pub const DEFAULT_MESSAGE: crate::model::units::Size = crate::model::units::Size(4 << 20);
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -326,10 +326,15 @@ impl Job {
         ensure!(self.ranks >= 2, "ranks: {}; a job needs at least 2", self.ranks);
         match (&self.collective, self.traffic.is_empty()) {
             (Some(c), true) => {
-                ensure!(self.message.get() > 0, "message: must be at least 1 byte");
-                Ok(Graph::of_collective(*c, self.ranks, self.message.get(), self.seed))
+                let message = self.message.unwrap_or(DEFAULT_MESSAGE).get();
+                ensure!(message > 0, "message: must be at least 1 byte");
+                Ok(Graph::of_collective(*c, self.ranks, message, self.seed.unwrap_or(0)))
             }
             (None, false) => {
+                ensure!(
+                    self.message.is_none() && self.seed.is_none(),
+                    "`message` and `seed` belong to a `collective`; a `[[traffic]]` job gives each entry's bytes"
+                );
                 let mut g = Graph::new(self.ranks);
                 for (i, t) in self.traffic.iter().enumerate() {
                     let last = self.ranks - 1;
@@ -379,12 +384,14 @@ pub struct PlaceArgs {
     /// Topology file (default: the embedded one).
     #[arg(long)]
     pub topology: Option<std::path::PathBuf>,
-    /// The job: `ranks`, and `collective` (+ `message`) or `[[traffic]]` entries (src, dst, bytes).
+    /// The job: `ranks`, and `collective` (with `message`, default 4Mi, and `seed`) or
+    /// `[[traffic]]` entries (src, dst, bytes).
     #[arg(long)]
     pub job: std::path::PathBuf,
     /// Seed of the partitioner's random starts.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Print the placement as JSON (rank order of hosts, cross-zone bytes) instead of a table.
     #[arg(long)]
     pub json: bool,
 }
@@ -540,8 +547,8 @@ mod tests {
         let job = Job {
             ranks: 8,
             collective: Some(Collective::Allreduce),
-            message: crate::model::units::Size(8 << 20),
-            seed: 0,
+            message: Some(crate::model::units::Size(8 << 20)),
+            seed: None,
             traffic: vec![],
         };
         let g = job.graph().unwrap();
@@ -588,6 +595,17 @@ mod tests {
         assert!(j.graph().is_err());
         let j: Job = toml::from_str("ranks = 2\n[[traffic]]\nsrc = 0\ndst = 2\nbytes = 5\n").unwrap();
         assert!(j.graph().is_err());
+        // A collective's own fields beside a traffic matrix would be ignored: refused.
+        for field in ["message = \"1Mi\"", "seed = 3"] {
+            let j: Job =
+                toml::from_str(&format!("ranks = 3\n{field}\n[[traffic]]\nsrc = 0\ndst = 2\nbytes = 5\n")).unwrap();
+            let e = j.graph().unwrap_err().to_string();
+            assert!(e.contains("`message` and `seed` belong to a `collective`"), "{field}: {e}");
+        }
+        // A collective without a message sends the default one.
+        let j: Job = toml::from_str("ranks = 2\ncollective = \"allreduce\"\n").unwrap();
+        let with_default: Job = toml::from_str("ranks = 2\ncollective = \"allreduce\"\nmessage = \"4Mi\"\n").unwrap();
+        assert_eq!(j.graph().unwrap().weight(0, 1), with_default.graph().unwrap().weight(0, 1));
     }
 
     /// Every field of a job file out of range is refused with the field named: when the file is

@@ -64,7 +64,7 @@ impl Placement {
     pub fn place(&self, plan: &Plan, ranks: usize) -> Result<Vec<NodeId>> {
         let hosts: Vec<NodeId> = plan.hosts().collect();
         ensure!(ranks >= 2, "ranks: {ranks}; a job needs at least 2");
-        ensure!(ranks <= hosts.len(), "{ranks} ranks but the testbed has only {} hosts", hosts.len());
+        ensure!(ranks <= hosts.len(), "{ranks} ranks but the topology has only {} hosts", hosts.len());
         let placed = match self {
             Placement::Contiguous => hosts[..ranks].to_vec(),
             Placement::Fragmented => {
@@ -87,12 +87,16 @@ impl Placement {
                 h
             }
             Placement::Explicit { hosts: names } => {
-                ensure!(names.len() == ranks, "{} hosts named for {ranks} ranks", names.len());
+                ensure!(
+                    names.len() == ranks,
+                    "placement hosts:...: {} hosts named for {ranks} ranks (one per rank)",
+                    names.len()
+                );
                 let mut v = Vec::new();
                 for n in names {
                     let id = plan.node_by_name(n).filter(|&id| hosts.contains(&id));
-                    let Some(id) = id else { bail!("{n:?} is not a host of this testbed") };
-                    ensure!(!v.contains(&id), "host {n} named twice");
+                    let Some(id) = id else { bail!("placement hosts:...: {n:?} is not a host of this topology") };
+                    ensure!(!v.contains(&id), "placement hosts:...: host {n} named twice");
                     v.push(id);
                 }
                 v

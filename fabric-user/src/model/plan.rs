@@ -114,7 +114,7 @@ impl Plan {
     pub fn find_link(&self, spec: &str) -> anyhow::Result<LinkId> {
         use anyhow::Context as _;
         let (node, ifname) =
-            spec.split_once(':').with_context(|| format!("{spec:?}: expected SWITCH:PORT, e.g. z0r0:z0c1"))?;
+            spec.split_once(':').with_context(|| format!("{spec:?}: expected SWITCH:PEER, e.g. z0r0:z0c1"))?;
         let n = self.node_by_name(node).with_context(|| format!("no node {node:?} in this fabric"))?;
         let port = self.nodes[n].ports.iter().find(|p| p.ifname == ifname).with_context(|| {
             let names: Vec<&str> = self.nodes[n].ports.iter().map(|p| p.ifname.as_str()).collect();

@@ -6,7 +6,7 @@
 //! testbed).
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -446,6 +446,14 @@ impl JobRecord {
             })?;
             return serde_json::from_slice(&text).with_context(|| format!("corrupt job record {}", record.display()));
         }
+        if let Some(schema) = value["schema"].as_str().filter(|&s| s != JOB_SCHEMA) {
+            bail!(
+                "{} is a {schema} file, not a job record ({JOB_SCHEMA}): `fabric report` takes a job id, a job \
+                 record (results/jobs/JOB.json) or a run result of `fabric run` ({})",
+                path.display(),
+                super::result::RESULTS_SCHEMA
+            );
+        }
         serde_json::from_value(value).with_context(|| format!("corrupt job record {}", path.display()))
     }
 }
@@ -497,6 +505,15 @@ impl JobProgress {
     }
 }
 
+/// A completion time of `wall_ns`, with the modelled time it stands for at `time_scale`.
+fn completion(wall_ns: u64, time_scale: u64) -> String {
+    let ms = wall_ns as f64 / 1e6;
+    match time_scale {
+        0 | 1 => format!("{ms:.3} ms"),
+        scale => format!("{ms:.3} ms wall ({:.3} µs modelled)", wall_ns as f64 / 1e3 / scale as f64),
+    }
+}
+
 /// `fabric report JOB`.
 pub fn print(rec: &JobRecord) {
     println!(
@@ -506,8 +523,15 @@ pub fn print(rec: &JobRecord) {
         rec.collective,
         rec.placement.len(),
         rec.hash,
-        rec.completion_ns.iter().map(|c| format!("{:.3} ms", *c as f64 / 1e6)).collect::<Vec<_>>().join(", ")
+        rec.completion_ns.iter().map(|&c| completion(c, rec.time_scale)).collect::<Vec<_>>().join(", ")
     );
+    if rec.time_scale > 1 {
+        println!(
+            "times below are wall times, in the testbed's slowed time: divide by the time scale ({}) for the \
+             modelled network's",
+            rec.time_scale
+        );
+    }
     println!("{:>5} {:>10}  worst RTSW uplink max/mean", "step", "ms");
     for s in &rec.steps {
         let w = s.uplinks.iter().max_by(|a, b| a.max_over_mean.total_cmp(&b.max_over_mean));
@@ -658,6 +682,12 @@ mod tests {
         assert!(err(&anonymous).contains("is a run result that names no job"), "{}", err(&anonymous));
         assert!(err(&file("text.json", "not json")).contains("text.json is not JSON"));
         assert!(err(&file("other.json", "{}")).contains("corrupt job record"));
+        let sim = file("sim.json", r#"{"schema": "fabric.sim/1", "results": []}"#);
+        assert!(
+            err(&sim).contains("sim.json is a fabric.sim/1 file, not a job record (fabric.job/1)"),
+            "{}",
+            err(&sim)
+        );
         // A path without .json is a path, not an id under results/jobs.
         assert!(err(dir.to_str().unwrap()).starts_with(&format!("no job record {}", dir.display())));
         std::fs::remove_dir_all(&dir).unwrap();

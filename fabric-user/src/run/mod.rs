@@ -64,8 +64,8 @@ pub struct RunSpec {
     #[arg(long, value_enum, default_value_t = RunSpec::default().sport)]
     pub sport: SportPolicy,
     /// Set every switch's routing mode first: five-tuple, eecmp, pin, te (the controller places
-    /// this job's flows, greedy largest-first on the least-loaded link; see `fabric_user::te`),
-    /// flowlet, adaptive, spray or wcmp (docs/routing-modes.md).
+    /// this job's flows, greedy largest-first on the least-loaded link), flowlet, adaptive,
+    /// spray or wcmp (docs/routing-modes.md).
     #[arg(long, value_parser = parse_hash_mode)]
     #[serde(deserialize_with = "hash_mode_serde::option::deserialize")]
     pub hash: Option<HashMode>,
@@ -73,8 +73,10 @@ pub struct RunSpec {
     /// each job's mode).
     #[arg(long, value_parser = crate::model::units::parse_seed)]
     pub hash_seed: Option<u32>,
-    /// Rate of one connection (all its QPs), bits/s (K, M, G = x1000); default: the host
-    /// link's modelled rate (tiers.host.rate_gbps / time_scale).
+    /// Rate of one connection (all its QPs), in bits/s of wall time (K, M, G = x1000): the
+    /// testbed's slowed time, not the modelled network's (unlike `fabric link degrade --rate`,
+    /// in modelled Gbit/s). Default: the host link's rate slowed by the topology's time scale
+    /// (tiers.host.rate_gbps / time_scale: 400 Gbit/s / 4000 = 100 Mbit/s by default).
     #[arg(long)]
     pub rate: Option<Size>,
     /// RoCE path MTU (256, 512, 1024, 2048, 4096; at most the topology's MTU).

@@ -65,6 +65,7 @@ pub enum RxeCommand {
     /// ECT traffic, check it (uplinks both used, no packet lost, reordered or corrupted), tear
     /// down.
     Smoke {
+        /// Topology file of the rxe testbed (relative to the current folder).
         #[arg(long, default_value = "testbed/rxe-smoke.toml")]
         topology: PathBuf,
         /// Directory for the result JSON and the capture.
@@ -97,6 +98,7 @@ impl PerftestKind {
 
 #[derive(Clone, Debug, Serialize, clap::Args)]
 pub struct PerftestSpec {
+    /// The perftest to run: ib_write_bw (RDMA WRITE), ib_send_bw (SEND) or ib_read_bw (READ).
     #[arg(long, value_enum, default_value = "write")]
     pub test: PerftestKind,
     /// Client (requester) host, e.g. z0r0h0 (default: the first host).
@@ -1093,6 +1095,7 @@ pub struct AllreduceSpec {
     /// Message size per rank, bytes (K, M, G = x1000; Ki, Mi, Gi = x1024).
     #[arg(long, default_value_t = crate::model::units::Size(1 << 20))]
     pub message: crate::model::units::Size,
+    /// How many AllReduces, one after the other.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub iterations: u32,
     /// QPs per connection (QP scaling).

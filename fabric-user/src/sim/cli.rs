@@ -96,7 +96,7 @@ pub struct SimArgs {
     pub sport: SportPolicy,
     /// Message size per rank (K, M, G = x1000; Ki, Mi, Gi = x1024); larger than `fabric run`'s
     /// default, since a simulated fabric costs no wall time per byte.
-    #[arg(long = "message", alias = "size", default_value_t = Size(256 << 20))]
+    #[arg(long = "message", alias = "size", default_value_t = DEFAULT_MESSAGE)]
     pub message: Size,
     /// Ranks (default: every host).
     #[arg(long)]
@@ -104,7 +104,8 @@ pub struct SimArgs {
     /// contiguous, fragmented, random:SEED or hosts:H1,H2,...
     #[arg(long, default_value_t = Placement::Contiguous)]
     pub placement: Placement,
-    /// Workload seed (permutation).
+    /// Seed of the workload's random permutation and, in the packet model, of the switches'
+    /// random draws (RED's ECN marking, `--loss`).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Re-seed every switch's hash, as `fabric run --hash-seed`.
@@ -130,7 +131,7 @@ pub struct SimArgs {
     /// degrade --loss` does on the testbed.
     #[arg(long = "loss", value_name = "LINK=PCT%")]
     pub loss: Vec<String>,
-    /// Packet model: a link (SWITCH:PORT) or a switch fails at a modelled time of the job
+    /// Packet model: a link (SWITCH:PEER) or a switch fails at a modelled time of the job
     /// (`z0r0:z0c1@200us`); the routes are repaired `--detect-us` later. Reports the job's
     /// slowdown against the same run without it.
     #[arg(long = "fail-at", value_name = "TARGET@TIME", conflicts_with = "drain_at")]
@@ -139,7 +140,7 @@ pub struct SimArgs {
     /// avoid it from then on; nothing is lost).
     #[arg(long = "drain-at", value_name = "TARGET@TIME")]
     pub drain_at: Option<String>,
-    /// A link (SWITCH:PORT) or a switch flaps from a modelled time of the job
+    /// A link (SWITCH:PEER) or a switch flaps from a modelled time of the job
     /// (`z0r0:z0c1@200us`, default @0): down for the first half of each `--period`, `--count`
     /// times. Reports the job's slowdown against the same run without it. The packet model
     /// simulates it (loss, routes around it `--detect-us` after each failure if it stays down
@@ -182,6 +183,9 @@ pub struct SimArgs {
     pub json: Option<PathBuf>,
 }
 
+/// `--message` when not given.
+const DEFAULT_MESSAGE: Size = Size(256 << 20);
+
 /// `--detect-us` when not given: from a failure to the controller's repaired routes, microseconds.
 const DEFAULT_DETECT_US: f64 = 100.0;
 
@@ -195,11 +199,23 @@ pub struct SimFaults {
     pub loss: Vec<String>,
 }
 
+impl SimFaults {
+    /// The faults as a report names them: `down LINK`, `degrade LINK=GBPS Gbit/s`, `loss LINK=PCT%`.
+    fn describe(&self) -> Vec<String> {
+        let down = self.down.iter().map(|s| format!("down {s}"));
+        let degrade = self.degrade.iter().map(|s| format!("degrade {s} Gbit/s"));
+        down.chain(degrade).chain(self.loss.iter().map(|s| format!("loss {s}"))).collect()
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct SimReport {
     pub schema: &'static str,
     /// Seconds to build the fabric description (plan and groups).
     pub build_s: f64,
+    /// The faults every case ran with (`--down`, `--degrade`, `--loss`); empty for a healthy
+    /// fabric.
+    pub faults: Vec<String>,
     pub results: Vec<SimResult>,
     /// `--trace`: one training step per case.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -267,10 +283,7 @@ fn lossy_ports(plan: &Plan, loss: &[String]) -> Result<Vec<(usize, usize, u32)>>
 
 pub fn run(a: &SimArgs) -> Result<SimReport> {
     let t = std::time::Instant::now();
-    ensure!(
-        a.loss.is_empty() || a.model == Model::Packet,
-        "--loss: the flow model has no loss (fluid flows); use --model packet"
-    );
+    refuse_ignored_flags(a)?;
     let faults = SimFaults { down: a.down.clone(), degrade: a.degrade.clone(), loss: a.loss.clone() };
     let mut fabric = build_fabric_with(a.topology.as_deref(), a.scale, &faults)?;
     let build_s = t.elapsed().as_secs_f64();
@@ -285,7 +298,6 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     ensure!(a.ack_every >= 1, "--ack-every: must be at least 1");
     ensure!(a.memory_limit_gib > 0.0, "--memory-limit-gib: must be above 0");
     ensure!(a.deadline_ms >= 1, "--deadline-ms: must be at least 1");
-    ensure!(a.model == Model::Packet || !a.job_record, "--job-record: needs the packet model (--model packet)");
     let packet = PacketOptions {
         link_delay_ns: a.link_delay_ns,
         deadline_ns: a.deadline_ms.saturating_mul(1_000_000),
@@ -303,15 +315,6 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         );
     }
     let ccs = if a.cc.is_empty() { vec![EndpointOptions::default().cc] } else { distinct(&a.cc) };
-    ensure!(
-        a.model == Model::Packet || ccs == [EndpointOptions::default().cc],
-        "--cc: the flow model has no congestion control (use --model packet)"
-    );
-    ensure!(
-        a.model == Model::Packet || a.transport == EndpointOptions::default().transport,
-        "--transport {}: the flow model has no packets to reorder (use --model packet)",
-        a.transport
-    );
     let mut cases = Vec::new();
     for &hash in &modes {
         for (&q, &cc) in qps.iter().flat_map(|q| ccs.iter().map(move |c| (q, c))) {
@@ -340,11 +343,6 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         "--loss: not with --fail-at/--drain-at/--flap (a what-if rebuilds the fabric without the loss)"
     );
     if let Some(file) = &a.trace {
-        ensure!(a.model == Model::Packet, "--trace: needs the packet model (--model packet)");
-        ensure!(
-            a.fail_at.is_none() && a.drain_at.is_none() && a.flap.is_none() && !a.job_record,
-            "--trace: not with what-ifs or --job-record"
-        );
         let mut traces = Vec::new();
         for o in &cases {
             let t = TraceSimOptions {
@@ -359,7 +357,13 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
             };
             traces.push(simulate_trace(&mut fabric, &t, &packet)?);
         }
-        return Ok(SimReport { schema: "fabric.sim/1", build_s, results: Vec::new(), traces });
+        return Ok(SimReport {
+            schema: "fabric.sim/1",
+            build_s,
+            faults: faults.describe(),
+            results: Vec::new(),
+            traces,
+        });
     }
     let whatif = match (&a.fail_at, &a.drain_at, &a.flap) {
         (Some(s), _, _) => Some(WhatIf::parse(WhatIfKind::Fail, s)?),
@@ -404,7 +408,46 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
             cases.iter().map(|o| simulate_whatif(plan, &down, o, &packet, &w, detect_ns)).collect::<Result<Vec<_>>>()?
         }
     };
-    Ok(SimReport { schema: "fabric.sim/1", build_s, results, traces: Vec::new() })
+    Ok(SimReport { schema: "fabric.sim/1", build_s, faults: faults.describe(), results, traces: Vec::new() })
+}
+
+/// Refuses, by name, a flag that the chosen model or scenario would silently ignore.
+fn refuse_ignored_flags(a: &SimArgs) -> Result<()> {
+    let defaults = EndpointOptions::default();
+    if a.model != Model::Packet {
+        // Flags of the packet model alone, given a value other than their default.
+        let packet_only = [
+            (!a.loss.is_empty(), "--loss: the flow model has no loss (fluid flows)"),
+            (!a.cc.iter().all(|&c| c == defaults.cc), "--cc: the flow model has no congestion control"),
+            (a.transport != defaults.transport, "--transport: the flow model has no packets to reorder"),
+            (a.job_record, "--job-record: needs the packet model"),
+            (a.trace.is_some(), "--trace: needs the packet model"),
+            (a.queues != PACKET_DEFAULTS.queues, "--queues: the flow model has no queues"),
+            (a.link_delay_ns != PACKET_DEFAULTS.link_delay_ns, "--link-delay-ns: the flow model has no delay"),
+            (a.deadline_ms != PACKET_DEFAULTS.deadline_ns / 1_000_000, "--deadline-ms: the flow model has no deadline"),
+            (
+                a.memory_limit_gib != (PACKET_DEFAULTS.memory_limit_bytes >> 30) as f64,
+                "--memory-limit-gib: the flow model's memory is not limited",
+            ),
+        ];
+        if let Some((_, what)) = packet_only.iter().find(|(given, _)| *given) {
+            bail!("{what}; use --model packet");
+        }
+    }
+    if a.trace.is_some() {
+        // The trace says what each rank does, to whom and how much.
+        let by_the_trace = [
+            (a.fail_at.is_some() || a.drain_at.is_some() || a.flap.is_some(), "--fail-at, --drain-at, --flap"),
+            (a.job_record, "--job-record"),
+            (a.workload != Collective::Allreduce, "--workload"),
+            (a.message != DEFAULT_MESSAGE, "--message"),
+            (a.ranks.is_some(), "--ranks"),
+        ];
+        if let Some((_, flag)) = by_the_trace.iter().find(|(given, _)| *given) {
+            bail!("{flag}: not with --trace (the trace gives each rank's work, its peers and its sizes)");
+        }
+    }
+    Ok(())
 }
 
 /// `--down` on the link of a host the job runs on: hosts are single-homed, so the job could not
@@ -452,6 +495,9 @@ pub fn main(a: &SimArgs) -> Result<()> {
         return super::schedule::main(s, build_fabric(s.topology.as_deref(), s.scale_or_default())?);
     }
     let report = run(a)?;
+    if !report.faults.is_empty() {
+        println!("every case with: {}", report.faults.join(", "));
+    }
     print(&report.results);
     super::trace::print(&report.traces);
     println!("fabric description built in {:.3} s", report.build_s);
@@ -565,6 +611,35 @@ mod tests {
         assert!(cases[0].contains(" pin ") && cases[1].contains(" eecmp "), "{cases:?}");
     }
 
+    /// A flag the chosen model or scenario would ignore is refused by name when given another
+    /// value than its default, and accepted at its default; the faults every case ran with are
+    /// in the report, and none for a healthy fabric.
+    #[test]
+    fn ignored_flags_are_refused_and_standing_faults_are_reported() {
+        let small = ["sim", "--hash", "eecmp", "--qps", "1"];
+        let refused = [
+            (&["--queues", "phantom"][..], "--queues: the flow model has no queues; use --model packet"),
+            (&["--link-delay-ns", "5"], "--link-delay-ns"),
+            (&["--deadline-ms", "1"], "--deadline-ms"),
+            (&["--memory-limit-gib", "1"], "--memory-limit-gib"),
+            (&["--transport", "ooo"], "--transport"),
+            (&["--model", "packet", "--trace", "t.json", "--ranks", "4"], "--ranks: not with --trace"),
+            (&["--model", "packet", "--trace", "t.json", "--workload", "alltoall"], "--workload: not with --trace"),
+        ];
+        for (flags, said) in refused {
+            let cli = Cli::try_parse_from([&small[..], flags].concat()).unwrap();
+            let e = format!("{:#}", run(&cli.sim).unwrap_err());
+            assert!(e.starts_with(said), "{flags:?}: {e}");
+        }
+        let small = ["sim", "--hash", "eecmp", "--qps", "1", "--message", "1Mi"];
+        let at_default = ["--queues", PACKET_DEFAULTS.queues.name(), "--link-delay-ns", "1000"];
+        let healthy = run(&Cli::try_parse_from([&small[..], &at_default].concat()).unwrap().sim).unwrap();
+        assert!(healthy.faults.is_empty(), "{:?}", healthy.faults);
+        let faults = ["--down", "z0r2:z0c0", "--degrade", "z0r0:z0c1=100"];
+        let faulty = run(&Cli::try_parse_from([&small[..], &faults].concat()).unwrap().sim).unwrap();
+        assert_eq!(faulty.faults, ["down z0r2:z0c0", "degrade z0r0:z0c1=100 Gbit/s"]);
+    }
+
     /// A failure after the job has ended is told apart from one during it.
     #[test]
     fn a_failure_after_the_job_is_told_apart() {
@@ -627,7 +702,8 @@ mod tests {
             let w = w.unwrap_or_else(|| panic!("{model}: no what-if in the result"));
             assert_eq!((w.kind, w.period_ns, w.count, w.links.len()), (WhatIfKind::Flap, 200_000, 3, 4), "{model}");
             assert!(w.slowdown >= 0.0 && w.finished, "{model}: {w:?}");
-            assert!(r.results[0].case.contains("flap z0c0@0us period 200us x3"), "{}", r.results[0].case);
+            assert_eq!(w.describe(), "flap z0c0@0us period 200us x3", "{model}");
+            assert!(!r.results[0].case.contains("flap"), "the case's row is the job without the flap");
         }
         assert!(Cli::try_parse_from(["sim", "--flap", "z0c0"]).is_err(), "--flap needs --period");
         assert!(Cli::try_parse_from(["sim", "--flap", "z0c0", "--period", "1ms", "--fail-at", "z0c0@1us"]).is_err());
@@ -651,7 +727,7 @@ mod tests {
             assert_eq!(p.reordered_packets, 0, "{transport}: per-flow paths keep order");
         }
         let cli = Cli::try_parse_from(["sim", "--transport", "ooo"]).unwrap();
-        assert!(format!("{:#}", run(&cli.sim).unwrap_err()).contains("--transport ooo: the flow model"));
+        assert!(format!("{:#}", run(&cli.sim).unwrap_err()).contains("--transport: the flow model"));
         let e = Cli::try_parse_from(["sim", "--transport", "irn"]).err().unwrap().to_string();
         assert!(e.contains("`irn`") && e.contains("gbn") && e.contains("ooo"), "{e}");
     }

@@ -126,7 +126,8 @@ pub struct SimResult {
     /// The packet model's own results (`None` for the flow model).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packet: Option<PacketStats>,
-    /// The flow model's what-if (`--flap`, time-sliced); the packet model's is in `packet`.
+    /// The flow model's what-if (`--flap`, time-sliced): the job with the event, where every
+    /// other field is the job without it. The packet model's is in `packet`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub whatif: Option<WhatIfReport>,
 }
@@ -168,7 +169,8 @@ pub struct PacketStats {
     pub events_by_kind: Vec<(&'static str, u64)>,
     pub packet_hops: u64,
     pub peak_packets: usize,
-    /// `--fail-at` / `--drain-at`: what the event did to the job.
+    /// `--fail-at` / `--drain-at` / `--flap`: the job with the event, where every other field
+    /// (of this and of the case) is the job without it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub whatif: Option<WhatIfReport>,
 }
@@ -228,7 +230,7 @@ impl PacketStats {
     }
 }
 
-/// `--fail-at` or `--drain-at` ([`whatif`]).
+/// `--fail-at`, `--drain-at` or `--flap` ([`whatif`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WhatIfKind {
@@ -271,6 +273,23 @@ impl WhatIfReport {
     /// The event came after the job had ended, so it changed no step: a time to pick again.
     pub fn after_the_job(&self) -> bool {
         self.steps_affected == 0 && self.at_ns as f64 > self.baseline_completion_s * 1e9
+    }
+
+    /// The event as a case names it: `fail z0r0:z0c1@200us`.
+    pub fn describe(&self) -> String {
+        match self.kind {
+            WhatIfKind::Fail => format!("fail {}@{}us", self.target, self.at_ns as f64 / 1e3),
+            WhatIfKind::Drain => format!("drain {}@{}us", self.target, self.at_ns as f64 / 1e3),
+            WhatIfKind::Flap => {
+                format!(
+                    "flap {}@{}us period {}us x{}",
+                    self.target,
+                    self.at_ns as f64 / 1e3,
+                    self.period_ns as f64 / 1e3,
+                    self.count
+                )
+            }
+        }
     }
 }
 
@@ -498,6 +517,7 @@ impl SimResult {
 /// The table `fabric sim` prints.
 pub fn print(results: &[SimResult]) {
     let Some(first) = results.first() else { return };
+    let w = case_width(results);
     let model = match first.model {
         "packet" => "packet-level twin: queues, ECN, PFC, the endpoints' congestion control",
         _ => "flow-level model, max-min fair share, no queueing",
@@ -510,13 +530,13 @@ pub fn print(results: &[SimResult]) {
         .into_iter()
         .filter(|t| results.iter().any(|r| r.tiers.iter().any(|b| b.tier == *t)))
         .collect();
-    let mut head = format!("{:<36}", "case");
+    let mut head = format!("{:<w$}", "case");
     for t in &tiers {
         head += &format!(" {:>13} {:>7}", format!("{t} max/mean"), "jain");
     }
     println!("{head} {:>14} {:>9}", "completion (s)", "wall (s)");
     for r in results {
-        let mut line = format!("{:<36}", r.case);
+        let mut line = format!("{:<w$}", r.case);
         for t in &tiers {
             match r.tiers.iter().find(|b| b.tier == *t) {
                 Some(b) => line += &format!(" {:>13.2} {:>7.3}", b.mean_max_over_mean, b.mean_jain),
@@ -529,16 +549,26 @@ pub fn print(results: &[SimResult]) {
     print_whatifs(results);
 }
 
-/// `--fail-at` / `--drain-at`: each case's job without and with the event.
+/// The width of the case column: the longest case label, and at least 36.
+fn case_width(results: &[SimResult]) -> usize {
+    results.iter().map(|r| r.case.chars().count()).max().unwrap_or(0).max(36)
+}
+
+/// `--fail-at` / `--drain-at` / `--flap`: each case's job without and with the event.
 fn print_whatifs(results: &[SimResult]) {
+    let mut said = false;
     for r in results {
         let Some(w) = r.whatif.as_ref().or_else(|| r.packet.as_ref().and_then(|p| p.whatif.as_ref())) else {
             continue;
         };
+        if !std::mem::replace(&mut said, true) {
+            println!("what-if (the rows above are each case without the event; here, with it):");
+        }
         println!(
-            "{}: {} link(s) [{}], routes changed {} us after it; completion {:.6} s -> {:.6} s ({:+.1}%), \
+            "{} with {}: {} link(s) [{}], routes changed {} us after it; completion {:.6} s -> {:.6} s ({:+.1}%), \
              {} step(s) affected, {} packets lost, {} retransmitted, {} timeouts, {}",
             r.case,
+            w.describe(),
             w.links.len(),
             if w.links.len() <= 6 { w.links.join(" ") } else { format!("{} ...", w.links[..6].join(" ")) },
             w.detect_ns as f64 / 1e3,
@@ -569,12 +599,13 @@ fn print_packet(results: &[SimResult]) {
     if cases.is_empty() {
         return;
     }
+    let w = case_width(results);
     println!(
-        "packet model (link delay {} ns): per iteration; depths over the distinct steps",
+        "packet model (link delay {} ns): per iteration; queue depths in bytes, over the distinct steps",
         cases[0].1.link_delay_ns
     );
     println!(
-        "{:<36} {:>6} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10}",
+        "{:<w$} {:>6} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10}",
         "case",
         "tier",
         "ecn marks",
@@ -588,9 +619,15 @@ fn print_packet(results: &[SimResult]) {
         "depth max"
     );
     for (r, p) in cases {
-        for t in &p.tiers {
+        // A switch tier the topology does not have (ATSWs in one zone) has nothing to show.
+        let absent = |t: &&fabric_twin::report::TierReport| {
+            t.tier != "host"
+                && !r.tiers.iter().any(|b| b.tier == t.tier)
+                && t.ecn_marked + t.drops + t.pauses_sent + t.pauses_received + t.max_depth_bytes == 0
+        };
+        for t in p.tiers.iter().filter(|t| !absent(t)) {
             println!(
-                "{:<36} {:>6} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10}",
+                "{:<w$} {:>6} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10}",
                 r.case,
                 t.tier,
                 t.ecn_marked,
@@ -608,7 +645,7 @@ fn print_packet(results: &[SimResult]) {
         fct.sort_by(f64::total_cmp);
         let at = |q: f64| fct.get(((fct.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0.0);
         println!(
-            "{:<36} flow completion p50 {:.6} s, p99 {:.6} s, max {:.6} s; {} events, {} packet hops, {:.2} s wall",
+            "{:<w$} flow completion p50 {:.6} s, p99 {:.6} s, max {:.6} s; {} events, {} packet hops, {:.2} s wall",
             r.case,
             at(0.5),
             at(0.99),
@@ -619,7 +656,7 @@ fn print_packet(results: &[SimResult]) {
         );
         for t in &p.paused {
             println!(
-                "{:<36} {} paused by {} (class {}): {} of {} ports, {:.3} ms in total, longest {:.1} µs, {:.2}% of the time",
+                "{:<w$} {} paused by {} (class {}): {} of {} ports, {:.3} ms in total, longest {:.1} µs, {:.2}% of the time",
                 r.case,
                 t.paused,
                 t.pausing,
@@ -634,16 +671,16 @@ fn print_packet(results: &[SimResult]) {
         let sent_while_paused: u64 = p.tiers.iter().map(|t| t.sent_while_paused).sum();
         if sent_while_paused > 0 {
             println!(
-                "{:<36} phantom queues: the switches sent {sent_while_paused} packets into paused ports (the XDP \
+                "{:<w$} phantom queues: the switches sent {sent_while_paused} packets into paused ports (the XDP \
                  testbed's model error)",
                 r.case
             );
         }
         if p.link_loss > 0 {
-            println!("{:<36} link loss: {} frames lost to --loss", r.case, p.link_loss);
+            println!("{:<w$} link loss: {} frames lost to --loss", r.case, p.link_loss);
         }
         println!(
-            "{:<36} transport {}: {} packets reordered at the receivers (deepest {} PSNs), {} duplicate PSNs",
+            "{:<w$} transport {}: {} packets reordered at the receivers (deepest {} PSNs), {} duplicate PSNs",
             r.case, p.transport, p.reordered_packets, p.reorder_depth_max, p.duplicate_psns
         );
     }

@@ -1,5 +1,5 @@
 //! Operational what-ifs on the twin: `fabric sim --model packet --fail-at TARGET@TIME` or
-//! `--drain-at TARGET@TIME` (TARGET a link `SWITCH:PORT` or a switch), and the job's slowdown
+//! `--drain-at TARGET@TIME` (TARGET a link `SWITCH:PEER` or a switch), and the job's slowdown
 //! against the same run without the event.
 //!
 //! The model:
@@ -43,7 +43,7 @@ use crate::{
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct WhatIf {
     pub kind: WhatIfKind,
-    /// A link (`SWITCH:PORT`) or a switch.
+    /// A link (`SWITCH:PEER`) or a switch.
     pub target: String,
     pub at_ns: u64,
     /// A flap: down for the first half of each period, `count` periods from `at_ns`.
@@ -230,8 +230,8 @@ fn repaired(
     Ok(fixed)
 }
 
-/// Runs case `o` without and with `w`: the baseline's result with the what-if's report in its
-/// packet section. `base_down`: the links already down (`--down`).
+/// Runs case `o` without and with `w`: the result without it (its label too), with the
+/// what-if's report in its packet section. `base_down`: the links already down (`--down`).
 pub fn simulate_whatif(
     plan: &Plan,
     base_down: &BTreeSet<LinkId>,
@@ -311,7 +311,6 @@ pub fn simulate_whatif(
     report.baseline_completion_s = baseline_ns as f64 * 1e-9;
     report.completion_s = t0 as f64 * 1e-9;
     report.slowdown = t0 as f64 / baseline_ns.max(1) as f64 - 1.0;
-    result.case = format!("{} {}", result.case, describe(&report));
     if let Some(stats) = result.packet.as_mut() {
         stats.whatif = Some(report);
     }
@@ -348,7 +347,6 @@ pub fn simulate_flap_flow(plan: &Plan, base_down: &BTreeSet<LinkId>, o: &SimOpti
         retransmissions: 0,
         timeouts: 0,
     };
-    result.case = format!("{} {}", result.case, describe(&report));
     result.whatif = Some(report);
     Ok(result)
 }
@@ -369,17 +367,6 @@ pub fn time_sliced_ns(healthy_ns: f64, failed_ns: f64, at_ns: u64, flap: Flap) -
         }
     }
     t + left * healthy_ns
-}
-
-/// `fail z0r0:z0c1 at 200 us`.
-pub fn describe(r: &WhatIfReport) -> String {
-    match r.kind {
-        WhatIfKind::Fail => format!("fail {}@{}us", r.target, r.at_ns as f64 / 1e3),
-        WhatIfKind::Drain => format!("drain {}@{}us", r.target, r.at_ns as f64 / 1e3),
-        WhatIfKind::Flap => {
-            format!("flap {}@{}us period {}us x{}", r.target, r.at_ns as f64 / 1e3, r.period_ns as f64 / 1e3, r.count)
-        }
-    }
 }
 
 #[cfg(test)]

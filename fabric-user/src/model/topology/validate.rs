@@ -453,9 +453,14 @@ impl Topology {
 /// it names the testbed's folders under /run/fabric and /sys/fs/bpf/fabric, which `down` removes,
 /// so `..`, a slash or an empty name must never reach them.
 pub fn parse_prefix(s: &str) -> Result<String, String> {
-    check_ident(s, MAX_PREFIX_LEN).map(|()| s.to_string()).map_err(|what| {
-        format!("{s:?} {what}; a testbed prefix is 1..={MAX_PREFIX_LEN} characters of [a-z0-9] starting with a letter")
-    })
+    parse_prefix_up_to(s, MAX_PREFIX_LEN, "a testbed prefix")
+}
+
+/// [`parse_prefix`] of at most `max` characters; `what` names the prefix in the error.
+pub fn parse_prefix_up_to(s: &str, max: usize, what: &str) -> Result<String, String> {
+    check_ident(s, max)
+        .map(|()| s.to_string())
+        .map_err(|wrong| format!("{s:?} {wrong}; {what} is 1..={max} characters of [a-z0-9] starting with a letter"))
 }
 
 /// Checks an identifier: 1..=max chars of [a-z0-9], starting with a letter. Err says what is wrong.

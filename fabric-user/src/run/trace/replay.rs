@@ -65,7 +65,8 @@ pub struct TraceArgs {
     /// Re-seed every switch's hash first (with --hash).
     #[arg(long, value_parser = crate::model::units::parse_seed, requires = "hash")]
     pub hash_seed: Option<u32>,
-    /// Rate of one connection, bits/s (default: the host link's modelled rate).
+    /// Rate of one connection, in bits/s of wall time (as `fabric run --rate`; default: the host
+    /// link's rate slowed by the time scale, tiers.host.rate_gbps / time_scale).
     #[arg(long)]
     pub rate: Option<crate::model::units::Size>,
     /// RoCE path MTU, bytes.
