@@ -416,17 +416,28 @@ fn a_capture_cut_inside_a_record_is_analysed_up_to_the_cut() {
             let r = analyze_file(&path, &group(2, 1)).unwrap_or_else(|e| panic!("cut at {cut}: {e:#}"));
             assert_eq!((r.frames, r.roce_packets, r.cut_short), (2, 2, true), "{} cut at {cut}", whole.display());
             let text = fabric_user::analyze::report::render(&r, false);
-            assert!(text.contains("ends inside record 3"), "{text}");
+            assert!(text.contains("ends inside a record, after 2 whole packets"), "{text}");
         }
     }
-    // A record whose microseconds field holds two seconds is corrupt, not cut.
-    let mut bytes = std::fs::read(&*pcap).unwrap();
+    // Corrupt, not cut: a record whose microseconds field holds two seconds, and one claiming
+    // 4 GiB of data in the middle of the file (which reads as running past its end).
     let second = 24 + pcap_record;
-    bytes[second + 4..second + 8].copy_from_slice(&2_000_000u32.to_le_bytes());
-    let path = tmp("corrupt.pcap");
+    for (field, value) in [(4, 2_000_000u32), (8, u32::MAX)] {
+        let mut bytes = std::fs::read(&*pcap).unwrap();
+        bytes[second + field..second + field + 4].copy_from_slice(&value.to_le_bytes());
+        let path = tmp("corrupt.pcap");
+        std::fs::write(&*path, &bytes).unwrap();
+        let e = format!("{:#}", analyze_file(&path, &group(2, 1)).unwrap_err());
+        assert!(e.contains("corrupt record 2 (after 1 whole ones)"), "{e}");
+    }
+    // A pcapng block claiming more bytes than a record may have, in the middle of the file.
+    let mut bytes = std::fs::read(&*pcapng).unwrap();
+    let second_packet = bytes.len() - 2 * pcapng_record;
+    bytes[second_packet + 4..second_packet + 8].copy_from_slice(&0x7FFF_FFF0u32.to_le_bytes());
+    let path = tmp("corrupt.pcapng");
     std::fs::write(&*path, &bytes).unwrap();
     let e = format!("{:#}", analyze_file(&path, &group(2, 1)).unwrap_err());
-    assert!(e.contains("corrupt record 2 (after 1 whole ones)"), "{e}");
+    assert!(e.contains("(after 1 whole packets)"), "{e}");
 }
 
 #[test]

@@ -256,7 +256,7 @@ fn a_controller_killed_during_up_leaves_nothing_after_down() {
 fn an_interrupted_experiment_removes_its_testbed() {
     use std::os::unix::process::ExitStatusExt as _;
     netns::require_capabilities().expect("this test needs root");
-    // `fabric experiment --prefix` takes 1..=4 characters; its first testbed adds an `a`.
+    // `fabric experiment --prefix` takes 1..=5 characters; its first testbed adds an `a`.
     let base = format!("i{}", std::process::id() % 1000);
     let built = format!("{base}a");
     let _guard = DownOnDrop(built.clone());

@@ -584,7 +584,7 @@ pub fn read_capture(path: &Path, a: &mut Analyzer) -> Result<&'static str> {
     let file = std::io::BufReader::new(std::fs::File::open(path)?);
     match magic {
         [0x0A, 0x0D, 0x0D, 0x0A] => {
-            read_pcapng(file, a).with_context(|| format!("{}: corrupt pcapng", path.display()))?;
+            read_pcapng(path, file, a).with_context(|| format!("{}: corrupt pcapng", path.display()))?;
             Ok("pcapng")
         }
         [0xD4, 0xC3, 0xB2, 0xA1] | [0xA1, 0xB2, 0xC3, 0xD4] | [0x4D, 0x3C, 0xB2, 0xA1] | [0xA1, 0xB2, 0x3C, 0x4D] => {
@@ -593,14 +593,21 @@ pub fn read_capture(path: &Path, a: &mut Analyzer) -> Result<&'static str> {
             let mut r = pcap_file::pcap::PcapReader::new(NoSnaplen { inner: file, pos: 0 })
                 .with_context(|| format!("{} is not a pcap file", path.display()))?;
             let linktype = r.header().datalink;
+            let little_endian = matches!(magic, [0xD4, 0xC3, 0xB2, 0xA1] | [0x4D, 0x3C, 0xB2, 0xA1]);
+            // Where the next record starts: the file header, then each record's 16-byte header
+            // and captured bytes.
+            let mut at = 24u64;
             while let Some(pkt) = r.next_packet() {
                 match pkt {
-                    Ok(pkt) => a.push(linktype, &pkt.data, pkt.orig_len),
-                    Err(e) if ends_inside_a_record(&e) => {
-                        a.cut_short = true;
-                        break;
+                    Ok(pkt) => {
+                        at += 16 + pkt.data.len() as u64;
+                        a.push(linktype, &pkt.data, pkt.orig_len);
                     }
                     Err(e) => {
+                        if runs_past_the_end(path, at, RecordLayout::PCAP, little_endian)? {
+                            a.cut_short = true;
+                            break;
+                        }
                         return Err(e).with_context(|| {
                             format!(
                                 "{}: corrupt record {} (after {} whole ones)",
@@ -618,13 +625,65 @@ pub fn read_capture(path: &Path, a: &mut Analyzer) -> Result<&'static str> {
     }
 }
 
-/// Whether reading a record failed because the file ended inside it.
-fn ends_inside_a_record(e: &pcap_file::PcapError) -> bool {
-    match e {
-        pcap_file::PcapError::IncompleteBuffer => true,
-        pcap_file::PcapError::IoError(io) => io.kind() == std::io::ErrorKind::UnexpectedEof,
-        _ => false,
+/// Where a record's length is, and what it counts.
+#[derive(Clone, Copy)]
+struct RecordLayout {
+    /// Bytes up to and including the length field.
+    head: u64,
+    /// Where the length field is.
+    length_at: u64,
+    /// Bytes of the record besides those its length counts.
+    uncounted: u64,
+}
+
+impl RecordLayout {
+    /// A pcap record: timestamps, the captured length (which counts the data only), the
+    /// original length, the data.
+    const PCAP: Self = Self { head: 12, length_at: 8, uncounted: 16 };
+    /// A pcapng block: its type and its total length.
+    const PCAPNG: Self = Self { head: 8, length_at: 4, uncounted: 0 };
+}
+
+/// The largest record a cut may leave unfinished; a record claiming more is corrupt, not cut
+/// (tcpdump's largest snap length is 256 KiB, and a pcapng block holds one such packet).
+const MAX_CUT_RECORD: u64 = 1 << 20;
+
+/// Whether the record at byte `at` of capture `path`, which could not be read, runs past the
+/// end of the file: the file ends inside its header, or its length, plausible for a record,
+/// reaches beyond the file's end. A cut capture, not a corrupt one.
+fn runs_past_the_end(path: &Path, at: u64, layout: RecordLayout, little_endian: bool) -> Result<bool> {
+    use std::io::{Seek as _, SeekFrom};
+    let size = std::fs::metadata(path)?.len();
+    if size < at + layout.head {
+        return Ok(true);
     }
+    let mut file = std::fs::File::open(path)?;
+    file.seek(SeekFrom::Start(at + layout.length_at))?;
+    let mut field = [0u8; 4];
+    file.read_exact(&mut field)?;
+    let length = u64::from(if little_endian { u32::from_le_bytes(field) } else { u32::from_be_bytes(field) });
+    Ok(length <= MAX_CUT_RECORD && at + layout.uncounted + length > size)
+}
+
+/// Where block `n` (0: the first section header) of pcapng capture `path` starts, and whether
+/// its section is little-endian. The blocks before it were read whole, so their lengths hold.
+fn pcapng_block(path: &Path, n: u64) -> Result<(u64, bool)> {
+    use std::io::{Seek as _, SeekFrom};
+    const SECTION_HEADER: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
+    let mut file = std::fs::File::open(path)?;
+    let (mut at, mut little_endian) = (0u64, true);
+    for _ in 0..n {
+        file.seek(SeekFrom::Start(at))?;
+        // The block type, its length and (in a section header) the byte-order magic.
+        let mut head = [0u8; 12];
+        file.read_exact(&mut head)?;
+        if head[..4] == SECTION_HEADER {
+            little_endian = head[8..] == [0x4D, 0x3C, 0x2B, 0x1A];
+        }
+        let length: [u8; 4] = head[4..8].try_into().expect("4 bytes");
+        at += u64::from(if little_endian { u32::from_le_bytes(length) } else { u32::from_be_bytes(length) });
+    }
+    Ok((at, little_endian))
 }
 
 /// A pcap stream with the global header's snap length (bytes 16..20) read as 0xFFFFFFFF.
@@ -646,21 +705,28 @@ impl<R: Read> Read for NoSnaplen<R> {
     }
 }
 
-fn read_pcapng<R: Read>(r: R, a: &mut Analyzer) -> Result<()> {
+fn read_pcapng<R: Read>(path: &Path, r: R, a: &mut Analyzer) -> Result<()> {
     use pcap_file::pcapng::{Block, PcapNgReader};
     let mut r = PcapNgReader::new(r)?;
+    // Blocks read whole: the first section header, read by `new`, and those `next_block` gave.
+    let mut blocks = 1u64;
     // Link type per interface of the current section (the first section's header is read by
     // `new`; a later one starts a new interface list).
     let mut interfaces: Vec<DataLink> = r.interfaces().iter().map(|i| i.linktype).collect();
     while let Some(block) = r.next_block() {
         let block = match block {
             Ok(block) => block,
-            Err(e) if ends_inside_a_record(&e) => {
-                a.cut_short = true;
-                break;
+            Err(e) => {
+                // A section header read whole before the failed block set its byte order.
+                let (at, little_endian) = pcapng_block(path, blocks)?;
+                if runs_past_the_end(path, at, RecordLayout::PCAPNG, little_endian)? {
+                    a.cut_short = true;
+                    break;
+                }
+                return Err(e).with_context(|| format!("block {} (after {} whole packets)", blocks + 1, a.frames));
             }
-            Err(e) => return Err(e).with_context(|| format!("block after {} whole records", a.frames)),
         };
+        blocks += 1;
         match block {
             Block::SectionHeader(_) => interfaces.clear(),
             Block::InterfaceDescription(i) => interfaces.push(i.linktype),

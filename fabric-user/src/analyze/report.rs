@@ -34,9 +34,8 @@ pub fn render(r: &Report, per_qp: bool) -> String {
     if r.cut_short {
         let _ = writeln!(
             o,
-            "note: the file ends inside record {} (still being written, or cut short): the {} whole records \
-             before it are analysed",
-            r.frames + 1,
+            "note: the file ends inside a record, after {} whole packets (still being written, or cut short): \
+             those are analysed",
             r.frames
         );
     }

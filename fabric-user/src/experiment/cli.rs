@@ -27,7 +27,7 @@ pub struct ExperimentArgs {
     /// Results go to DIR/NAME/ (report.md, charts, results.json).
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
-    /// Testbed prefix to start from: 1..=4 characters of [a-z0-9] starting with a letter (each
+    /// Testbed prefix to start from: 1..=5 characters of [a-z0-9] starting with a letter (each
     /// testbed of the experiment appends one); default: x and the pid's last three digits.
     #[arg(long, value_parser = parse_base_prefix)]
     pub prefix: Option<String>,
@@ -63,9 +63,9 @@ impl ExperimentArgs {
     }
 }
 
-/// The longest `--prefix`: each testbed of an experiment appends a character to it, and a
-/// testbed's prefix has at most [`MAX_PREFIX_LEN`](crate::model::topology::validate::MAX_PREFIX_LEN).
-const BASE_PREFIX_LEN: usize = 4;
+/// The longest `--prefix`: each testbed of an experiment appends a character to it
+/// (`Ctx::fresh_prefix`), and a testbed's prefix has at most `MAX_PREFIX_LEN`.
+const BASE_PREFIX_LEN: usize = crate::model::topology::validate::MAX_PREFIX_LEN - 1;
 
 /// `--prefix`: a testbed prefix short enough for the experiment's testbeds to extend.
 fn parse_base_prefix(s: &str) -> Result<String, String> {
@@ -207,6 +207,18 @@ mod tests {
         let cli = Cli::try_parse_from(["experiment", "cc-at-400g", "--time-scale", "16000"]).unwrap();
         let e = super::check(&cli.experiment).unwrap_err().to_string();
         assert!(e.contains("cc-at-400g runs on the packet twin only"), "{e}");
+    }
+
+    /// `--prefix` leaves room for the character each testbed appends, and says so when it is too
+    /// long; otherwise it is checked as a testbed's prefix.
+    #[test]
+    fn an_experiment_prefix_leaves_room_for_its_testbeds() {
+        let parse = |p: &str| Cli::try_parse_from(["experiment", "incast", "--prefix", p]).map(|c| c.experiment.prefix);
+        assert_eq!(parse("abcde").unwrap().as_deref(), Some("abcde"));
+        for (bad, said) in [("abcdef", "too long"), ("1ab", "does not start with a letter")] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains(said) && e.contains("an experiment's prefix") && e.contains("1..=5"), "{bad}: {e}");
+        }
     }
 
     /// `--seeds 0` and time scales no topology may have are refused at the command line, by name.

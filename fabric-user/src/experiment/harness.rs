@@ -33,7 +33,7 @@ pub struct Options {
     pub seeds: Option<u32>,
     /// Results go to `out/NAME/`.
     pub out: PathBuf,
-    /// Testbed prefixes start with this (1..=4 chars); default `x` + the pid's last three digits.
+    /// Testbed prefixes start with this (1..=5 chars); default `x` + the pid's last three digits.
     pub prefix: Option<String>,
     /// Print each run's one-line summary.
     pub verbose: bool,

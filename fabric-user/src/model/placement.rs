@@ -89,14 +89,14 @@ impl Placement {
             Placement::Explicit { hosts: names } => {
                 ensure!(
                     names.len() == ranks,
-                    "placement hosts:...: {} hosts named for {ranks} ranks (one per rank)",
+                    "hosts:...: {} hosts named for {ranks} ranks (one per rank)",
                     names.len()
                 );
                 let mut v = Vec::new();
                 for n in names {
                     let id = plan.node_by_name(n).filter(|&id| hosts.contains(&id));
-                    let Some(id) = id else { bail!("placement hosts:...: {n:?} is not a host of this topology") };
-                    ensure!(!v.contains(&id), "placement hosts:...: host {n} named twice");
+                    let Some(id) = id else { bail!("hosts:...: {n:?} is not a host of this topology") };
+                    ensure!(!v.contains(&id), "hosts:...: host {n} named twice");
                     v.push(id);
                 }
                 v

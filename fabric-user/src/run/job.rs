@@ -17,6 +17,9 @@ use crate::{
 };
 
 pub const JOB_SCHEMA: &str = "fabric.job/1";
+/// The schema of a jobs run's summary (`run::jobs::shared::JobsSummary`), here so that a job
+/// record's loader can name it.
+pub const JOBS_SCHEMA: &str = "fabric.jobs/1";
 
 /// Where job records are kept.
 pub fn jobs_dir() -> PathBuf {
@@ -446,13 +449,18 @@ impl JobRecord {
             })?;
             return serde_json::from_slice(&text).with_context(|| format!("corrupt job record {}", record.display()));
         }
-        if let Some(schema) = value["schema"].as_str().filter(|&s| s != JOB_SCHEMA) {
-            bail!(
+        match value["schema"].as_str() {
+            Some(JOBS_SCHEMA) => {
+                bail!("{} is a jobs run's summary ({JOBS_SCHEMA}) that does not read as one", path.display())
+            }
+            Some(schema) if schema != JOB_SCHEMA => bail!(
                 "{} is a {schema} file, not a job record ({JOB_SCHEMA}): `fabric report` takes a job id, a job \
-                 record (results/jobs/JOB.json) or a run result of `fabric run` ({})",
+                 record (results/jobs/JOB.json), a run result of `fabric run` ({}) or a jobs run's summary \
+                 ({JOBS_SCHEMA})",
                 path.display(),
                 super::result::RESULTS_SCHEMA
-            );
+            ),
+            _ => {}
         }
         serde_json::from_value(value).with_context(|| format!("corrupt job record {}", path.display()))
     }
@@ -688,8 +696,34 @@ mod tests {
             "{}",
             err(&sim)
         );
+        let summary = file("summary.json", r#"{"schema": "fabric.jobs/1"}"#);
+        assert!(err(&summary).contains("summary.json is a jobs run's summary (fabric.jobs/1) that does not read"));
         // A path without .json is a path, not an id under results/jobs.
         assert!(err(dir.to_str().unwrap()).starts_with(&format!("no job record {}", dir.display())));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A job's progress names its process by pid and start time: this process's reads as
+    /// running, and the same pid with another start time (a later process) does not. A
+    /// progress file of an older binary, with the pid alone, is judged by the pid.
+    #[test]
+    fn a_jobs_progress_is_running_only_while_its_process_is() {
+        let me = crate::state::Owner::this_process().unwrap();
+        let progress = |process: serde_json::Value| {
+            let mut v = serde_json::json!({
+                "job_id": "j", "collective": "allreduce", "iteration": 1, "iterations": 1, "step": 0,
+                "steps": 2, "started_unix_ms": 0
+            });
+            v.as_object_mut().unwrap().extend(process.as_object().unwrap().clone());
+            serde_json::from_value::<super::JobProgress>(v).unwrap()
+        };
+        let now = progress(serde_json::to_value(me).unwrap());
+        assert_eq!(now.process, me);
+        assert!(now.process.is_running());
+        let later = progress(serde_json::json!({"pid": me.pid, "started": me.started + 1}));
+        assert!(!later.process.is_running(), "another process with this pid");
+        let old = progress(serde_json::json!({"pid": me.pid}));
+        assert!(old.process.is_running(), "an older binary's file, by pid");
+        assert!(!progress(serde_json::json!({"pid": 1u32 << 23})).process.is_running());
     }
 }

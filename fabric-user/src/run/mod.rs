@@ -153,22 +153,44 @@ impl Default for RunSpec {
     }
 }
 
+/// How a message names an option of a run: as the flag typed on the command line, or as the
+/// field of a workload or jobs file (the flag's name with underscores).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Named {
+    Flag,
+    Field,
+}
+
+impl Named {
+    /// The option whose long flag is `--flag`, named so.
+    fn name(self, flag: &str) -> String {
+        match self {
+            Named::Flag => format!("--{flag}"),
+            Named::Field => flag.replace('-', "_"),
+        }
+    }
+}
+
 impl RunSpec {
     /// Reads a workload file (TOML; the fields are the long flags of `fabric run`).
     pub fn from_file(path: &std::path::Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading workload {}", path.display()))?;
         let spec: RunSpec = toml::from_str(&text).with_context(|| format!("workload file {}", path.display()))?;
         ensure!(spec.workload.is_some(), "{}: `workload` is missing", path.display());
-        // Checked here too, so that a bad value is named with its file (the message names the
-        // flag of the same name).
-        spec.check().with_context(|| format!("workload file {}", path.display()))?;
+        // Checked here too, so that a bad value is named with its file and field.
+        spec.check(Named::Field).with_context(|| format!("workload file {}", path.display()))?;
         Ok(spec)
     }
 
-    /// The options of the run, every value range-checked, and combinations that cannot work
-    /// refused; the message names the option and what it allows.
+    /// The options of the run as the command line gave them, every value range-checked, and
+    /// combinations that cannot work refused; the message names the flag and what it allows.
     pub fn to_options(&self) -> Result<RunOptions> {
-        self.check()?;
+        self.options(Named::Flag)
+    }
+
+    /// [`Self::to_options`] of a run stated as `named` (a file's fields name the options so).
+    pub fn options(&self, named: Named) -> Result<RunOptions> {
+        self.check(named)?;
         Ok(RunOptions {
             collective: self.workload.context("no workload given")?,
             ranks: self.ranks,
@@ -209,37 +231,50 @@ impl RunSpec {
         })
     }
 
-    /// Ranges of single options, then combinations.
-    fn check(&self) -> Result<()> {
-        ensure!(self.ranks.is_none_or(|r| r >= 2), "--ranks: a collective needs at least 2 ranks");
-        ensure!(self.message.get() > 0, "--message: must be at least 1 byte (a collective of 0 bytes moves nothing)");
-        ensure!(self.iterations >= 1, "--iterations: must be at least 1");
+    /// Ranges of single options, then combinations; the message names each option as `named`.
+    fn check(&self, named: Named) -> Result<()> {
+        let n = |flag: &str| named.name(flag);
+        ensure!(self.ranks.is_none_or(|r| r >= 2), "{}: a collective needs at least 2 ranks", n("ranks"));
+        ensure!(
+            self.message.get() > 0,
+            "{}: must be at least 1 byte (a collective of 0 bytes moves nothing)",
+            n("message")
+        );
+        ensure!(self.iterations >= 1, "{}: must be at least 1", n("iterations"));
         ensure!(
             self.hash_seed.is_none() || self.hash.is_some(),
-            "--hash-seed: it seeds the mode that --hash sets, so give --hash too"
+            "{}: it seeds the mode that {} sets, so give {} too",
+            n("hash-seed"),
+            n("hash"),
+            n("hash")
         );
-        ensure!((1..=MAX_QPS).contains(&self.qps), "--qps: {} is not in 1..={MAX_QPS}", self.qps);
+        ensure!((1..=MAX_QPS).contains(&self.qps), "{}: {} is not in 1..={MAX_QPS}", n("qps"), self.qps);
         ensure!(
             self.rate.is_none_or(|r| r.get() > 0),
-            "--rate: must be above 0 bit/s (leave it out for the link rate)"
+            "{}: must be above 0 bit/s (leave it out for the link rate)",
+            n("rate")
         );
         ensure!(
             PATH_MTUS.contains(&self.path_mtu),
-            "--path-mtu: {} is not a RoCE path MTU ({PATH_MTUS:?})",
+            "{}: {} is not a RoCE path MTU ({PATH_MTUS:?})",
+            n("path-mtu"),
             self.path_mtu
         );
-        ensure!(self.ack_every >= 1, "--ack-every: must be at least 1");
-        ensure!((1..=1 << 20).contains(&self.window), "--window: {} must be 1..=1048576 packets", self.window);
-        ensure!(self.dscp < 64, "--dscp: {} is not a 6-bit DSCP (0..=63)", self.dscp);
-        ensure!(self.cts_channels >= 1, "--cts-channels: must be at least 1");
+        ensure!(self.ack_every >= 1, "{}: must be at least 1", n("ack-every"));
+        ensure!((1..=1 << 20).contains(&self.window), "{}: {} must be 1..=1048576 packets", n("window"), self.window);
+        ensure!(self.dscp < 64, "{}: {} is not a 6-bit DSCP (0..=63)", n("dscp"), self.dscp);
+        ensure!(self.cts_channels >= 1, "{}: must be at least 1", n("cts-channels"));
         ensure!(
             self.cts_buffer.get() >= u64::from(self.path_mtu),
-            "--cts-buffer: a chunk must hold at least one packet ({} bytes)",
+            "{}: a chunk must hold at least one packet ({} bytes)",
+            n("cts-buffer"),
             self.path_mtu
         );
         ensure!(
             self.cc != CcMode::Dcqcn || self.ecn,
-            "--cc dcqcn needs --ecn true: without ECN-capable packets no switch can mark CE, so no CNP is ever sent"
+            "{} dcqcn needs {} true: without ECN-capable packets no switch can mark CE, so no CNP is ever sent",
+            n("cc"),
+            n("ecn")
         );
         Ok(())
     }
@@ -574,6 +609,9 @@ mod tests {
             ("workload = \"allreduce\"\n[dcqcn]\ngain = 0.5\n", "gain"),
             ("workload = \"allreduce\"\nslow_receiver = \"z0r0h0:x\"\n", "slow_receiver"),
             ("workload = \"allreduce\"\ndscp = 64\n", "dscp"),
+            // Named as the file names them, not as flags.
+            ("workload = \"allreduce\"\npath_mtu = 1000\n", ": path_mtu: 1000 is not a RoCE path MTU"),
+            ("workload = \"allreduce\"\ncc = \"dcqcn\"\necn = false\n", ": cc dcqcn needs ecn true"),
         ] {
             let p = dir.join("w.toml");
             std::fs::write(&p, text).unwrap();

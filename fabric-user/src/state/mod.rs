@@ -75,7 +75,10 @@ pub struct State {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Owner {
     pub pid: u32,
-    /// Its start time, in clock ticks after boot (`sys::process::start_time`).
+    /// Its start time, in clock ticks after boot (`sys::process::start_time`); 0 in a record
+    /// written before start times were kept (a running job's progress file of an older
+    /// binary), where only the pid can be checked.
+    #[serde(default)]
     pub started: u64,
 }
 
@@ -89,7 +92,10 @@ impl Owner {
 
     /// Whether the process still runs (not one that took its pid after it ended).
     pub fn is_running(&self) -> bool {
-        process::start_time(self.pid) == Some(self.started)
+        match self.started {
+            0 => process::start_time(self.pid).is_some(),
+            started => process::start_time(self.pid) == Some(started),
+        }
     }
 }
 

@@ -347,7 +347,7 @@ impl JobSpec {
             p.place(plan, ranks).context("placement")?
         };
         spec.placement = Placement::Explicit { hosts: hosts.iter().map(|&h| plan.nodes[h].name.clone()).collect() };
-        let options = spec.to_options()?;
+        let options = spec.options(crate::run::Named::Field)?;
         options.endpoint.check_fits(plan.topology.mtu)?;
         let straggler = match &self.straggler {
             Some(s) => {
@@ -484,7 +484,7 @@ straggler = { host = "z0r0h1", factor = 2.0 }
                 "free hosts",
             ),
             (format!("[run]\nhash = \"te\"\n{}", job("hash = \"eecmp\"")), "one mode"),
-            (format!("[run]\nqps = 4\n{}", job("qps = 0")), "--qps"),
+            (format!("[run]\nqps = 4\n{}", job("qps = 0")), ": qps: 0 is not in"),
             (
                 format!(
                     "mode = \"independent\"\n{}\n{}",
@@ -494,10 +494,10 @@ straggler = { host = "z0r0h1", factor = 2.0 }
                 "jobs \"a\" and \"b\" both run on z0r1h1",
             ),
             (format!("mode = \"lockstep\"\n{}", job("")), "lockstep"),
-            (job("qps = 999"), "--qps"),
+            (job("qps = 999"), ": qps: 999 is not in"),
             (format!("[run]\nworkload = \"allreduce\"\n{}", job("")), "[run].workload"),
             ("[run]\nqps = 4\n".to_string(), "no [[job]]"),
-            (format!("[run]\nqps = 0\n{}", job("")), "--qps"),
+            (format!("[run]\nqps = 0\n{}", job("")), ": qps: 0 is not in"),
             (job("trace = \"../testbed/traces/dp-step\""), "not both"),
             ("[[job]]\nname = \"t\"\nranks = 4\n".into(), "workload"),
             ("[[job]]\nname = \"t\"\nworkload = \"allreduce\"\n".into(), "ranks"),

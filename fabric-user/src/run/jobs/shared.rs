@@ -26,7 +26,7 @@ use crate::{
     testbed,
 };
 
-pub const JOBS_SCHEMA: &str = "fabric.jobs/1";
+pub use crate::run::job::JOBS_SCHEMA;
 
 /// One job's line in the run summary.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
