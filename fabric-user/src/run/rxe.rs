@@ -42,7 +42,7 @@ pub enum RxeCommand {
     Perftest {
         #[command(flatten)]
         spec: PerftestSpec,
-        /// Testbed prefix (default: the default topology's).
+        /// Testbed prefix (default: the one testbed with rxe hosts).
         #[arg(long, value_parser = crate::model::topology::validate::parse_prefix)]
         prefix: Option<String>,
         /// Write the result (JSON, schema fabric.rxe-perftest/1) here.
@@ -54,7 +54,7 @@ pub enum RxeCommand {
     Allreduce {
         #[command(flatten)]
         spec: AllreduceSpec,
-        /// Testbed prefix (default: the default topology's).
+        /// Testbed prefix (default: the one testbed with rxe hosts).
         #[arg(long, value_parser = crate::model::topology::validate::parse_prefix)]
         prefix: Option<String>,
         /// Write the result (JSON, schema fabric.run/2 with `endpoints: "rxe"`) here.
@@ -197,7 +197,7 @@ pub fn main(args: &RxeArgs) -> Result<()> {
         RxeCommand::Perftest { spec, prefix, json } => {
             let prefix = match prefix {
                 Some(p) => p.clone(),
-                None => Topology::load(None)?.prefix,
+                None => crate::testbed::rxe::the_rxe_testbed()?,
             };
             let state = State::load(&prefix)?;
             let layout = RxeLayout::load(&prefix)?;
@@ -211,7 +211,7 @@ pub fn main(args: &RxeArgs) -> Result<()> {
         RxeCommand::Allreduce { spec, prefix, json } => {
             let prefix = match prefix {
                 Some(p) => p.clone(),
-                None => Topology::load(None)?.prefix,
+                None => crate::testbed::rxe::the_rxe_testbed()?,
             };
             let state = State::load(&prefix)?;
             let layout = RxeLayout::load(&prefix)?;

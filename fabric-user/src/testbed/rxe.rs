@@ -560,8 +560,36 @@ pub fn down(prefix: &str) -> Result<usize> {
 
 /// How many other testbeds have rxe hosts (the moved local rule stays while any does).
 fn other_rxe_testbeds(prefix: &str) -> usize {
-    let Ok(entries) = std::fs::read_dir(state_dir(prefix).parent().expect("has a parent")) else { return 0 };
-    entries.flatten().filter(|e| e.file_name() != prefix && e.path().join("rxe.json").exists()).count()
+    rxe_testbeds_in(state_dir(prefix).parent().expect("has a parent")).iter().filter(|p| *p != prefix).count()
+}
+
+/// The prefixes of the testbeds with rxe hosts whose state folders are in `dir`, in order.
+fn rxe_testbeds_in(dir: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut prefixes: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.path().join("rxe.json").exists())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    prefixes.sort();
+    prefixes
+}
+
+/// The testbed an rxe command acts on when no `--prefix` is given: the one testbed with rxe
+/// hosts. None up, or several, is an error that says what to do.
+pub fn the_rxe_testbed() -> Result<String> {
+    pick_the_rxe_testbed(rxe_testbeds_in(state_dir("x").parent().expect("has a parent")))
+}
+
+fn pick_the_rxe_testbed(mut prefixes: Vec<String>) -> Result<String> {
+    match prefixes.len() {
+        0 => bail!(
+            "no testbed with rxe hosts is up: bring one up (fabric up --topology testbed/rxe-smoke.toml \
+             --endpoints rxe), or name one with --prefix"
+        ),
+        1 => Ok(prefixes.remove(0)),
+        _ => bail!("several testbeds have rxe hosts ({}): name one with --prefix", prefixes.join(", ")),
+    }
 }
 
 /// One ICMP echo from `src` (a local address, bound) to `dst`; whether a reply came within
@@ -624,5 +652,30 @@ pub fn ping(src: Ipv4Addr, dst: Ipv4Addr, id: u16, timeout: Duration) -> Result<
         {
             return Ok(true);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without `--prefix`, the rxe commands act on the one testbed with rxe hosts; none or
+    /// several are refused, saying what to do or naming them.
+    #[test]
+    fn the_rxe_testbed_is_the_only_one_with_rxe_hosts() {
+        let dir = tempfile::tempdir().unwrap();
+        for (prefix, rxe) in [("rxa", true), ("own", false), ("rxc", true)] {
+            std::fs::create_dir(dir.path().join(prefix)).unwrap();
+            if rxe {
+                std::fs::write(dir.path().join(prefix).join("rxe.json"), "{}").unwrap();
+            }
+        }
+        let found = rxe_testbeds_in(dir.path());
+        assert_eq!(found, ["rxa", "rxc"]);
+        let several = format!("{:#}", pick_the_rxe_testbed(found).unwrap_err());
+        assert!(several.contains("several testbeds have rxe hosts (rxa, rxc)"), "{several}");
+        assert_eq!(pick_the_rxe_testbed(vec!["rxa".into()]).unwrap(), "rxa");
+        let none = format!("{:#}", pick_the_rxe_testbed(Vec::new()).unwrap_err());
+        assert!(none.contains("no testbed with rxe hosts is up"), "{none}");
     }
 }
