@@ -12,7 +12,11 @@ use std::{
 
 use fabric_common::{counters::DropReason, fault::PortLoss, queue::WIRE_OVERHEAD_BYTES};
 use fabric_user::{
-    model::{fault::FaultKind, plan::NodeId, routing},
+    model::{
+        fault::FaultKind,
+        plan::{LinkId, NodeId},
+        routing,
+    },
     state::State,
     sys::netns,
     testbed::{self, fault},
@@ -328,6 +332,26 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Starts `fabric link flap` of `link` (link `l`) as a child, with its stderr piped, and
+/// waits until its first step has taken the link down.
+fn flap_until_down(prefix: &str, link: &str, l: LinkId, period: &str, count: u32) -> KillOnDrop {
+    let count = count.to_string();
+    let flap = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
+            .args(["link", "--prefix", prefix, "flap", link, "--period", period, "--count", &count])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let waited = std::time::Instant::now();
+    while !State::load(prefix).unwrap().links_taken_down.contains(&l) {
+        assert!(waited.elapsed() < Duration::from_secs(60), "the flap never took {link} down");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    flap
+}
+
 /// A flap's step waits for another command's change of the testbed to end, and then starts
 /// from the state that change saved: neither save loses the other's change. The test process
 /// holds the change lock across the flap's up step, with a change of its own loaded before it.
@@ -338,18 +362,7 @@ fn a_flap_step_waits_for_a_change_in_progress() {
     let link = "z0r0:z0c1";
     let l = state.plan.find_link(link).unwrap();
     // Down at once, up 5 s later, then done 5 s after that.
-    let mut flap = KillOnDrop(
-        std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
-            .args(["link", "--prefix", &prefix, "flap", link, "--period", "10s", "--count", "1"])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let waited = std::time::Instant::now();
-    while !State::load(&prefix).unwrap().links_taken_down.contains(&l) {
-        assert!(waited.elapsed() < Duration::from_secs(60), "the flap never took {link} down");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut flap = flap_until_down(&prefix, link, l, "10s", 1);
     let down_seen = std::time::Instant::now();
     let (mut mine, lock) = State::load_for_change(&prefix).unwrap();
     assert!(mine.links_taken_down.contains(&l), "the test took the lock after the flap's up step: too late to test");
@@ -379,19 +392,8 @@ fn a_flap_ends_when_its_testbed_is_built_again() {
     let link = "z0r0:z0c1";
     let l = state.plan.find_link(link).unwrap();
     // Down at once, then up after 1 s, for two cycles.
-    let mut flap = KillOnDrop(
-        std::process::Command::new(env!("CARGO_BIN_EXE_fabric"))
-            .args(["link", "--prefix", &prefix, "flap", link, "--period", "2s", "--count", "2"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut flap = flap_until_down(&prefix, link, l, "2s", 2);
     let waited = std::time::Instant::now();
-    while !State::load(&prefix).unwrap().links_taken_down.contains(&l) {
-        assert!(waited.elapsed() < Duration::from_secs(60), "the flap never took {link} down");
-        std::thread::sleep(Duration::from_millis(20));
-    }
     // Stopped between two steps (it takes none while the test holds the lock), so that its next
     // step comes after the rebuild however slow the machine is.
     let flap_pid = flap.0.id() as i32;
