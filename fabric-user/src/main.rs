@@ -405,7 +405,11 @@ fn run() -> Result<()> {
                 (None, Some(s)) => {
                     let mut spec = match file {
                         Some(f) => fabric_user::run::RunSpec::from_file(&f)?,
-                        None => spec,
+                        None => {
+                            // Checked as flags here: the jobs run checks its spec as a file's.
+                            spec.to_options()?;
+                            spec
+                        }
                     };
                     // As in a plain run, the ranks default to every host of the testbed.
                     if spec.ranks.is_none() {

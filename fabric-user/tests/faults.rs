@@ -372,7 +372,10 @@ fn a_flap_step_waits_for_a_change_in_progress() {
     mine.faults.push(fabric_user::model::fault::FaultEvent::now(FaultKind::LinkDegraded, "marker", "the test's"));
     mine.save().unwrap();
     drop(lock);
-    assert!(flap.0.wait().unwrap().success());
+    let status = flap.0.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut flap.0.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{status:?}: {err}");
     let after = State::load(&prefix).unwrap();
     assert!(after.links_taken_down.is_empty(), "the flap's up was lost: {:?}", after.links_taken_down);
     let kinds: Vec<(FaultKind, &str)> = after.faults.iter().map(|f| (f.kind, f.target.as_str())).collect();
@@ -391,8 +394,8 @@ fn a_flap_ends_when_its_testbed_is_built_again() {
     let (guard, state) = common::up(None, &prefix);
     let link = "z0r0:z0c1";
     let l = state.plan.find_link(link).unwrap();
-    // Down at once, then up after 1 s, for two cycles.
-    let mut flap = flap_until_down(&prefix, link, l, "2s", 2);
+    // Down at once, then up after 5 s, for two cycles: 15 s for the test to stop it in.
+    let mut flap = flap_until_down(&prefix, link, l, "10s", 2);
     let waited = std::time::Instant::now();
     // Stopped between two steps (it takes none while the test holds the lock), so that its next
     // step comes after the rebuild however slow the machine is.

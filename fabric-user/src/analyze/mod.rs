@@ -604,7 +604,7 @@ pub fn read_capture(path: &Path, a: &mut Analyzer) -> Result<&'static str> {
                         a.push(linktype, &pkt.data, pkt.orig_len);
                     }
                     Err(e) => {
-                        if runs_past_the_end(path, at, RecordLayout::PCAP, little_endian)? {
+                        if cut_inside(&e, path, at, LengthAt::PCAP, little_endian)? {
                             a.cut_short = true;
                             break;
                         }
@@ -625,44 +625,51 @@ pub fn read_capture(path: &Path, a: &mut Analyzer) -> Result<&'static str> {
     }
 }
 
-/// Where a record's length is, and what it counts.
+/// Where a record's length field is: bytes 8..12 of a pcap record (its captured length),
+/// bytes 4..8 of a pcapng block (its total length).
 #[derive(Clone, Copy)]
-struct RecordLayout {
-    /// Bytes up to and including the length field.
-    head: u64,
-    /// Where the length field is.
-    length_at: u64,
-    /// Bytes of the record besides those its length counts.
-    uncounted: u64,
-}
+struct LengthAt(u64);
 
-impl RecordLayout {
-    /// A pcap record: timestamps, the captured length (which counts the data only), the
-    /// original length, the data.
-    const PCAP: Self = Self { head: 12, length_at: 8, uncounted: 16 };
-    /// A pcapng block: its type and its total length.
-    const PCAPNG: Self = Self { head: 8, length_at: 4, uncounted: 0 };
+impl LengthAt {
+    const PCAP: Self = Self(8);
+    const PCAPNG: Self = Self(4);
 }
 
 /// The largest record a cut may leave unfinished; a record claiming more is corrupt, not cut
 /// (tcpdump's largest snap length is 256 KiB, and a pcapng block holds one such packet).
 const MAX_CUT_RECORD: u64 = 1 << 20;
 
-/// Whether the record at byte `at` of capture `path`, which could not be read, runs past the
-/// end of the file: the file ends inside its header, or its length, plausible for a record,
-/// reaches beyond the file's end. A cut capture, not a corrupt one.
-fn runs_past_the_end(path: &Path, at: u64, layout: RecordLayout, little_endian: bool) -> Result<bool> {
+/// Whether reading the record at byte `at` of capture `path` failed because the file ended
+/// inside it (a cut capture, or one still being written) rather than because it is corrupt:
+/// the reader ran out of bytes (`e`), and the length the record declares, if the file holds it,
+/// is one a record may have. What the reader met decides, not the file's size now, which a
+/// capture still being written may have grown since. (A corrupt length too large for the
+/// reader's buffer also runs it out of bytes: the length tells the two apart.)
+fn cut_inside(
+    e: &pcap_file::PcapError,
+    path: &Path,
+    at: u64,
+    length_at: LengthAt,
+    little_endian: bool,
+) -> Result<bool> {
     use std::io::{Seek as _, SeekFrom};
-    let size = std::fs::metadata(path)?.len();
-    if size < at + layout.head {
-        return Ok(true);
+    let out_of_bytes = match e {
+        pcap_file::PcapError::IncompleteBuffer => true,
+        pcap_file::PcapError::IoError(io) => io.kind() == std::io::ErrorKind::UnexpectedEof,
+        _ => false,
+    };
+    if !out_of_bytes {
+        return Ok(false);
     }
     let mut file = std::fs::File::open(path)?;
-    file.seek(SeekFrom::Start(at + layout.length_at))?;
+    file.seek(SeekFrom::Start(at + length_at.0))?;
     let mut field = [0u8; 4];
-    file.read_exact(&mut field)?;
+    if file.read_exact(&mut field).is_err() {
+        // The file ends before the length: inside the record's header.
+        return Ok(true);
+    }
     let length = u64::from(if little_endian { u32::from_le_bytes(field) } else { u32::from_be_bytes(field) });
-    Ok(length <= MAX_CUT_RECORD && at + layout.uncounted + length > size)
+    Ok(length <= MAX_CUT_RECORD)
 }
 
 /// Where block `n` (0: the first section header) of pcapng capture `path` starts, and whether
@@ -719,7 +726,7 @@ fn read_pcapng<R: Read>(path: &Path, r: R, a: &mut Analyzer) -> Result<()> {
             Err(e) => {
                 // A section header read whole before the failed block set its byte order.
                 let (at, little_endian) = pcapng_block(path, blocks)?;
-                if runs_past_the_end(path, at, RecordLayout::PCAPNG, little_endian)? {
+                if cut_inside(&e, path, at, LengthAt::PCAPNG, little_endian)? {
                     a.cut_short = true;
                     break;
                 }

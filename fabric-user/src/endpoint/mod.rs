@@ -190,7 +190,7 @@ impl EndpointOptions {
     pub fn check_fits(&self, link_mtu: u32) -> anyhow::Result<()> {
         anyhow::ensure!(
             self.largest_ip_packet() <= link_mtu,
-            "--path-mtu {}: its packets ({} bytes of IP) do not fit the topology's MTU {link_mtu}",
+            "path MTU {}: its packets ({} bytes of IP) do not fit the topology's MTU {link_mtu}",
             self.path_mtu,
             self.largest_ip_packet()
         );

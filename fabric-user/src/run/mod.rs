@@ -178,7 +178,7 @@ impl RunSpec {
         let spec: RunSpec = toml::from_str(&text).with_context(|| format!("workload file {}", path.display()))?;
         ensure!(spec.workload.is_some(), "{}: `workload` is missing", path.display());
         // Checked here too, so that a bad value is named with its file and field.
-        spec.check(Named::Field).with_context(|| format!("workload file {}", path.display()))?;
+        spec.options(Named::Field).with_context(|| format!("workload file {}", path.display()))?;
         Ok(spec)
     }
 
@@ -225,7 +225,7 @@ impl RunSpec {
                     .as_deref()
                     .map(SlowReceiver::parse)
                     .transpose()
-                    .map_err(|e| anyhow::anyhow!("slow_receiver: {e}"))?,
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", named.name("slow-receiver")))?,
                 ..Default::default()
             },
         })
@@ -290,8 +290,8 @@ pub fn parse_transport(s: &str) -> Result<Transport, String> {
 pub fn check_transport(endpoints: Endpoints, transport: Transport) -> Result<()> {
     ensure!(
         endpoints == Endpoints::Fabric || transport == Transport::GoBackN,
-        "--transport {transport}: the testbed's hosts are rxe (kernel soft-RoCE), whose RC is go-back-N only; \
-         use --transport gbn, or bring the testbed up with our endpoints (`fabric up` without --endpoints rxe)"
+        "transport {transport}: the testbed's hosts are rxe (kernel soft-RoCE), whose RC is go-back-N only; \
+         use the gbn transport, or bring the testbed up with our endpoints (`fabric up` without --endpoints rxe)"
     );
     Ok(())
 }
@@ -520,7 +520,7 @@ mod tests {
             (&["--ack-every", "0"], "--ack-every"),
             (&["--cts-channels", "0"], "--cts-channels"),
             (&["--cts-buffer", "100"], "--cts-buffer"),
-            (&["--slow-receiver", "z0r0h0:-1"], "slow_receiver"),
+            (&["--slow-receiver", "z0r0h0:-1"], "--slow-receiver"),
             (&["--hash-seed", "7"], "--hash"),
         ];
         for (flags, needle) in refused {
@@ -548,14 +548,18 @@ mod tests {
     #[test]
     fn workload_files_are_checked_like_the_flags() {
         for (text, needle) in [
-            ("workload = \"allreduce\"\nqps = 0", "--qps"),
-            ("workload = \"allreduce\"\nmessage = \"0\"", "--message"),
-            ("workload = \"incast\"\ncc = \"dcqcn\"\necn = false", "--ecn"),
-            ("workload = \"allreduce\"\nhash_seed = 7", "--hash-seed: it seeds the mode that --hash sets"),
+            ("workload = \"allreduce\"\nqps = 0", "qps: 0 is not in"),
+            ("workload = \"allreduce\"\nmessage = \"0\"", "message: must be"),
+            ("workload = \"incast\"\ncc = \"dcqcn\"\necn = false", "cc dcqcn needs ecn true"),
+            ("workload = \"allreduce\"\nhash_seed = 7", "hash_seed: it seeds the mode that hash sets"),
+            ("workload = \"allreduce\"\nslow_receiver = \"z0r0h0:x\"", "slow_receiver: "),
         ] {
             let spec: RunSpec = toml::from_str(text).unwrap();
-            let e = spec.to_options().expect_err(text);
-            assert!(format!("{e:#}").contains(needle), "{text}: {e:#}");
+            let e = format!("{:#}", spec.options(Named::Field).expect_err(text));
+            assert!(e.starts_with(needle), "{text}: {e}");
+            // The same value from the command line is named as its flag.
+            let flag = format!("{:#}", spec.to_options().expect_err(text));
+            assert!(flag.starts_with("--"), "{text}: {flag}");
         }
         for text in ["workload = \"allreduce\"\nhash = \"ecmp\"", "workload = \"allreduce\"\nmessage = \"4X\""] {
             let e = toml::from_str::<RunSpec>(text).expect_err(text);
@@ -607,7 +611,7 @@ mod tests {
             ("workload = \"allreduce\"\ncc = \"reno\"\n", "reno"),
             ("workload = \"allreduce\"\n[dcqcn]\ng = 2.0\n", "dcqcn"),
             ("workload = \"allreduce\"\n[dcqcn]\ngain = 0.5\n", "gain"),
-            ("workload = \"allreduce\"\nslow_receiver = \"z0r0h0:x\"\n", "slow_receiver"),
+            ("workload = \"allreduce\"\nslow_receiver = \"z0r0h0:x\"\n", ": slow_receiver: "),
             ("workload = \"allreduce\"\ndscp = 64\n", "dscp"),
             // Named as the file names them, not as flags.
             ("workload = \"allreduce\"\npath_mtu = 1000\n", ": path_mtu: 1000 is not a RoCE path MTU"),
@@ -639,6 +643,6 @@ mod tests {
         check_transport(Endpoints::Fabric, Transport::ReorderTolerant).unwrap();
         check_transport(Endpoints::Rxe, Transport::GoBackN).unwrap();
         let e = check_transport(Endpoints::Rxe, Transport::ReorderTolerant).unwrap_err().to_string();
-        assert!(e.contains("--transport ooo") && e.contains("rxe") && e.contains("go-back-N only"), "{e}");
+        assert!(e.contains("transport ooo") && e.contains("rxe") && e.contains("go-back-N only"), "{e}");
     }
 }
