@@ -67,6 +67,16 @@ impl ParsedPacket {
     pub fn is_roce(&self) -> bool {
         self.bth.is_some()
     }
+
+    /// The same packet with IPv4 TOS (IPv6 traffic class) `tos`: a simulator's packet of a flow
+    /// whose header it built once, as it carries one class or ECN mark or another.
+    pub const fn with_tos(mut self, tos: u8) -> Self {
+        match &mut self.ip {
+            IpHeader::V4 { tos: t, .. } => *t = tos,
+            IpHeader::V6 { traffic_class: t, .. } => *t = tos,
+        }
+        self
+    }
 }
 
 /// Why a packet could not be parsed for forwarding.

@@ -62,6 +62,16 @@ fn adaptive_keeps_each_flow_on_its_two_candidates_and_wcmp_follows_the_link_rate
     }
     let sent = l0_uplink_packets(&r);
     assert!(sent.iter().zip(&bound).all(|(s, b)| s <= b), "{sent:?} within {bound:?}");
+    // And the queues decide: had every packet taken its flow's first candidate (as it would if
+    // the switch saw no load, an idle class's queue, say), the uplinks would carry these; the
+    // second choices must have moved packets, towards the less loaded uplinks.
+    let mut first_only = [0u64; SPINES];
+    for (q, o) in qps.iter().zip(&r.qps) {
+        first_only[candidates(flow_hash(&l0, &q.data_packet), SPINES as u32).0 as usize] += o.packets_sent;
+    }
+    let (max_sent, max_first) = (sent.iter().max().unwrap(), first_only.iter().max().unwrap());
+    println!("adaptive: L0 uplink packets {sent:?}; first candidates only {first_only:?}");
+    assert!(max_sent < max_first, "adaptive {sent:?} must spread better than first candidates {first_only:?}");
 
     // WCMP: spine 0's link from L0 at a quarter of the others' rate.
     let mut net = leaf_spine(PER_LEAF, SPINES, HashMode::Wcmp, plain_qos());

@@ -438,6 +438,26 @@ fn a_capture_cut_inside_a_record_is_analysed_up_to_the_cut() {
     std::fs::write(&*path, &bytes).unwrap();
     let e = format!("{:#}", analyze_file(&path, &group(2, 1)).unwrap_err());
     assert!(e.contains("(after 1 whole packets)"), "{e}");
+    // Captures of hosts of both byte orders, concatenated: a big-endian section header after
+    // the little-endian section, cut inside its byte-order magic and after it. Its length is
+    // read in its own byte order (in the first section's, 28 reads as 469 MB: corrupt).
+    let mut bytes = std::fs::read(&*pcapng).unwrap();
+    let big_endian_section = [
+        &[0x0A, 0x0D, 0x0D, 0x0A][..],
+        &28u32.to_be_bytes(),
+        &0x1A2B_3C4Du32.to_be_bytes(),
+        &[0, 1, 0, 0],
+        &[0xFF; 8],
+        &28u32.to_be_bytes(),
+    ]
+    .concat();
+    bytes.extend_from_slice(&big_endian_section);
+    for cut in [10, 20] {
+        let path = tmp(&format!("mixed-{cut}.pcapng"));
+        std::fs::write(&*path, &bytes[..bytes.len() - 28 + cut]).unwrap();
+        let r = analyze_file(&path, &group(2, 1)).unwrap_or_else(|e| panic!("cut at {cut}: {e:#}"));
+        assert_eq!((r.frames, r.cut_short), (3, true), "mixed byte orders, cut {cut} bytes into the header");
+    }
 }
 
 #[test]

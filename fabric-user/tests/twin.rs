@@ -875,5 +875,32 @@ fn a_twin_run_written_as_a_job_renders_with_fabric_report() {
     assert!(report.starts_with(&format!("job {job_id} on default: incast (8 ranks, hash eecmp)")), "{report}");
     assert!(report.contains("z0r0     z0r0h0") && report.contains("diagnosis:"), "{report}");
     assert!(report.contains("most congested port z0r0:z0r0h0"), "the incast's port to its root: {report}");
+    // With a lossy link, the record's ports count what each lost, as the sim's total says.
+    let sim = fabric(&[
+        "sim",
+        "--model",
+        "packet",
+        "--workload",
+        "incast",
+        "--cc",
+        "none",
+        "--qps",
+        "1",
+        "--hash",
+        "eecmp",
+        "--message",
+        "1Mi",
+        "--loss",
+        "z0r0:z0c0=2%",
+        "--job-record",
+        "--json",
+        "lossy.json",
+    ]);
+    let job_id = sim.split("job ").nth(1).and_then(|s| s.split(':').next()).expect("the job id is printed").to_string();
+    let (job, sim) = (read(&format!("results/jobs/{job_id}.json")), read("lossy.json"));
+    let lost = sim["results"][0]["packet"]["link_loss"].as_u64().unwrap();
+    let ports = job["ports"].as_array().unwrap();
+    let in_record: u64 = ports.iter().map(|p| p["link_lost"].as_u64().unwrap()).sum();
+    assert!(lost > 0 && in_record == lost, "the job record's ports lost {in_record} frames, the sim {lost}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -510,8 +510,9 @@ impl<'n, R: Routing> Twin<'n, R> {
         }
         let pkt = self.packets.get(id);
         let way = &self.ways[2 * pkt.qp as usize + usize::from(!pkt.to_responder)];
-        let (dst, parsed) = (way.dst as usize, &way.packet);
         let (tos, frame_len) = (pkt.tos, pkt.frame_len);
+        // The flow's header with this packet's class: the balancing modes read its queue by it.
+        let (dst, parsed) = (way.dst as usize, &way.packet.with_tos(tos));
         let switch = self.switches[node].as_mut().expect("a switch");
         let routing = &self.net.routing;
         let (net, ports, phantom, now) = (&self.net, &self.ports, &self.phantom, self.events.now());

@@ -49,6 +49,46 @@ pub struct PortCounters {
     pub longest_pause_ns: [Nanos; CLASSES],
 }
 
+impl PortCounters {
+    /// Adds `repeat` times `other`'s counts (the steps of a job that repeat one step) and takes
+    /// the larger of each maximum. Every field is named, so that a new counter cannot be left
+    /// out of a job's totals.
+    pub fn add_repeated(&mut self, other: &PortCounters, repeat: u64) {
+        let PortCounters {
+            packets,
+            bytes,
+            ecn_marked,
+            drops,
+            link_loss,
+            over_headroom,
+            pauses_received,
+            pauses_sent,
+            refreshes_sent,
+            resumes_sent,
+            max_depth_bytes,
+            sent_while_paused,
+            paused_ns,
+            longest_pause_ns,
+        } = other;
+        self.packets += repeat * packets;
+        self.bytes += repeat * bytes;
+        self.ecn_marked += repeat * ecn_marked;
+        self.drops += repeat * drops;
+        self.link_loss += repeat * link_loss;
+        self.over_headroom += repeat * over_headroom;
+        self.pauses_received += repeat * pauses_received;
+        self.pauses_sent += repeat * pauses_sent;
+        self.refreshes_sent += repeat * refreshes_sent;
+        self.resumes_sent += repeat * resumes_sent;
+        self.max_depth_bytes = self.max_depth_bytes.max(*max_depth_bytes);
+        self.sent_while_paused += repeat * sent_while_paused;
+        for class in 0..CLASSES {
+            self.paused_ns[class] += repeat * paused_ns[class];
+            self.longest_pause_ns[class] = self.longest_pause_ns[class].max(longest_pause_ns[class]);
+        }
+    }
+}
+
 /// A queued packet: its index, and what dequeuing and sending it need without touching the
 /// packet itself (its frame length and the port it entered the switch by).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,6 +33,10 @@ pub trait Routing {
     }
 }
 
+/// The longest propagation delay a link may have: 1 s (a link around the earth takes 0.2 s).
+/// Event times are u64 nanoseconds; this keeps every sum of them far from wrapping.
+pub const MAX_DELAY_NS: u64 = 1_000_000_000;
+
 /// One end of a link: the sending side of a node's port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortSpec {
@@ -87,6 +91,8 @@ pub enum NetworkError {
     Asymmetric { node: String, port: usize },
     #[error("{node}.ports[{port}].rate_bps: {rate_bps} is below 1 kbit/s")]
     Rate { node: String, port: usize, rate_bps: u64 },
+    #[error("{node}.ports[{port}].delay_ns: {delay_ns} is more than {MAX_DELAY_NS} (1 s)")]
+    Delay { node: String, port: usize, delay_ns: u64 },
     #[error("{node}.ports: a host has exactly one port, not {ports}")]
     HostPorts { node: String, ports: usize },
     #[error("{node}.tier: {tier} is not one of the {tiers} tiers")]
@@ -117,6 +123,9 @@ impl<R: Routing> Network<R> {
                 }
                 if port.rate_bps < 1000 {
                     return Err(NetworkError::Rate { node: node.name.clone(), port: p, rate_bps: port.rate_bps });
+                }
+                if port.delay_ns > MAX_DELAY_NS {
+                    return Err(NetworkError::Delay { node: node.name.clone(), port: p, delay_ns: port.delay_ns });
                 }
             }
         }

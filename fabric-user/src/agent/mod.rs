@@ -323,7 +323,7 @@ impl<'p> SwitchAgent<'p> {
         let sockets = netns::in_named(&plan.netns(node), || {
             ports.iter().map(|p| netns::raw_socket(&p.ifname)).collect::<Result<Vec<_>>>()
         })?;
-        let rates = (0..ports.len() as u32).map(|p| dp.port_rate(p).map(LineRate::new)).collect::<Result<Vec<_>>>()?;
+        let rates = (0..ports.len() as u32).map(|p| dp.port_line_rate(p)).collect::<Result<Vec<_>>>()?;
         let qos = dp.qos()?;
         let topo = &plan.topology;
         Ok(SwitchAgent {
@@ -464,6 +464,11 @@ impl<'p> SwitchAgent<'p> {
 
     /// Pool use, watchdog and depth samples, from every egress queue.
     fn sample(&mut self, now: u64) -> Result<()> {
+        // `fabric link degrade --rate` changes a port's rate while the agent runs: its queues'
+        // depths are the time their tails are ahead, at the rate in force.
+        for port in 0..self.rates.len() as u32 {
+            self.rates[port as usize] = self.dp.port_line_rate(port)?;
+        }
         if now >= self.next_scan_ns {
             for port in 0..self.rates.len() as u32 {
                 for class in 0..CLASSES {

@@ -668,29 +668,45 @@ fn cut_inside(
         // The file ends before the length: inside the record's header.
         return Ok(true);
     }
-    let length = u64::from(if little_endian { u32::from_le_bytes(field) } else { u32::from_be_bytes(field) });
-    Ok(length <= MAX_CUT_RECORD)
+    Ok(u64::from(u32_in(field, little_endian)) <= MAX_CUT_RECORD)
+}
+
+/// A capture's 32-bit field in the byte order of its file (pcap) or section (pcapng).
+fn u32_in(field: [u8; 4], little_endian: bool) -> u32 {
+    if little_endian { u32::from_le_bytes(field) } else { u32::from_be_bytes(field) }
 }
 
 /// Where block `n` (0: the first section header) of pcapng capture `path` starts, and whether
-/// its section is little-endian. The blocks before it were read whole, so their lengths hold.
-fn pcapng_block(path: &Path, n: u64) -> Result<(u64, bool)> {
+/// its length field is little-endian; `None` if the file ends inside a section header's first
+/// 12 bytes, where its byte order is (a cut, whatever its length says). The blocks before it
+/// were read whole, so their lengths hold. A section header states its own byte order, which a
+/// concatenation of captures from hosts of both orders may change.
+fn pcapng_block(path: &Path, n: u64) -> Result<Option<(u64, bool)>> {
     use std::io::{Seek as _, SeekFrom};
     const SECTION_HEADER: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
     let mut file = std::fs::File::open(path)?;
     let (mut at, mut little_endian) = (0u64, true);
-    for _ in 0..n {
+    for block in 0..=n {
         file.seek(SeekFrom::Start(at))?;
         // The block type, its length and (in a section header) the byte-order magic.
         let mut head = [0u8; 12];
-        file.read_exact(&mut head)?;
+        let whole = file.read_exact(&mut head).is_ok();
+        if block == n {
+            if head[..4] == SECTION_HEADER {
+                if !whole {
+                    return Ok(None);
+                }
+                little_endian = head[8..] == [0x4D, 0x3C, 0x2B, 0x1A];
+            }
+            return Ok(Some((at, little_endian)));
+        }
+        ensure!(whole, "block {} was read whole but the file ends inside it", block + 1);
         if head[..4] == SECTION_HEADER {
             little_endian = head[8..] == [0x4D, 0x3C, 0x2B, 0x1A];
         }
-        let length: [u8; 4] = head[4..8].try_into().expect("4 bytes");
-        at += u64::from(if little_endian { u32::from_le_bytes(length) } else { u32::from_be_bytes(length) });
+        at += u64::from(u32_in(head[4..8].try_into().expect("4 bytes"), little_endian));
     }
-    Ok((at, little_endian))
+    unreachable!("the loop returns at block n")
 }
 
 /// A pcap stream with the global header's snap length (bytes 16..20) read as 0xFFFFFFFF.
@@ -724,9 +740,11 @@ fn read_pcapng<R: Read>(path: &Path, r: R, a: &mut Analyzer) -> Result<()> {
         let block = match block {
             Ok(block) => block,
             Err(e) => {
-                // A section header read whole before the failed block set its byte order.
-                let (at, little_endian) = pcapng_block(path, blocks)?;
-                if cut_inside(&e, path, at, LengthAt::PCAPNG, little_endian)? {
+                let cut = match pcapng_block(path, blocks)? {
+                    None => true,
+                    Some((at, little_endian)) => cut_inside(&e, path, at, LengthAt::PCAPNG, little_endian)?,
+                };
+                if cut {
                     a.cut_short = true;
                     break;
                 }

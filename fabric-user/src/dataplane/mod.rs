@@ -327,8 +327,13 @@ impl SwitchDataplane {
     }
 
     pub fn port_rate(&mut self, port: u32) -> Result<u64> {
+        Ok(self.port_line_rate(port)?.bps)
+    }
+
+    /// Port `port`'s rate as the program reads it, with its fixed-point factors.
+    pub fn port_line_rate(&mut self, port: u32) -> Result<LineRate> {
         let m: Array<&mut MapData, LineRate> = self.map(maps::PORT_RATE)?;
-        Ok(m.get(&port, 0)?.bps)
+        Ok(m.get(&port, 0)?)
     }
 
     /// Sets the injected loss of the link port `port` sends into (zero threshold: none). The

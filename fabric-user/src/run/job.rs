@@ -435,21 +435,22 @@ impl JobRecord {
         let text = std::fs::read(&path).with_context(|| format!("no job record {}", path.display()))?;
         let value: serde_json::Value =
             serde_json::from_slice(&text).with_context(|| format!("{} is not JSON", path.display()))?;
-        if value["schema"] == super::result::RESULTS_SCHEMA {
-            let id = value["job_id"]
-                .as_str()
-                .with_context(|| format!("{} is a run result that names no job (no job_id)", path.display()))?;
-            let record = Self::path(id);
-            let text = std::fs::read(&record).with_context(|| {
-                format!(
-                    "{} is the run result of job {id}, whose record {} is missing",
-                    path.display(),
-                    record.display()
-                )
-            })?;
-            return serde_json::from_slice(&text).with_context(|| format!("corrupt job record {}", record.display()));
-        }
         match value["schema"].as_str() {
+            Some(super::result::RESULTS_SCHEMA) => {
+                let id = value["job_id"]
+                    .as_str()
+                    .with_context(|| format!("{} is a run result that names no job (no job_id)", path.display()))?;
+                let record = Self::path(id);
+                let text = std::fs::read(&record).with_context(|| {
+                    format!(
+                        "{} is the run result of job {id}, whose record {} is missing",
+                        path.display(),
+                        record.display()
+                    )
+                })?;
+                return serde_json::from_slice(&text)
+                    .with_context(|| format!("corrupt job record {}", record.display()));
+            }
             Some(JOBS_SCHEMA) => {
                 bail!("{} is a jobs run's summary ({JOBS_SCHEMA}) that does not read as one", path.display())
             }
@@ -690,9 +691,9 @@ mod tests {
         assert!(err(&anonymous).contains("is a run result that names no job"), "{}", err(&anonymous));
         assert!(err(&file("text.json", "not json")).contains("text.json is not JSON"));
         assert!(err(&file("other.json", "{}")).contains("corrupt job record"));
-        let sim = file("sim.json", r#"{"schema": "fabric.sim/1", "results": []}"#);
+        let sim = file("sim.json", r#"{"schema": "fabric.sim/2", "results": []}"#);
         assert!(
-            err(&sim).contains("sim.json is a fabric.sim/1 file, not a job record (fabric.job/1)"),
+            err(&sim).contains("sim.json is a fabric.sim/2 file, not a job record (fabric.job/1)"),
             "{}",
             err(&sim)
         );

@@ -208,6 +208,10 @@ impl SimFaults {
     }
 }
 
+/// The schema of `fabric sim --json`. Version 2: a what-if case's `case` is the case without
+/// its event, which `whatif` names (version 1 named the event in `case`); `faults` is new.
+pub const SIM_SCHEMA: &str = "fabric.sim/2";
+
 #[derive(Debug, Serialize)]
 pub struct SimReport {
     pub schema: &'static str,
@@ -298,6 +302,12 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     ensure!(a.ack_every >= 1, "--ack-every: must be at least 1");
     ensure!(a.memory_limit_gib > 0.0, "--memory-limit-gib: must be above 0");
     ensure!(a.deadline_ms >= 1, "--deadline-ms: must be at least 1");
+    ensure!(
+        a.link_delay_ns <= fabric_twin::net::MAX_DELAY_NS,
+        "--link-delay-ns: {} is more than {} (1 s)",
+        a.link_delay_ns,
+        fabric_twin::net::MAX_DELAY_NS
+    );
     let packet = PacketOptions {
         link_delay_ns: a.link_delay_ns,
         deadline_ns: a.deadline_ms.saturating_mul(1_000_000),
@@ -357,13 +367,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
             };
             traces.push(simulate_trace(&mut fabric, &t, &packet)?);
         }
-        return Ok(SimReport {
-            schema: "fabric.sim/1",
-            build_s,
-            faults: faults.describe(),
-            results: Vec::new(),
-            traces,
-        });
+        return Ok(SimReport { schema: SIM_SCHEMA, build_s, faults: faults.describe(), results: Vec::new(), traces });
     }
     let whatif = match (&a.fail_at, &a.drain_at, &a.flap) {
         (Some(s), _, _) => Some(WhatIf::parse(WhatIfKind::Fail, s)?),
@@ -408,7 +412,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
             cases.iter().map(|o| simulate_whatif(plan, &down, o, &packet, &w, detect_ns)).collect::<Result<Vec<_>>>()?
         }
     };
-    Ok(SimReport { schema: "fabric.sim/1", build_s, faults: faults.describe(), results, traces: Vec::new() })
+    Ok(SimReport { schema: SIM_SCHEMA, build_s, faults: faults.describe(), results, traces: Vec::new() })
 }
 
 /// Refuses, by name, a flag that the chosen model or scenario would silently ignore.
@@ -625,6 +629,10 @@ mod tests {
             (&["--transport", "ooo"], "--transport"),
             (&["--model", "packet", "--trace", "t.json", "--ranks", "4"], "--ranks: not with --trace"),
             (&["--model", "packet", "--trace", "t.json", "--workload", "alltoall"], "--workload: not with --trace"),
+            (
+                &["--model", "packet", "--link-delay-ns", "18446744073709551615"],
+                "--link-delay-ns: 18446744073709551615 is more than",
+            ),
         ];
         for (flags, said) in refused {
             let cli = Cli::try_parse_from([&small[..], flags].concat()).unwrap();

@@ -148,6 +148,9 @@ pub struct PacketStats {
     pub drops: u64,
     /// Frames lost to injected link loss (`--loss`), the testbed's `link_loss`.
     pub link_loss: u64,
+    /// Packets a switch had no route for (a what-if's failure cut a host off until the routes
+    /// were repaired, or for good): dropped there.
+    pub unroutable: u64,
     pub retransmissions: u64,
     /// What the responders saw of the network's reordering ([`fabric_roce::reorder`]): packets
     /// that arrived after a higher PSN, the deepest of them (PSNs), PSNs that arrived twice.
@@ -184,6 +187,7 @@ impl PacketStats {
         self.ecn_marks += repeat * tiers_sum(|t| t.ecn_marked);
         self.drops += repeat * tiers_sum(|t| t.drops);
         self.link_loss += repeat * r.lost_to_loss;
+        self.unroutable += repeat * r.unroutable;
         self.retransmissions += repeat * r.retransmitted();
         self.reordered_packets += repeat * r.reordered();
         self.reorder_depth_max = self.reorder_depth_max.max(r.reorder_depth_max());
@@ -248,6 +252,9 @@ pub struct WhatIfReport {
     pub at_ns: u64,
     /// Fail, flap: from the failure to the repaired routes (drain: 0).
     pub detect_ns: u64,
+    /// Whether the routes changed at all: a flap whose outages are shorter than the detection
+    /// time never reroutes (its frames are lost to the link until it is up again).
+    pub rerouted: bool,
     /// Flap: its period and how many periods (0 otherwise).
     pub period_ns: u64,
     pub count: u32,
@@ -565,13 +572,17 @@ fn print_whatifs(results: &[SimResult]) {
             println!("what-if (the rows above are each case without the event; here, with it):");
         }
         println!(
-            "{} with {}: {} link(s) [{}], routes changed {} us after it; completion {:.6} s -> {:.6} s ({:+.1}%), \
+            "{} with {}: {} link(s) [{}], {}; completion {:.6} s -> {:.6} s ({:+.1}%), \
              {} step(s) affected, {} packets lost, {} retransmitted, {} timeouts, {}",
             r.case,
             w.describe(),
             w.links.len(),
             if w.links.len() <= 6 { w.links.join(" ") } else { format!("{} ...", w.links[..6].join(" ")) },
-            w.detect_ns as f64 / 1e3,
+            if w.rerouted {
+                format!("routes changed {} us after it", w.detect_ns as f64 / 1e3)
+            } else {
+                format!("routes never changed (each outage shorter than the {} us detection)", w.detect_ns as f64 / 1e3)
+            },
             w.baseline_completion_s,
             w.completion_s,
             100.0 * w.slowdown,
@@ -641,15 +652,10 @@ fn print_packet(results: &[SimResult]) {
                 t.max_depth_bytes
             );
         }
-        let mut fct: Vec<f64> = p.flow_completion_s.iter().flatten().flatten().copied().collect();
-        fct.sort_by(f64::total_cmp);
-        let at = |q: f64| fct.get(((fct.len() as f64 * q).ceil() as usize).saturating_sub(1)).copied().unwrap_or(0.0);
         println!(
-            "{:<w$} flow completion p50 {:.6} s, p99 {:.6} s, max {:.6} s; {} events, {} packet hops, {:.2} s wall",
+            "{:<w$} {}; {} events, {} packet hops, {:.2} s wall",
             r.case,
-            at(0.5),
-            at(0.99),
-            at(1.0),
+            flow_completion(&p.flow_completion_s),
             p.events,
             p.packet_hops,
             r.wall_s
@@ -679,9 +685,51 @@ fn print_packet(results: &[SimResult]) {
         if p.link_loss > 0 {
             println!("{:<w$} link loss: {} frames lost to --loss", r.case, p.link_loss);
         }
+        if p.unroutable > 0 {
+            println!(
+                "{:<w$} no route: {} packets dropped at a switch with no route to their host",
+                r.case, p.unroutable
+            );
+        }
         println!(
             "{:<w$} transport {}: {} packets reordered at the receivers (deepest {} PSNs), {} duplicate PSNs",
             r.case, p.transport, p.reordered_packets, p.reorder_depth_max, p.duplicate_psns
         );
+    }
+}
+
+/// The flow-completion line of a packet run: quantiles over the QPs that finished, and how
+/// many did not (their time is unknown, not zero: a deadline or a cut-off host stopped them).
+fn flow_completion(per_step: &[Vec<Option<f64>>]) -> String {
+    let all = per_step.iter().flatten();
+    let mut done: Vec<f64> = all.clone().flatten().copied().collect();
+    let unfinished = all.filter(|t| t.is_none()).count();
+    done.sort_by(f64::total_cmp);
+    let at = |q: f64| done[((done.len() as f64 * q).ceil() as usize).clamp(1, done.len()) - 1];
+    let quantiles = if done.is_empty() {
+        "no QP finished".to_string()
+    } else {
+        format!("flow completion p50 {:.6} s, p99 {:.6} s, max {:.6} s", at(0.5), at(0.99), at(1.0))
+    };
+    match unfinished {
+        0 => quantiles,
+        n => format!("{quantiles} ({n} of {} QPs unfinished, left out)", done.len() + n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::flow_completion;
+
+    #[test]
+    fn flow_completion_leaves_out_unfinished_qps_and_says_how_many() {
+        let all = flow_completion(&[vec![Some(1.0), Some(3.0)], vec![Some(2.0)]]);
+        assert_eq!(all, "flow completion p50 2.000000 s, p99 3.000000 s, max 3.000000 s");
+        let some = flow_completion(&[vec![Some(1.0), None], vec![None]]);
+        assert_eq!(
+            some,
+            "flow completion p50 1.000000 s, p99 1.000000 s, max 1.000000 s (2 of 3 QPs unfinished, left out)"
+        );
+        assert_eq!(flow_completion(&[vec![None, None]]), "no QP finished (2 of 2 QPs unfinished, left out)");
     }
 }

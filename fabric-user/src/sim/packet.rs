@@ -84,11 +84,12 @@ pub fn twin_of<'n, R: Routing>(
 }
 
 /// Makes the fabric's lossy switch ports ([`SimFabric::loss`]) lossy in `twin`, each port's
-/// draws seeded from `seed` and the port, as the testbed seeds a degraded link.
+/// draws seeded from `seed` and its end of the link, as `fabric link degrade --seed` seeds them.
 fn apply_loss<R: Routing>(twin: &mut Twin<'_, R>, fabric: &SimFabric, seed: u64) {
     for &(node, port, ppm) in &fabric.loss {
-        let port_seed = seed ^ ((node as u64) << 32 | port as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        twin.set_loss(node, port, fabric_common::fault::PortLoss::new(ppm, port_seed));
+        let link = fabric.plan.nodes[node].ports[port].link;
+        let end = u64::from(fabric.plan.links[link].a != node);
+        twin.set_loss(node, port, fabric_common::fault::PortLoss::new(ppm, fabric_common::fault::end_seed(seed, end)));
     }
 }
 
@@ -185,6 +186,15 @@ pub fn qp_specs(fabric: &SimFabric, transfers: &[HostTransfer], o: &EndpointOpti
             ack_packet: route::packet(fabric, &f[1]),
         })
         .collect()
+}
+
+/// Refuses a step with a flow that has no route on the fabric as it stands (a host cut off by
+/// `--down`), as the flow model does; the twin would drop its packets until the deadline.
+fn check_routes(fabric: &SimFabric, transfers: &[HostTransfer], o: &EndpointOptions) -> Result<()> {
+    for f in step_flows(&fabric.plan, transfers, o) {
+        route::trace(fabric, &f, |_| {}, |_| {})?;
+    }
+    Ok(())
 }
 
 /// Adds a step's member counters, `repeat` times, to `load`.
@@ -383,6 +393,7 @@ pub fn simulate_packet_run_with(
     let mut step_transfers = Vec::with_capacity(steps.len());
     for (i, (step, _)) in steps.iter().enumerate() {
         let transfers = crate::model::workload::on_hosts(step, &hosts);
+        check_routes(fabric, &transfers, &o.endpoint).with_context(|| format!("step {i}"))?;
         let qps = qp_specs(fabric, &transfers, &o.endpoint);
         let estimate = Twin::memory_estimate(&net, &cfg, &qps);
         ensure!(

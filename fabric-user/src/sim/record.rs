@@ -221,22 +221,7 @@ fn add_ports(fabric: &SimFabric, r: &StepReport, repeat: u64, out: &mut BTreeMap
         for p in 0..node.ports.len() {
             let c = &r.ports[global];
             global += 1;
-            let a = out.entry((n, p)).or_default();
-            a.packets += repeat * c.packets;
-            a.bytes += repeat * c.bytes;
-            a.ecn_marked += repeat * c.ecn_marked;
-            a.drops += repeat * c.drops;
-            a.over_headroom += repeat * c.over_headroom;
-            a.sent_while_paused += repeat * c.sent_while_paused;
-            a.pauses_received += repeat * c.pauses_received;
-            a.pauses_sent += repeat * c.pauses_sent;
-            a.refreshes_sent += repeat * c.refreshes_sent;
-            a.resumes_sent += repeat * c.resumes_sent;
-            a.max_depth_bytes = a.max_depth_bytes.max(c.max_depth_bytes);
-            for class in 0..a.paused_ns.len() {
-                a.paused_ns[class] += repeat * c.paused_ns[class];
-                a.longest_pause_ns[class] = a.longest_pause_ns[class].max(c.longest_pause_ns[class]);
-            }
+            out.entry((n, p)).or_default().add_repeated(c, repeat);
         }
     }
 }

@@ -255,6 +255,7 @@ pub fn simulate_whatif(
         target: w.target.clone(),
         at_ns: w.at_ns,
         detect_ns: if w.kind == WhatIfKind::Drain { 0 } else { detect_ns },
+        rerouted: job.iter().any(|(_, c)| matches!(c, JobChange::Around)),
         period_ns: w.flap.map_or(0, |f| f.period_ns),
         count: w.flap.map_or(0, |f| f.count),
         links: links.iter().map(|&l| plan.link_label(l)).collect(),
@@ -335,6 +336,8 @@ pub fn simulate_flap_flow(plan: &Plan, base_down: &BTreeSet<LinkId>, o: &SimOpti
         target: w.target.clone(),
         at_ns: w.at_ns,
         detect_ns: 0,
+        // The flow model routes around the links while they are down.
+        rerouted: true,
         period_ns: flap.period_ns,
         count: flap.count,
         links: links.iter().map(|&l| plan.link_label(l)).collect(),
@@ -446,6 +449,9 @@ mod tests {
         assert!(flapping.finished && failed.finished, "{flapping:?}");
         assert_eq!((flapping.period_ns, flapping.count), (healthy_ns / 4, 8));
         assert!(flapping.lost_packets > 0 && flapping.steps_affected > 0, "{flapping:?}");
+        // Down for longer than the 20 us detection: rerouted; a flap of 2 ns outages: never.
+        assert!(flapping.rerouted && failed.rerouted);
+        assert!(!flap(3, 2).rerouted);
         assert!(
             0.0 < flapping.slowdown && flapping.slowdown < failed.slowdown,
             "flap {:+.3} vs failure {:+.3}",

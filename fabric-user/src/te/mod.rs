@@ -48,6 +48,8 @@ pub struct TePlacement {
     pub entries: HashMap<NodeId, Vec<(TeKey, TeEntry)>>,
     pub link_bytes: HashMap<u32, u64>,
     pub flows: usize,
+    /// Flows left out: a host of theirs is cut off (its link or rack switch down).
+    pub unroutable: usize,
 }
 
 /// The traffic matrix of a job: every flow (data and ACK directions) of every step, the bytes of
@@ -97,29 +99,9 @@ pub fn assign_on(fabric: &SimFabric, flows: &[TeFlow]) -> Result<TePlacement> {
     });
     let mut out = TePlacement { flows: flows.len(), ..Default::default() };
     for f in order {
-        let flow = as_sim_flow(plan, f);
-        let key = te_key(&packet(fabric, &flow));
-        let host_port = &plan.nodes[f.src].ports[0];
-        *out.link_bytes.entry(directed(fabric, f.src, 0)).or_default() += f.bytes;
-        let mut at = host_port.peer_node;
-        for _ in 0..16 {
-            if at == f.dst || !plan.nodes[at].role.is_switch() {
-                break;
-            }
-            let group = fabric
-                .group_of(at, f.dst)
-                .with_context(|| format!("{} has no route to {}", plan.nodes[at].name, plan.nodes[f.dst].name))?;
-            let members = fabric.members(at, group);
-            anyhow::ensure!(!members.is_empty(), "{}: empty group {group}", plan.nodes[at].name);
-            let load = |i: usize| out.link_bytes.get(&directed(fabric, at, members[i])).copied().unwrap_or(0);
-            let best = (0..members.len()).min_by_key(|&i| (load(i), i)).expect("non-empty");
-            let port = members[best];
-            *out.link_bytes.entry(directed(fabric, at, port)).or_default() += f.bytes;
-            // A group of one has nothing to choose: no entry needed.
-            if members.len() > 1 {
-                out.entries.entry(at).or_default().push((key, TeEntry { group, member_index: best as u32 }));
-            }
-            at = plan.nodes[at].ports[port].peer_node;
+        match path_of(fabric, f, &out.link_bytes) {
+            Some(hops) => place(fabric, f, &hops, &mut out),
+            None => out.unroutable += 1,
         }
     }
     for (n, e) in &out.entries {
@@ -131,6 +113,43 @@ pub fn assign_on(fabric: &SimFabric, flows: &[TeFlow]) -> Result<TePlacement> {
         );
     }
     Ok(out)
+}
+
+/// The hops of `f` from its rack switch on, each (switch, group, member index), the least
+/// loaded member by `link_bytes` at each; `None` if a host of it is cut off (its rack switch
+/// has no route to it, or a switch on the way none to the destination), where no entry could
+/// carry it.
+fn path_of(fabric: &SimFabric, f: &TeFlow, link_bytes: &HashMap<u32, u64>) -> Option<Vec<(NodeId, u32, usize)>> {
+    let plan = &fabric.plan;
+    let mut at = plan.nodes[f.src].ports[0].peer_node;
+    fabric.group_of(at, f.src)?;
+    let mut hops = Vec::new();
+    for _ in 0..16 {
+        if at == f.dst || !plan.nodes[at].role.is_switch() {
+            break;
+        }
+        let group = fabric.group_of(at, f.dst)?;
+        let members = fabric.members(at, group);
+        let load = |i: usize| link_bytes.get(&directed(fabric, at, members[i])).copied().unwrap_or(0);
+        let best = (0..members.len()).min_by_key(|&i| (load(i), i))?;
+        hops.push((at, group, best));
+        at = plan.nodes[at].ports[members[best]].peer_node;
+    }
+    Some(hops)
+}
+
+/// Puts `f` on `hops`: its bytes on every link of the way and an entry at each switch with a
+/// choice (a group of one has nothing to choose: no entry needed).
+fn place(fabric: &SimFabric, f: &TeFlow, hops: &[(NodeId, u32, usize)], out: &mut TePlacement) {
+    let key = te_key(&packet(fabric, &as_sim_flow(&fabric.plan, f)));
+    *out.link_bytes.entry(directed(fabric, f.src, 0)).or_default() += f.bytes;
+    for &(at, group, best) in hops {
+        let members = fabric.members(at, group);
+        *out.link_bytes.entry(directed(fabric, at, members[best])).or_default() += f.bytes;
+        if members.len() > 1 {
+            out.entries.entry(at).or_default().push((key, TeEntry { group, member_index: best as u32 }));
+        }
+    }
 }
 
 fn flows_path(prefix: &str) -> std::path::PathBuf {
@@ -254,5 +273,24 @@ mod tests {
             .map(|&p| te.link_bytes.get(&directed(&fabric, rtsw, p)).copied().unwrap_or(0))
             .sum();
         assert!(total > 0, "the rack's traffic moved to the other uplinks");
+    }
+
+    /// A host cut off (its only link down, or its rack switch) cannot be reached by any entry:
+    /// its flows are left out of the placement and counted, and the others are placed as before
+    /// (recomputing after `fabric link down` or `fabric switch down` must not fail the change).
+    #[test]
+    fn flows_of_a_host_cut_off_are_left_out_and_the_rest_placed() {
+        let plan = Plan::new(&Topology::default_topology());
+        let flows = ring_flows(&plan, 2);
+        let host = plan.hosts().next().unwrap();
+        let cut = BTreeSet::from([plan.nodes[host].ports[0].link]);
+        let te = assign(&plan, &cut, &flows).unwrap_or_else(|e| panic!("{e:#}"));
+        let of_host = flows.iter().filter(|f| f.src == host || f.dst == host).count();
+        assert!(of_host > 0);
+        assert_eq!((te.flows, te.unroutable), (flows.len(), of_host));
+        let others: Vec<TeFlow> = flows.iter().filter(|f| f.src != host && f.dst != host).copied().collect();
+        let alone = assign(&plan, &cut, &others).unwrap();
+        assert_eq!((alone.unroutable, &alone.link_bytes), (0, &te.link_bytes));
+        assert_eq!(alone.entries, te.entries);
     }
 }

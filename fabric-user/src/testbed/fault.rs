@@ -153,8 +153,7 @@ fn apply_end(state: &State, l: LinkId, end: usize, (node, port): (NodeId, usize)
     dp.set_port_rate(port as u32, rate).with_context(|| format!("setting the rate of {name}"))?;
     // WCMP weighs members by their port's rate: the switch's weights follow the new rate.
     dp.refresh_wcmp().with_context(|| format!("WCMP weights of {name}"))?;
-    // Each end draws its own sequence: one seed for the link, decorrelated per end.
-    let seed = d.seed ^ (end as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let seed = fabric_common::fault::end_seed(d.seed, end as u64);
     dp.set_port_loss(port as u32, PortLoss::new(d.loss_ppm, seed))
         .with_context(|| format!("setting the loss of {name}"))
 }

@@ -738,8 +738,13 @@ fn change_links(state: &mut State, changed: &[LinkId], up: bool, down_links: BTr
             set_link_carrier(&state.plan, l, false)?;
         }
     }
-    // Traffic engineering recomputes its placement over the links that are left.
-    crate::te::reinstall(state)?;
+    // Traffic engineering recomputes its placement over the links that are left (flows of a
+    // host cut off are left out, so a partition does not fail it).
+    crate::te::reinstall(state).context(
+        "the links changed and the switches route around them, but the traffic-engineering placement could \
+         not be recomputed over them: a flow keeps its old entry where that still names its group, and is hashed \
+         elsewhere",
+    )?;
     Ok(())
 }
 

@@ -296,9 +296,12 @@ impl JobSpec {
                 Ok((schedule(w, ranks, self.message.get(), seed), ranks, g, w.as_str().into()))
             }
             (None, Some(path)) => {
+                let scale = self.scale.unwrap_or(1.0);
+                // Checked here, named as the field (the replay names its flag).
+                ensure!(scale > 0.0 && scale.is_finite(), "scale: {scale} is not a positive number");
                 let mut args = crate::run::trace::replay::TraceArgs::for_file(path);
                 args.ranks = self.ranks;
-                args.scale = self.scale.unwrap_or(1.0);
+                args.scale = scale;
                 let job = crate::run::trace::replay::job(&args).context("trace")?;
                 ensure!(
                     self.ranks.is_none_or(|r| r == job.ranks),
@@ -536,6 +539,8 @@ straggler = { host = "z0r0h1", factor = 2.0 }
         // of 8 chunks of 1/8: 14 x the bucket), doubled by the scale.
         let bytes: u64 = t.steps.iter().flatten().map(|x| x.bytes).sum();
         assert_eq!(bytes, 2 * 14 * (2 * 32768 + 2 * 16384));
+        let e = format!("{:#}", resolve(&text.replace("scale = 2.0", "scale = 0.0")).expect_err("scale 0"));
+        assert!(e.contains("scale: 0 is not a positive number") && !e.contains("--scale"), "{e}");
         let e = resolve(&text.replace("scale = 2.0", "ranks = 4")).expect_err("ranks disagree");
         assert!(format!("{e:#}").contains("ranks 4 given, but") && format!("{e:#}").contains("(8 files)"), "{e:#}");
     }
