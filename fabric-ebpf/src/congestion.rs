@@ -31,22 +31,28 @@ const CAS_TRIES: usize = 4;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 
 /// Atomic compare-and-swap of `*ptr` from `old` to `new` (SeqCst): the value seen, and whether
-/// it was `old` (so the swap happened). `ptr` must be valid and 8-byte aligned; every caller
-/// passes a `u64` field of a map value (`#[repr(C)]`, kernel-allocated, 8-aligned).
+/// it was `old` (so the swap happened).
+///
+/// # Safety
+/// `ptr` must be valid and 8-byte aligned for the call, and every concurrent access to it must
+/// be atomic (this, [`fetch_add`]) or a [`load_shared`]. Every caller passes a `u64` field of
+/// a looked-up map value (`#[repr(C)]`, kernel-allocated, 8-aligned).
 #[cfg(target_arch = "bpf")]
 #[inline(always)]
-pub(crate) fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
-    // SAFETY: `ptr` points at a u64 field of a map value the program looked up, valid and
-    // aligned for the program's run (see above); BPF_CMPXCHG.
+pub(crate) unsafe fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
+    // SAFETY: the caller's promise (above); BPF_CMPXCHG.
     unsafe { atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(ptr, old, new) }
 }
 
 /// The host build (clippy, unit tests): the same operation through `AtomicU64`.
+///
+/// # Safety
+/// As for the bpf `cas`.
 #[cfg(not(target_arch = "bpf"))]
 #[inline(always)]
-pub(crate) fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
-    // SAFETY: as for the bpf `cas`: `ptr` is valid and 8-byte aligned (the alignment
-    // `AtomicU64` needs), and every concurrent access to it is atomic or volatile.
+pub(crate) unsafe fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
+    // SAFETY: the caller's promise: valid, 8-byte aligned (the alignment `AtomicU64` needs),
+    // and accessed concurrently only atomically.
     let atomic = unsafe { AtomicU64::from_ptr(ptr) };
     match atomic.compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst) {
         Ok(seen) => (seen, true),
@@ -55,20 +61,50 @@ pub(crate) fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
 }
 
 /// Atomic add whose result is not used: BPF CPU v1 encodes only that form (XADD).
+///
+/// # Safety
+/// As for [`cas`].
 #[cfg(target_arch = "bpf")]
 #[inline(always)]
-fn fetch_add(ptr: *mut u64, v: u64) {
-    // SAFETY: as for `cas`: a valid, aligned u64 field of a looked-up map value.
+unsafe fn fetch_add(ptr: *mut u64, v: u64) {
+    // SAFETY: the caller's promise, as for `cas`.
     unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(ptr, v) };
 }
 
 /// The host build: the same wrapping add through `AtomicU64`.
+///
+/// # Safety
+/// As for [`cas`].
 #[cfg(not(target_arch = "bpf"))]
 #[inline(always)]
-fn fetch_add(ptr: *mut u64, v: u64) {
-    // SAFETY: as for `cas`: a valid, 8-byte aligned u64 whose concurrent accesses are atomic.
+unsafe fn fetch_add(ptr: *mut u64, v: u64) {
+    // SAFETY: the caller's promise, as for `cas`.
     let atomic = unsafe { AtomicU64::from_ptr(ptr) };
     atomic.fetch_add(v, Ordering::SeqCst);
+}
+
+/// An untorn load of a u64 that other CPUs change with [`cas`] or [`fetch_add`]: one aligned
+/// load in BPF (READ_ONCE), an atomic load in the host build, where a volatile read racing
+/// atomic writes would be a data race.
+///
+/// # Safety
+/// As for [`cas`].
+#[cfg(target_arch = "bpf")]
+#[inline(always)]
+pub(crate) unsafe fn load_shared(ptr: *const u64) -> u64 {
+    // SAFETY: the caller's promise: valid and aligned, so one untorn load.
+    unsafe { read_volatile(ptr) }
+}
+
+/// The host build: an atomic load.
+///
+/// # Safety
+/// As for [`cas`].
+#[cfg(not(target_arch = "bpf"))]
+#[inline(always)]
+pub(crate) unsafe fn load_shared(ptr: *const u64) -> u64 {
+    // SAFETY: the caller's promise, as for `cas`.
+    unsafe { AtomicU64::from_ptr(ptr.cast_mut()) }.load(Ordering::SeqCst)
 }
 
 #[inline(always)]
@@ -118,7 +154,9 @@ pub fn offer(
     // SAFETY: bpf_get_prandom_u32 takes no arguments and has no preconditions.
     let draw = || unsafe { bpf_get_prandom_u32() };
     let judge = |new_tail: u64| qos.verdict_with(tos, line.depth_bytes(new_tail, paused_until, now), limit, draw);
-    let (verdict, new_tail) = judge_and_enqueue(tail_ptr, paused_until, now, tx, judge);
+    // SAFETY: `tail_ptr` is a valid, aligned field of the map value `q` (above), which every
+    // CPU changes only with `cas` and `fetch_add` and reads with `load_shared`.
+    let (verdict, new_tail) = unsafe { judge_and_enqueue(tail_ptr, paused_until, now, tx, judge) };
     let counters = class_counters(slot);
     let Verdict::Forward { mark, over_headroom } = verdict else {
         if let Some(c) = counters {
@@ -160,27 +198,28 @@ pub fn offer(
 /// it read: the verdict is always that of the queue the packet joins. After [`CAS_TRIES`]
 /// failed swaps (CPUs colliding on a busy queue), the last tail seen is judged and an atomic add
 /// moves the tail by what that attempt would have: the packet's transmit time plus any idle gap
-/// before it (an add of `tx` alone would start an idle queue's packet in the past). `tail_ptr`
-/// must be valid and 8-byte aligned, and every concurrent access to it atomic or volatile (as
-/// for [`cas`]).
+/// before it (an add of `tx` alone would start an idle queue's packet in the past).
+///
+/// # Safety
+/// `tail_ptr` as for [`cas`].
 #[inline(always)]
-fn judge_and_enqueue(
+unsafe fn judge_and_enqueue(
     tail_ptr: *mut u64,
     paused_until: u64,
     now: u64,
     tx: u64,
     judge: impl Fn(u64) -> Verdict,
 ) -> (Verdict, u64) {
-    // SAFETY: the caller passes a valid, aligned `tail_ptr` (a field of a looked-up map value);
-    // an untorn load of a value other CPUs change only atomically.
-    let mut tail = unsafe { read_volatile(tail_ptr) };
+    // SAFETY: the caller's promise (above), for this load and the swaps and the add below.
+    let mut tail = unsafe { load_shared(tail_ptr) };
     for _ in 0..CAS_TRIES {
         let new_tail = enqueue_tail(tail, paused_until, now, tx);
         let verdict = judge(new_tail);
         if !matches!(verdict, Verdict::Forward { .. }) {
             return (verdict, tail);
         }
-        let (seen, ok) = cas(tail_ptr, tail, new_tail);
+        // SAFETY: as for the load above.
+        let (seen, ok) = unsafe { cas(tail_ptr, tail, new_tail) };
         if ok {
             return (verdict, new_tail);
         }
@@ -189,7 +228,8 @@ fn judge_and_enqueue(
     let new_tail = enqueue_tail(tail, paused_until, now, tx);
     let verdict = judge(new_tail);
     if matches!(verdict, Verdict::Forward { .. }) {
-        fetch_add(tail_ptr, new_tail - tail);
+        // SAFETY: as for the load above.
+        unsafe { fetch_add(tail_ptr, new_tail - tail) };
     }
     (verdict, new_tail)
 }
@@ -231,9 +271,9 @@ fn account_ingress(ingress: u32, class: usize, now: u64, len: u64, departs: u64,
     }
     let Some(flag) = PFC_XOFF.get_ptr_mut(slot) else { return };
     // SAFETY: `flag` came from `PFC_XOFF.get_ptr_mut` for an in-bounds slot: a valid, aligned
-    // u64 map value. The agent clears it concurrently, so it is read with an untorn volatile load
-    // and set with compare-and-swap.
-    if unsafe { read_volatile(flag) } != 0 || !cas(flag, 0, now).1 {
+    // u64 map value. The agent clears it concurrently (through the bpf syscall), so it is read
+    // with an untorn load and set with compare-and-swap.
+    if unsafe { load_shared(flag) } != 0 || !unsafe { cas(flag, 0, now) }.1 {
         return;
     }
     let event = PfcEvent { time_ns: now, held_bytes: held, port: ingress, class: class as u32 };
@@ -283,7 +323,7 @@ pub fn receive_pause(pkt: &XdpPacket, port: u32) -> bool {
         unsafe {
             let old = read_volatile(addr_of!((*q).paused_until_ns));
             let tail_ptr = addr_of_mut!((*q).tail_ns);
-            let shift = pause_shift(read_volatile(tail_ptr), old, until, now);
+            let shift = pause_shift(load_shared(tail_ptr), old, until, now);
             if shift != 0 {
                 fetch_add(tail_ptr, shift);
             }
@@ -308,23 +348,41 @@ mod tests {
 
     use super::{CAS_TRIES, cas, fetch_add, judge_and_enqueue};
 
+    // The operations on an `AtomicU64`: valid, 8-byte aligned, and accessed only atomically
+    // (by these and by the tests' own atomic loads and adds), as the functions require.
+
+    fn cas_on(v: &AtomicU64, old: u64, new: u64) -> (u64, bool) {
+        // SAFETY: `v` is a live AtomicU64 (above).
+        unsafe { cas(v.as_ptr(), old, new) }
+    }
+
+    fn add_on(v: &AtomicU64, d: u64) {
+        // SAFETY: `v` is a live AtomicU64 (above).
+        unsafe { fetch_add(v.as_ptr(), d) }
+    }
+
+    fn enqueue_on(v: &AtomicU64, paused: u64, now: u64, tx: u64, judge: impl Fn(u64) -> Verdict) -> (Verdict, u64) {
+        // SAFETY: `v` is a live AtomicU64 (above).
+        unsafe { judge_and_enqueue(v.as_ptr(), paused, now, tx, judge) }
+    }
+
     #[test]
     fn cas_swaps_only_from_the_expected_value() {
         let v = AtomicU64::new(7);
-        assert_eq!(cas(v.as_ptr(), 7, 9), (7, true));
+        assert_eq!(cas_on(&v, 7, 9), (7, true));
         assert_eq!(v.load(Ordering::SeqCst), 9);
         // A stale expectation: nothing written, and the value seen is handed back.
-        assert_eq!(cas(v.as_ptr(), 7, 11), (9, false));
+        assert_eq!(cas_on(&v, 7, 11), (9, false));
         assert_eq!(v.load(Ordering::SeqCst), 9);
     }
 
     #[test]
     fn fetch_add_wraps_like_the_bpf_xadd() {
         let v = AtomicU64::new(u64::MAX - 1);
-        fetch_add(v.as_ptr(), 3);
+        add_on(&v, 3);
         assert_eq!(v.load(Ordering::SeqCst), 1);
         // A pause shift is a two's-complement delta: adding it moves the tail back.
-        fetch_add(v.as_ptr(), 1u64.wrapping_neg());
+        add_on(&v, 1u64.wrapping_neg());
         assert_eq!(v.load(Ordering::SeqCst), 0);
     }
 
@@ -338,16 +396,16 @@ mod tests {
     fn enqueue_queues_behind_the_real_tail() {
         // Another CPU moved the tail to 1_000: this one queues behind it.
         let tail = AtomicU64::new(1_000);
-        assert_eq!(judge_and_enqueue(tail.as_ptr(), 0, 50, 30, always_forward), (FORWARD, 1_030));
+        assert_eq!(enqueue_on(&tail, 0, 50, 30, always_forward), (FORWARD, 1_030));
         assert_eq!(tail.load(Ordering::SeqCst), 1_030);
     }
 
     #[test]
     fn enqueue_on_an_idle_queue_starts_now_or_after_the_pause() {
         let tail = AtomicU64::new(40);
-        assert_eq!(judge_and_enqueue(tail.as_ptr(), 0, 500, 10, always_forward).1, 510);
+        assert_eq!(enqueue_on(&tail, 0, 500, 10, always_forward).1, 510);
         let tail = AtomicU64::new(40);
-        assert_eq!(judge_and_enqueue(tail.as_ptr(), 900, 500, 10, always_forward).1, 910);
+        assert_eq!(enqueue_on(&tail, 900, 500, 10, always_forward).1, 910);
         assert_eq!(tail.load(Ordering::SeqCst), 910);
     }
 
@@ -358,10 +416,10 @@ mod tests {
         let limit_tail = 1_000;
         let judge = |new_tail: u64| if new_tail > limit_tail { Verdict::Overflow } else { FORWARD };
         let tail = AtomicU64::new(980);
-        assert_eq!(judge_and_enqueue(tail.as_ptr(), 0, 0, 30, judge), (Verdict::Overflow, 980));
+        assert_eq!(enqueue_on(&tail, 0, 0, 30, judge), (Verdict::Overflow, 980));
         assert_eq!(tail.load(Ordering::SeqCst), 980, "a dropped packet is not queued");
         let tail = AtomicU64::new(900);
-        assert_eq!(judge_and_enqueue(tail.as_ptr(), 0, 0, 30, judge), (FORWARD, 930));
+        assert_eq!(enqueue_on(&tail, 0, 0, 30, judge), (FORWARD, 930));
     }
 
     /// CPUs racing on one queue: every packet's transmit time is counted exactly once, whether
@@ -376,7 +434,7 @@ mod tests {
             for _ in 0..THREADS {
                 s.spawn(|| {
                     for _ in 0..PACKETS {
-                        let (_, got) = judge_and_enqueue(tail.as_ptr(), 0, 0, tx, always_forward);
+                        let (_, got) = enqueue_on(&tail, 0, 0, tx, always_forward);
                         assert!(got >= tx);
                     }
                 });
@@ -402,7 +460,7 @@ mod tests {
             tries.set(n + 1);
             FORWARD
         };
-        let (_, got) = judge_and_enqueue(tail.as_ptr(), 0, now, 7, judge);
+        let (_, got) = enqueue_on(&tail, 0, now, 7, judge);
         assert_eq!(got, now + 7);
         assert_eq!(tail.load(Ordering::SeqCst), now + 7, "the idle gap was added with the packet");
     }

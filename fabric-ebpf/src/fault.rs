@@ -4,7 +4,10 @@ use core::ptr::{addr_of, addr_of_mut, read_volatile};
 
 use fabric_common::fault::is_lost;
 
-use crate::{congestion::cas, maps::PORT_LOSS};
+use crate::{
+    congestion::{cas, load_shared},
+    maps::PORT_LOSS,
+};
 
 /// Compare-and-swap attempts on a lossy port's draw counter. Past them (CPUs colliding on one
 /// port), the draw reuses the index last seen: still a draw at the set rate, only no longer the
@@ -26,10 +29,12 @@ pub fn link_loses(egress: u32) -> bool {
     }
     // SAFETY: as above; only the field's address is computed.
     let drawn = unsafe { addr_of_mut!((*entry).drawn) };
-    // SAFETY: as above: an aligned u64 field, accessed only atomically or volatilely.
-    let mut index = unsafe { read_volatile(drawn) };
+    // SAFETY: as above: a valid, aligned u64 field, which CPUs change only with `cas` (the
+    // controller rewrites the whole entry through the bpf syscall).
+    let mut index = unsafe { load_shared(drawn) };
     for _ in 0..DRAW_TRIES {
-        let (seen, swapped) = cas(drawn, index, index.wrapping_add(1));
+        // SAFETY: as for the load above.
+        let (seen, swapped) = unsafe { cas(drawn, index, index.wrapping_add(1)) };
         if swapped {
             break;
         }

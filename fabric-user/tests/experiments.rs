@@ -95,6 +95,22 @@ fn assert_decision(r: &ExperimentReport, key: &str, expected: Decision) {
     assert_eq!(v.direction, expected, "{key}: {} ({})", v.measured, v.evidence());
 }
 
+/// A delivery fact: it matches, or (on a loaded machine) it is inconclusive because a run under
+/// its fault failed once and delivered everything when repeated with the fault again. It never
+/// may not match: every run must deliver in the end.
+fn assert_delivered(r: &ExperimentReport, key: &str) {
+    let v = verdict(r, key);
+    match v.direction {
+        Decision::Matches => {}
+        Decision::Inconclusive => {
+            let why = v.reason.as_deref().unwrap_or_default();
+            assert!(why.contains("failed once and delivered everything when repeated"), "{key}: {}", v.evidence());
+            eprintln!("{key}: inconclusive on this machine: {why}");
+        }
+        Decision::DoesNotMatch => panic!("{key}: {} ({})", v.measured, v.evidence()),
+    }
+}
+
 fn mean(r: &ExperimentReport, case: &str, metric: &str) -> f64 {
     r.outcome.case(case).mean(metric)
 }
@@ -168,7 +184,7 @@ fn link_failure_is_survived_and_redistributed() {
         ["pin-suffers-more"]
     );
     assert_decision(&r, "redistributed", Decision::Matches);
-    assert_decision(&r, "keeps-delivering", Decision::Matches);
+    assert_delivered(&r, "keeps-delivering");
 }
 
 #[test]
@@ -198,7 +214,7 @@ fn pfc_storm_pauses_reach_the_spine_tier() {
     let r = run("pfc-storm", 's');
     assert_headlines(&r, &["pauses-reach-spine"]);
     assert_decision(&r, "watchdog-fires", Decision::Matches);
-    assert_decision(&r, "stall-loses-no-data", Decision::Matches);
+    assert_delivered(&r, "stall-loses-no-data");
     // The headline on every seed: the spines paused more with the stuck receiver (39-41 frames
     // against a healthy incast's 11-15 here), and the incast took longer.
     assert_every_seed(&r, ("slow", "healthy"), "ctsw_pfc", |slow, healthy| slow > healthy);
@@ -220,7 +236,7 @@ fn cross_zone_topology_aware_placement_crosses_less() {
 fn gray_failure_slow_lossy_and_flapping_links_deliver_everything() {
     let r = run("gray-failure", 'g');
     assert_headlines(&r, &["slow-link-slows-eecmp"]);
-    assert_decision(&r, "keeps-delivering", Decision::Matches);
+    assert_delivered(&r, "keeps-delivering");
     assert_decision(&r, "go-back-n-amplifies", Decision::Matches);
     assert!(values(&r, "eecmp-lossy", "lost_frames").iter().all(|&v| v > 0.0), "a 0.5% lossy link must drop frames");
     let (healthy, degraded) = (mean(&r, "ecmp-healthy", "completion_ms"), mean(&r, "ecmp-degraded", "completion_ms"));
@@ -262,7 +278,7 @@ fn multi_tenant_negative_control_eecmp_secretly_five_tuple_does_not_match() {
 fn load_balancing_spray_balances_and_every_mode_delivers() {
     let r = run("load-balancing", 'b');
     assert_headlines(&r, &["spray-balances"]);
-    assert_decision(&r, "keeps-delivering", Decision::Matches);
+    assert_delivered(&r, "keeps-delivering");
     let spray = mean(&r, "spray-ooo-allreduce-healthy", "max_over_mean");
     let ecmp = mean(&r, "ecmp-allreduce-healthy", "max_over_mean");
     assert!(spray < ecmp, "spray's uplink max/mean {spray} must be below one-QP ECMP's {ecmp}");

@@ -193,6 +193,8 @@ mod tests {
                 tables: vec![],
             },
             files: vec![],
+            rerun: "fabric experiment t".into(),
+            modelled_time: false,
         };
         let dir = std::env::temp_dir().join(format!("fabric-chart-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

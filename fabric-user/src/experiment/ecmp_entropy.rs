@@ -56,9 +56,9 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 o.endpoint.sport = sport;
                 let r = ctx.run(state, &format!("{key} seed {seed}"), &o)?;
                 let c = &mut cases[i];
-                c.push("max_over_mean", r.balance.mean_max_over_mean);
-                c.push("worst_max_over_mean", r.balance.worst_max_over_mean);
-                c.push("jain", r.balance.mean_jain);
+                c.push("max_over_mean", r.balance.or_unmeasured().mean_max_over_mean);
+                c.push("worst_max_over_mean", r.balance.or_unmeasured().worst_max_over_mean);
+                c.push("jain", r.balance.or_unmeasured().mean_jain);
                 c.push("completion_ms", completion_ms(&r));
                 c.push("modelled_us", modelled_us(&r));
                 c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);

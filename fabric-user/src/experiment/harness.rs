@@ -173,7 +173,7 @@ impl Ctx {
                 r.achieved_over_intended.context("our endpoints report their achieved rate")
             })?;
             trials.push((scale, achieved));
-            if achieved >= CALIBRATION_TARGET || scale >= 16 * SLOW_TIME_SCALE {
+            if achieved >= CALIBRATION_TARGET || scale >= MAX_CALIBRATION_FACTOR * SLOW_TIME_SCALE {
                 break;
             }
             scale *= 2;
@@ -238,24 +238,30 @@ impl Ctx {
         f(&state)
     }
 
-    /// Runs a collective, quietly; prints a summary line when verbose.
+    /// Runs a collective, quietly; prints a summary line when verbose. A run whose endpoints
+    /// fail (on a loaded 2-core machine: a host thread starved long enough for its QP to give
+    /// up) is repeated once, and the report says so; a second failure is the experiment's error.
+    /// Runs under a fault, whose delivery is what a verdict judges, go through [`FaultRuns`]
+    /// and [`Ctx::run_once`] instead.
     pub fn run(&self, state: &State, label: &str, opts: &RunOptions) -> Result<RunResult> {
-        let mut opts = opts.clone();
-        if let Some(c) = &self.control {
-            c.apply(&mut opts);
-        }
-        // A run whose endpoints fail (on a loaded 2-core machine: a host thread starved long
-        // enough for its QP to give up) is repeated once, and the report says so; a second
-        // failure is the experiment's error.
-        let r = match crate::run::run(state, &opts, true) {
-            Ok(r) => r,
+        match self.run_once(state, label, opts) {
+            Ok(r) => Ok(r),
             Err(e) => {
                 let first = format!("run {label:?} failed once and was repeated: {e:#}");
                 eprintln!("  {first}");
                 self.repeated.borrow_mut().push(first);
-                crate::run::run(state, &opts, true).with_context(|| format!("run {label:?}, repeated"))?
+                self.run_once(state, label, opts).with_context(|| format!("run {label:?}, repeated"))
             }
-        };
+        }
+    }
+
+    /// Runs a collective once, quietly; prints a summary line when verbose.
+    pub fn run_once(&self, state: &State, label: &str, opts: &RunOptions) -> Result<RunResult> {
+        let mut opts = opts.clone();
+        if let Some(c) = &self.control {
+            c.apply(&mut opts);
+        }
+        let r = crate::run::run(state, &opts, true)?;
         if self.verbose {
             eprintln!(
                 "  {label}: {:.1} ms wall, max/mean {:.2}, Jain {:.3}, PFC {} , ECN {}",
@@ -270,9 +276,92 @@ impl Ctx {
     }
 }
 
-/// Mean completion time of a run's iterations, wall ms.
+/// The runs of a scenario under injected faults, whose delivery a fact judges
+/// ([`FaultRuns::delivery_fact`]). A run that fails is no error of the experiment but a
+/// measurement: it is tried once more with its fault injected again (a starved host thread on
+/// a loaded 2-core machine can make a QP give up), and what failed is kept.
+#[derive(Debug, Default)]
+pub struct FaultRuns {
+    /// Runs attempted.
+    pub runs: usize,
+    /// Runs whose first attempt failed and whose second finished: label and the first error.
+    pub repeated: Vec<String>,
+    /// Runs whose both attempts failed: label and the last error.
+    pub failed: Vec<String>,
+}
+
+impl FaultRuns {
+    /// Attempts `run` (at most twice) for the run `label`. `run`'s outer error is the setup's
+    /// (injecting or clearing the fault), the experiment's error; its inner one is the run's
+    /// failure, a measurement. `None` when both attempts failed.
+    pub fn attempt<T>(&mut self, label: &str, mut run: impl FnMut() -> Result<Result<T>>) -> Result<Option<T>> {
+        self.runs += 1;
+        let first = match run()? {
+            Ok(t) => return Ok(Some(t)),
+            Err(e) => format!("{e:#}"),
+        };
+        eprintln!("  run {label:?} under its fault failed once and is repeated with the fault again: {first}");
+        match run()? {
+            Ok(t) => {
+                self.repeated.push(format!("{label}: {first}"));
+                Ok(Some(t))
+            }
+            Err(e) => {
+                self.failed.push(format!("{label}: {e:#}"));
+                Ok(None)
+            }
+        }
+    }
+
+    /// "Every run under a fault delivers every byte": does not match when a run failed twice or
+    /// delivered less than it needed (`delivered` and `needed` are over the runs that finished);
+    /// inconclusive when every run delivered but one needed its second attempt (the first
+    /// failure may have been the host's or the fabric's); matches otherwise.
+    pub fn delivery_fact(
+        &self,
+        key: &'static str,
+        claim: &str,
+        delivered: u64,
+        needed: u64,
+    ) -> super::verdict::Verdict {
+        let measured = format!("the runs that finished delivered {delivered} of {needed} bytes");
+        self.judged(super::verdict::Verdict::fact(key, claim, measured, delivered == needed && needed > 0))
+    }
+
+    /// `fact`, a property of the runs that finished, judged with the runs that did not: it does
+    /// not match when a run failed twice (named in its evidence), and a match is inconclusive
+    /// when a run needed its second attempt.
+    pub fn judged(&self, mut fact: super::verdict::Verdict) -> super::verdict::Verdict {
+        use super::verdict::Decision;
+        if !self.failed.is_empty() {
+            fact.measured += &format!(
+                "; {} of {} runs failed twice and finished nothing: {}",
+                self.failed.len(),
+                self.runs,
+                self.failed.join("; ")
+            );
+            fact.direction = Decision::DoesNotMatch;
+        } else if fact.direction == Decision::Matches && !self.repeated.is_empty() {
+            fact.direction = Decision::Inconclusive;
+            fact.reason = Some(format!(
+                "{} run(s) failed once and delivered everything when repeated with the fault injected again (the \
+                 host, a starved thread, or the fabric may have failed it): {}",
+                self.repeated.len(),
+                self.repeated.join("; ")
+            ));
+        }
+        fact
+    }
+}
+
+/// Mean completion time of a run's iterations, wall ms; NaN (not measured) with none.
 pub fn completion_ms(r: &RunResult) -> f64 {
-    r.iterations.iter().map(|i| i.completion_ns as f64).sum::<f64>() / r.iterations.len().max(1) as f64 / 1e6
+    mean_ms(&r.iterations.iter().map(|i| i.completion_ns).collect::<Vec<_>>())
+}
+
+/// The mean of `ns` in ms; NaN (not measured) when empty, never 0.
+pub fn mean_ms(ns: &[u64]) -> f64 {
+    if ns.is_empty() { f64::NAN } else { ns.iter().sum::<u64>() as f64 / ns.len() as f64 / 1e6 }
 }
 
 /// Mean completion time in the modelled network's time, µs.
@@ -339,9 +428,38 @@ pub struct ExperimentReport {
     pub outcome: Outcome,
     /// The files written (relative to the results directory).
     pub files: Vec<String>,
+    /// The command that runs this report's experiment again, with every option that shaped it.
+    pub rerun: String,
+    /// Its times are the twin's modelled time (`--model packet`, and cc-at-400g always), not
+    /// wall time on this machine.
+    pub modelled_time: bool,
 }
 
 pub const SCHEMA: &str = "fabric.experiment/1";
+
+impl Options {
+    /// `fabric experiment NAME` with the options of this run that change what it measures (not
+    /// `--out`, `--prefix` or `--verbose`).
+    pub fn rerun(&self, name: &str) -> String {
+        let mut cmd = format!("fabric experiment {name}");
+        if self.full {
+            cmd += " --full";
+        }
+        if let Some(n) = self.seeds {
+            cmd += &format!(" --seeds {n}");
+        }
+        if let Some(t) = self.time_scale {
+            cmd += &format!(" --time-scale {t}");
+        }
+        if let Some(m) = self.twin {
+            cmd += " --model packet";
+            if let Some(s) = m.scale {
+                cmd += &format!(" --scale {}", s.as_str());
+            }
+        }
+        cmd
+    }
+}
 
 /// The time scale of the congestion scenarios: 400 Gbit/s modelled = 25 Mbit/s of wall rate. At
 /// the topology's 4000 a line-rate 4-to-1 incast kept a 2-core machine's endpoints late for 20
@@ -357,6 +475,9 @@ pub const SLOW_TIME_SCALE: u64 = 20_000;
 /// Achieved over intended rate the endpoints must keep at the chosen time scale.
 pub const CALIBRATION_TARGET: f64 = 0.7;
 
+/// Calibration doubles the time scale up to this many times [`SLOW_TIME_SCALE`].
+const MAX_CALIBRATION_FACTOR: u64 = 16;
+
 /// The calibrated time scale of this process and the trials that chose it.
 static CALIBRATION: std::sync::Mutex<Option<Calibration>> = std::sync::Mutex::new(None);
 
@@ -369,15 +490,28 @@ pub struct Calibration {
 
 impl Calibration {
     pub fn describe(&self) -> String {
-        let t: Vec<String> = self.trials.iter().map(|(s, a)| format!("{a:.2} at {s}")).collect();
-        format!(
-            "Time scale {} ({:.0} Mbit/s of wall rate per 400G link), calibrated on this machine: the smallest \
-             scale from {SLOW_TIME_SCALE} (doubling) at which an uncongested 8-rank ring keeps {CALIBRATION_TARGET} \
-             of its rate (achieved/intended: {}). Below that the CPU, not the fabric, sets the pace.",
+        let rate = format!(
+            "Time scale {} ({:.0} Mbit/s of wall rate per 400G link)",
             self.time_scale,
-            400e3 / self.time_scale as f64,
-            t.join(", ")
-        )
+            400e3 / self.time_scale as f64
+        );
+        let t: Vec<String> = self.trials.iter().map(|(s, a)| format!("{a:.2} at {s}")).collect();
+        match self.trials.last() {
+            None => format!("{rate}, as --time-scale set it: not calibrated, so nothing here says the CPU kept pace."),
+            Some(&(_, achieved)) if achieved >= CALIBRATION_TARGET => format!(
+                "{rate}, calibrated on this machine: the smallest scale from {SLOW_TIME_SCALE} (doubling) at which an \
+                 uncongested 8-rank ring keeps {CALIBRATION_TARGET} of its rate (achieved/intended: {}). Below that \
+                 the CPU, not the fabric, sets the pace.",
+                t.join(", ")
+            ),
+            Some(_) => format!(
+                "{rate}: calibration stopped at its largest scale ({}x {SLOW_TIME_SCALE}) without an uncongested \
+                 8-rank ring keeping {CALIBRATION_TARGET} of its rate (achieved/intended: {}): the CPU, not the \
+                 fabric, may set the pace of every run here.",
+                MAX_CALIBRATION_FACTOR,
+                t.join(", ")
+            ),
+        }
     }
 }
 
@@ -499,4 +633,76 @@ pub fn switch_drops(state: &State) -> Result<u64> {
 /// The upper end of the log2 bucket `bytes` falls in (as [`DepthSnapshot`] reports depths).
 pub fn log2_bucket_top(bytes: u64) -> u64 {
     if bytes == 0 { 0 } else { 1u64 << (64 - bytes.leading_zeros()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rerun_command_carries_every_option_that_shapes_the_report() {
+        let mut o = Options {
+            full: false,
+            seeds: None,
+            out: "results".into(),
+            prefix: Some("q".into()),
+            verbose: true,
+            time_scale: None,
+            control: None,
+            twin: None,
+        };
+        assert_eq!(o.rerun("incast"), "fabric experiment incast");
+        o.full = true;
+        o.seeds = Some(3);
+        o.time_scale = Some(8000);
+        o.twin = Some(TwinModel { scale: Some(crate::forwarding::fabric::Scale::K4) });
+        assert_eq!(
+            o.rerun("incast"),
+            "fabric experiment incast --full --seeds 3 --time-scale 8000 --model packet --scale 4k"
+        );
+    }
+
+    /// A fault run that fails is a measurement: once, the fact is inconclusive, naming it;
+    /// twice, it does not match; a setup error stops the experiment.
+    #[test]
+    fn a_failed_fault_run_is_measured_not_an_error() {
+        use crate::experiment::verdict::Decision;
+        let fact = |f: &FaultRuns, delivered| f.delivery_fact("keeps-delivering", "claim", delivered, 100);
+        let mut f = FaultRuns::default();
+        assert_eq!(f.attempt("a", || Ok(Ok(1))).unwrap(), Some(1));
+        assert_eq!(fact(&f, 100).direction, Decision::Matches);
+        assert_eq!(fact(&f, 99).direction, Decision::DoesNotMatch);
+        let mut tries = 0;
+        let once = f.attempt("b", || {
+            tries += 1;
+            Ok(if tries == 1 { Err(anyhow::anyhow!("QP gave up")) } else { Ok(2) })
+        });
+        assert_eq!(once.unwrap(), Some(2));
+        let v = fact(&f, 100);
+        assert_eq!(v.direction, Decision::Inconclusive);
+        assert!(v.evidence().contains("b: QP gave up"), "{}", v.evidence());
+        let twice = f.attempt("c", || Ok(Err::<u32, _>(anyhow::anyhow!("timed out"))));
+        assert_eq!(twice.unwrap(), None);
+        let v = fact(&f, 100);
+        assert_eq!(v.direction, Decision::DoesNotMatch);
+        assert!(
+            v.measured.contains("1 of 3 runs failed twice") && v.measured.contains("c: timed out"),
+            "{}",
+            v.measured
+        );
+        assert!(f.attempt("d", || Err::<Result<u32>, _>(anyhow::anyhow!("no such link"))).is_err());
+    }
+
+    #[test]
+    fn a_calibration_says_how_its_scale_was_chosen() {
+        let given = Calibration { time_scale: 8000, trials: vec![] }.describe();
+        assert!(given.contains("as --time-scale set it: not calibrated"), "{given}");
+        let kept = Calibration { time_scale: 40_000, trials: vec![(20_000, 0.5), (40_000, 0.8)] }.describe();
+        assert!(kept.contains("calibrated on this machine") && kept.contains("0.50 at 20000, 0.80 at 40000"), "{kept}");
+        let capped = Calibration { time_scale: 320_000, trials: vec![(160_000, 0.3), (320_000, 0.4)] }.describe();
+        assert!(
+            capped.contains("calibration stopped at its largest scale") && !capped.contains("calibrated on"),
+            "{capped}"
+        );
+    }
 }

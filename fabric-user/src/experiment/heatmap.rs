@@ -233,6 +233,8 @@ mod tests {
                 tables: vec![],
             },
             files: vec![],
+            rerun: "fabric experiment t".into(),
+            modelled_time: false,
         };
         let dir = std::env::temp_dir().join(format!("fabric-heatmap-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -187,7 +187,7 @@ fn run_twin(ctx: &Ctx, model: TwinModel) -> Result<Outcome> {
         .collect();
     let mut cases: Vec<Case> = MODES.iter().map(|m| Case::new(m.0, m.1)).collect();
     super::twin::run_cases_with(ctx, &fabric, &runs, &mut cases, |c, r, o, _| push_twin_metrics(c, r, o))?;
-    let verdicts = verdicts(&cases, "deepest queue of any switch port (exact)");
+    let verdicts = verdicts(&cases, TWIN_QUEUE);
     Ok(Outcome {
         setup: vec![
             format!(
@@ -251,8 +251,8 @@ fn push_twin_metrics(c: &mut Case, r: &SimResult, o: &SimOptions) {
     let switches = || p.tiers.iter().filter(|t| t.tier != "host");
     c.push("ecn_marked", p.ecn_marks as f64);
     c.push("lossless_lost", switches().map(|t| t.drops + t.over_headroom).sum::<u64>() as f64);
-    let deepest = switches().map(|t| t.max_depth_bytes).max().unwrap_or(0);
-    c.push("downlink_queue_kib", deepest as f64 / 1024.0);
+    let deepest = p.tiers.iter().find(|t| t.tier == "rtsw").map_or(f64::NAN, |t| t.max_depth_bytes as f64);
+    c.push("downlink_queue_kib", deepest / 1024.0);
     c.push("cnps", p.cnps as f64);
     c.push("retransmitted", p.retransmissions as f64);
     c.push("timeouts", p.timeouts as f64);
@@ -298,11 +298,24 @@ fn fewer(key: &'static str, claim: &str, metric: &str, (a, b): (&str, &str), mar
     Comparison { key, claim, metric, unit: "", cases: (a, b), better: Better::Lower, margin_pct: margin }.judge(cases)
 }
 
-/// Where the testbed reads the queue the CTS bound is checked in.
-const TESTBED_QUEUE: &str = "deepest sampled queue z0r0->z0r0h0 (log2 bucket tops)";
+/// Where and how finely `downlink_queue_kib` was read, for the CTS bound.
+#[derive(Clone, Copy)]
+struct QueueReading {
+    what: &'static str,
+    /// Exact bytes (the twin); else the top of the agents' log2 depth bucket (the testbed).
+    exact: bool,
+}
 
-/// The verdicts, `queue` saying where `downlink_queue_kib` was read.
-fn verdicts(cases: &[Case], queue: &str) -> Vec<Verdict> {
+/// Where the testbed reads the queue the CTS bound is checked in.
+const TESTBED_QUEUE: QueueReading =
+    QueueReading { what: "deepest sampled queue z0r0->z0r0h0 (log2 bucket tops)", exact: false };
+
+/// Where the twin reads it: every RTSW port, exactly; the receiver's is the incast's deepest
+/// (every other RTSW port carries one sender's flow).
+const TWIN_QUEUE: QueueReading = QueueReading { what: "deepest RTSW port queue (exact)", exact: true };
+
+/// The verdicts, `queue` saying where and how `downlink_queue_kib` was read.
+fn verdicts(cases: &[Case], queue: QueueReading) -> Vec<Verdict> {
     vec![
         fewer(
             "cts-pauses-less",
@@ -358,16 +371,23 @@ fn verdicts(cases: &[Case], queue: &str) -> Vec<Verdict> {
 /// CTS with `bound_bytes` of payload in flight may show: the queue holds frames, headers and wire
 /// overhead too (about 2% at 4 KiB).
 pub fn cts_queue_limit_bytes(bound_bytes: u64) -> u64 {
-    log2_bucket_top(bound_bytes + bound_bytes * 3 / 100)
+    log2_bucket_top(cts_queue_exact_limit_bytes(bound_bytes))
+}
+
+/// The same limit for a queue read exactly: the payload bound and its frames' overhead.
+fn cts_queue_exact_limit_bytes(bound_bytes: u64) -> u64 {
+    bound_bytes + bound_bytes * 3 / 100
 }
 
 /// CTS bounds the bytes in flight toward the receiver: measured in the network, as the deepest
 /// sampled queue of the receiver's RTSW port toward it, at the log2 resolution of the agents'
 /// depth histograms; PFC alone must exceed the same bound, or the measure could not tell.
-fn cts_bound(cases: &[Case], queue: &str) -> Verdict {
+fn cts_bound(cases: &[Case], queue: QueueReading) -> Verdict {
     let cts = case(cases, "cts");
     let bound_kib = cts.values_of("cts_bound_kib").first().copied().unwrap_or(0.0);
-    let limit_kib = cts_queue_limit_bytes((bound_kib * 1024.0) as u64) as f64 / 1024.0;
+    let bound = (bound_kib * 1024.0) as u64;
+    let limit = if queue.exact { cts_queue_exact_limit_bytes(bound) } else { cts_queue_limit_bytes(bound) };
+    let limit_kib = limit as f64 / 1024.0;
     let under = cts.values_of("downlink_queue_kib");
     let pfc = case(cases, "pfc-only").values_of("downlink_queue_kib");
     let holds = !under.is_empty() && under.iter().all(|&q| q <= limit_kib) && pfc.iter().all(|&q| q > limit_kib);
@@ -376,10 +396,11 @@ fn cts_bound(cases: &[Case], queue: &str) -> Verdict {
         "CTS bounds what is in flight toward the receiver by channels x buffer (measured in the switch queue \
          toward the receiver, not in the receiver's grant bookkeeping)",
         format!(
-            "{queue} per seed: CTS {} KiB, PFC only {} KiB; bound {bound_kib:.0} KiB, i.e. at most the {limit_kib:.0} \
-             KiB bucket",
+            "{} per seed: CTS {} KiB, PFC only {} KiB; bound {bound_kib:.0} KiB, i.e. at most {limit_kib:.0} KiB{}",
+            queue.what,
             per_seed(&under, ""),
-            per_seed(&pfc, "")
+            per_seed(&pfc, ""),
+            if queue.exact { " with its frames' overhead" } else { " (its log2 bucket)" }
         ),
         holds,
     )
@@ -442,6 +463,17 @@ mod tests {
 
     fn testbed_verdicts(cases: &[Case]) -> Vec<Verdict> {
         verdicts(cases, TESTBED_QUEUE)
+    }
+
+    /// On the twin the queue is exact: 300 KiB over a 256 KiB bound is over it, though the
+    /// testbed's 512 KiB bucket would hold it.
+    #[test]
+    fn an_exact_queue_is_held_to_the_bound_itself() {
+        let over = cases([300.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3]);
+        assert_eq!(decision(&verdicts(&over, TWIN_QUEUE), "cts-bounds-in-flight"), Decision::DoesNotMatch);
+        assert_eq!(decision(&verdicts(&over, TESTBED_QUEUE), "cts-bounds-in-flight"), Decision::Matches);
+        let under = cases([260.0; 3], [2048.0; 3], [0.0; 3], [0.0; 3]);
+        assert_eq!(decision(&verdicts(&under, TWIN_QUEUE), "cts-bounds-in-flight"), Decision::Matches);
     }
 
     fn decision(v: &[Verdict], key: &str) -> Decision {

@@ -8,8 +8,8 @@ use fabric_common::config::HashMode;
 use super::case::find as case;
 use super::{
     harness::{
-        Better, Case, Ctx, Metric, Outcome, Scenario, Sizes, Table, busiest_uplink, completion_ms, fragmented_ring,
-        uplink_share,
+        Better, Case, Ctx, FaultRuns, Metric, Outcome, Scenario, Sizes, Table, busiest_uplink, completion_ms,
+        fragmented_ring, uplink_share,
     },
     verdict::{Verdict, cpu_bound, gain_pct, per_seed},
 };
@@ -39,12 +39,13 @@ const MODES: [Mode; 3] = [
     ("te", "TE (controller) 8 QPs", HashMode::Te, 8),
 ];
 
-/// A healthy run and the same run with the link `RTSW:victim` failing part-way.
+/// A healthy run and the same run with the link `RTSW:victim` failing part-way (`None`: it
+/// failed twice, see [`FaultRuns`]).
 struct FailurePair {
     victim: String,
     link: String,
     healthy: RunResult,
-    failed: RunResult,
+    failed: Option<RunResult>,
 }
 
 /// What the runs leave besides the cases' metrics.
@@ -54,9 +55,11 @@ struct Runs {
     redistribution: Vec<Vec<String>>,
     /// The failed links (`RTSW:port`), in run order.
     failed_links: Vec<String>,
-    /// Bytes the runs with a failure delivered, of the bytes they needed.
+    /// Bytes the runs with a failure that finished delivered, of the bytes they needed.
     delivered: u64,
     needed: u64,
+    /// The runs with a failure, as attempted.
+    faults: FaultRuns,
 }
 
 fn run(ctx: &Ctx) -> Result<Outcome> {
@@ -79,15 +82,18 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     ctx.with_testbed(t4, |state| {
         for &seed in &ctx.seeds {
             for (mi, mode) in MODES.iter().enumerate() {
-                let pair = healthy_and_failed(ctx, state, &sizes, mode, seed)?;
+                let pair = healthy_and_failed(ctx, state, &sizes, mode, seed, &mut runs.faults)?;
                 push_metrics(&mut cases[2 * mi], &pair.healthy, &pair.victim);
-                push_metrics(&mut cases[2 * mi + 1], &pair.failed, &pair.victim);
+                match &pair.failed {
+                    Some(failed) => push_metrics(&mut cases[2 * mi + 1], failed, &pair.victim),
+                    None => push_unmeasured(&mut cases[2 * mi + 1]),
+                }
                 runs.add(seed, mode.0, &pair);
             }
         }
         Ok(())
     })?;
-    let verdicts = verdicts(&cases, runs.delivered, runs.needed);
+    let verdicts = verdicts(&cases, &runs);
     Ok(outcome(&cal.describe(), &sizes, cases, verdicts, runs))
 }
 
@@ -215,20 +221,33 @@ fn twin_outcome(
 }
 
 /// One mode and seed: a healthy run, then the same run with the healthy run's busiest uplink of
-/// z0r0 failing a third of the way in. The link is brought back up before anything is reported.
-fn healthy_and_failed(ctx: &Ctx, state: &State, sizes: &Sizes, mode: &Mode, seed: u64) -> Result<FailurePair> {
+/// z0r0 failing a third of the way in (a second attempt fails it again). The link is brought
+/// back up after each attempt, before anything is reported.
+fn healthy_and_failed(
+    ctx: &Ctx,
+    state: &State,
+    sizes: &Sizes,
+    mode: &Mode,
+    seed: u64,
+    faults: &mut FaultRuns,
+) -> Result<FailurePair> {
     let &(key, _, hash, qps) = mode;
     let o = fragmented_ring(sizes, hash, qps, seed);
     let healthy = ctx.run(state, &format!("{key} healthy seed {seed}"), &o)?;
     let victim = busiest_uplink(&healthy, RTSW).context("z0r0 carried nothing")?;
     let link = format!("{RTSW}:{victim}");
     let delay = Duration::from_secs_f64(completion_ms(&healthy) * sizes.iterations as f64 / 1e3 / 3.0);
-    let failed = run_with_link_down(ctx, state, &link, delay, &format!("{key} failure seed {seed}"), &o);
-    testbed::set_link(&state.plan.topology.prefix, &link, true)?;
-    Ok(FailurePair { victim, link, healthy, failed: failed? })
+    let label = format!("{key} failure seed {seed}");
+    let failed = faults.attempt(&label, || {
+        let r = run_with_link_down(ctx, state, &link, delay, &label, &o);
+        testbed::set_link(&state.plan.topology.prefix, &link, true)?;
+        r
+    })?;
+    Ok(FailurePair { victim, link, healthy, failed })
 }
 
-/// Runs `o` while a thread takes `link` down after `delay`.
+/// Runs `o` once while a thread takes `link` down after `delay`: the outer error is the
+/// link's (a setup error), the inner the run's.
 fn run_with_link_down(
     ctx: &Ctx,
     state: &State,
@@ -236,16 +255,16 @@ fn run_with_link_down(
     delay: Duration,
     label: &str,
     o: &RunOptions,
-) -> Result<RunResult> {
+) -> Result<Result<RunResult>> {
     let prefix = state.plan.topology.prefix.as_str();
-    std::thread::scope(|s| -> Result<RunResult> {
+    std::thread::scope(|s| -> Result<Result<RunResult>> {
         let killer = s.spawn(move || {
             std::thread::sleep(delay);
             testbed::set_link(prefix, link, false)
         });
-        let r = ctx.run(state, label, o);
+        let r = ctx.run_once(state, label, o);
         killer.join().expect("no panic")?;
-        r
+        Ok(r)
     })
 }
 
@@ -254,24 +273,38 @@ fn push_metrics(c: &mut Case, r: &RunResult, victim: &str) {
     c.push("victim_share_pct", uplink_share(r, RTSW, victim) * 100.0);
     c.push("completion_ms", completion_ms(r));
     c.push("last_iteration_ms", r.iterations.last().map_or(f64::NAN, |i| i.completion_ns as f64 / 1e6));
-    c.push("max_over_mean", r.balance.mean_max_over_mean);
+    c.push("max_over_mean", r.balance.or_unmeasured().mean_max_over_mean);
     c.push("retransmitted", r.flows.iter().map(|f| f.retransmitted).sum::<u64>() as f64);
     c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
     c.push_run(r);
 }
 
+/// The case metrics of a run that failed twice: not measured.
+fn push_unmeasured(c: &mut Case) {
+    for m in ["victim_share_pct", "completion_ms", "last_iteration_ms", "max_over_mean", "retransmitted", "pfc_frames"]
+    {
+        c.push(m, f64::NAN);
+    }
+}
+
 impl Runs {
     fn add(&mut self, seed: u64, key: &str, p: &FailurePair) {
-        self.delivered += p.failed.bytes_delivered;
-        self.needed += p.failed.bytes_needed;
         self.failed_links.push(p.link.clone());
+        let (shares, balance) = match &p.failed {
+            Some(f) => {
+                self.delivered += f.bytes_delivered;
+                self.needed += f.bytes_needed;
+                (uplink_shares(f), format!("{:.2}", f.balance.mean_max_over_mean))
+            }
+            None => ("(the run failed twice)".into(), "-".into()),
+        };
         self.redistribution.push(vec![
             seed.to_string(),
             key.to_string(),
             p.link.clone(),
             uplink_shares(&p.healthy),
-            uplink_shares(&p.failed),
-            format!("{:.2} -> {:.2}", p.healthy.balance.mean_max_over_mean, p.failed.balance.mean_max_over_mean),
+            shares,
+            format!("{:.2} -> {balance}", p.healthy.balance.mean_max_over_mean),
         ]);
     }
 }
@@ -299,7 +332,7 @@ fn rounded(v: &[f64]) -> Vec<f64> {
     v.iter().map(|v| v.round()).collect()
 }
 
-fn verdicts(cases: &[Case], delivered: u64, needed: u64) -> Vec<Verdict> {
+fn verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
     let (pin_moved, eecmp_moved, te_moved) =
         (victim_shares(cases, "pin"), victim_shares(cases, "eecmp"), victim_shares(cases, "te"));
     // Moved: with the failure, the failed uplink carried less than in the healthy run, every seed.
@@ -321,11 +354,11 @@ fn verdicts(cases: &[Case], delivered: u64, needed: u64) -> Vec<Verdict> {
             ),
             all_moved,
         ),
-        Verdict::fact(
+        runs.faults.delivery_fact(
             "keeps-delivering",
             "The fabric keeps delivering after the failure (ECMP groups repaired)",
-            format!("runs with a failure delivered {delivered} of {needed} bytes"),
-            delivered == needed && needed > 0,
+            runs.delivered,
+            runs.needed,
         ),
     ]
 }
@@ -431,29 +464,34 @@ mod tests {
         ]
     }
 
+    /// What the runs delivered: `delivered` of `needed` bytes, every run finished first time.
+    fn runs(delivered: u64, needed: u64) -> Runs {
+        Runs { delivered, needed, ..Default::default() }
+    }
+
     #[test]
     fn pinning_suffering_more_is_a_difference_of_slowdowns() {
         // Pin slows 40%, E-ECMP 10%.
-        let v = verdicts(&cases([140.0, 141.0, 139.0]), 10, 10);
+        let v = verdicts(&cases([140.0, 141.0, 139.0]), &runs(10, 10));
         assert_eq!(v[0].key, "pin-suffers-more");
         assert_eq!(v[0].direction, Decision::Matches, "{}", v[0].evidence());
         assert_eq!(v[1].direction, Decision::Matches);
         assert_eq!(v[2].direction, Decision::Matches);
         // Pin slows as much as E-ECMP (10%); and one run lost bytes.
-        let v = verdicts(&cases([110.0, 111.0, 109.0]), 9, 10);
+        let v = verdicts(&cases([110.0, 111.0, 109.0]), &runs(9, 10));
         assert_eq!(v[0].direction, Decision::DoesNotMatch, "{}", v[0].evidence());
         assert_eq!(v[2].direction, Decision::DoesNotMatch);
     }
 
     #[test]
     fn redistributed_needs_the_failed_link_to_carry_less_in_every_mode_and_seed() {
-        assert_eq!(verdicts(&cases([140.0, 141.0, 139.0]), 10, 10)[1].key, "redistributed");
+        assert_eq!(verdicts(&cases([140.0, 141.0, 139.0]), &runs(10, 10))[1].key, "redistributed");
         // One seed of one mode whose failed link carried as much as when healthy: groups not repaired.
         for (mode, seed) in [(1, 0), (3, 2), (5, 1)] {
             let mut c = cases([140.0, 141.0, 139.0]);
             let healthy = c[mode - 1].values_of("victim_share_pct")[seed];
             c[mode].values.get_mut("victim_share_pct").unwrap()[seed] = healthy;
-            let v = verdicts(&c, 10, 10);
+            let v = verdicts(&c, &runs(10, 10));
             assert_eq!(v[1].direction, Decision::DoesNotMatch, "{} seed {seed}: {}", c[mode].key, v[1].measured);
         }
     }

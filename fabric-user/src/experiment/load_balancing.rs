@@ -9,7 +9,9 @@ use fabric_roce::transport::Transport;
 
 use super::case::find as case;
 use super::{
-    harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table, base_options, completion_ms, uplink_share},
+    harness::{
+        Better, Case, Ctx, FaultRuns, Metric, Outcome, Scenario, Table, base_options, completion_ms, uplink_share,
+    },
     verdict::{Verdict, cpu_bound, gain_pct, per_seed},
 };
 use crate::{
@@ -79,6 +81,8 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
     }
     let mut rows = Vec::new();
     let (mut delivered, mut needed) = (0, 0);
+    // Every run's delivery is what `keeps-delivering` judges: a failed run is measured.
+    let mut faults = FaultRuns::default();
     ctx.with_testbed(topo, |state| {
         for &seed in &ctx.seeds {
             for (fabric_state, _) in STATES {
@@ -89,22 +93,16 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 for &c in &collectives {
                     for m in &MODES {
                         let o = options(c, message, m, seed);
-                        let r = ctx.run(state, &format!("{} {} {fabric_state} seed {seed}", m.0, c.as_str()), &o);
-                        let r = match r {
-                            Ok(r) => r,
-                            Err(e) => {
-                                // Leave the fabric healthy for whatever runs next; the run's
-                                // error is the one to report.
-                                if slow {
-                                    let _ = degrade(state, false);
-                                }
-                                return Err(e);
-                            }
+                        let label = format!("{} {} {fabric_state} seed {seed}", m.0, c.as_str());
+                        let r = faults.attempt(&label, || Ok(ctx.run_once(state, &label, &o)))?;
+                        let i = cases.iter().position(|k| k.key == key(m.0, c, fabric_state)).expect("a case per run");
+                        let Some(r) = r else {
+                            push_unmeasured(&mut cases[i]);
+                            continue;
                         };
                         delivered += r.bytes_delivered;
                         needed += r.bytes_needed;
                         rows.push(row(seed, m, c, fabric_state, &r));
-                        let i = cases.iter().position(|k| k.key == key(m.0, c, fabric_state)).expect("a case per run");
                         push_metrics(&mut cases[i], &r);
                     }
                 }
@@ -115,7 +113,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         }
         Ok(())
     })?;
-    let verdicts = verdicts(&cases, (delivered, needed, "bytes"));
+    let verdicts = verdicts(&cases, (delivered, needed, "bytes"), &faults);
     Ok(outcome(&cal.describe(), message, &collectives, cases, verdicts, rows))
 }
 
@@ -156,7 +154,7 @@ fn run_twin(ctx: &Ctx, model: super::twin::TwinModel) -> Result<Outcome> {
         })?;
     }
     let (done, all) = qps.get();
-    let verdicts = verdicts(&cases, (done, all, "QPs"));
+    let verdicts = verdicts(&cases, (done, all, "QPs"), &FaultRuns::default());
     Ok(twin_outcome(healthy.plan.hosts().count(), message, cases, verdicts))
 }
 
@@ -261,9 +259,26 @@ fn reordered(r: &RunResult) -> u64 {
     r.flows.iter().map(|f| f.reordered_packets).sum()
 }
 
+/// The metrics of a run that failed twice: not measured.
+fn push_unmeasured(c: &mut Case) {
+    let metrics = [
+        "completion_ms",
+        "max_over_mean",
+        "slow_share_pct",
+        "retransmitted",
+        "reordered",
+        "reorder_depth",
+        "ecn_marked",
+    ];
+    for m in metrics {
+        c.push(m, f64::NAN);
+    }
+    c.push("pfc_frames", f64::NAN);
+}
+
 fn push_metrics(c: &mut Case, r: &RunResult) {
     c.push("completion_ms", completion_ms(r));
-    c.push("max_over_mean", r.balance.mean_max_over_mean);
+    c.push("max_over_mean", r.balance.or_unmeasured().mean_max_over_mean);
     c.push("slow_share_pct", uplink_share(r, RTSW, SLOW_UPLINK) * 100.0);
     c.push("retransmitted", retransmitted(r) as f64);
     c.push("reordered", reordered(r) as f64);
@@ -299,8 +314,9 @@ fn slowdown(cases: &[Case], m: &str) -> Vec<f64> {
     gains(cases, &key(m, c, "healthy"), &key(m, c, "slow"), "completion_ms", Better::Lower)
 }
 
-/// `delivered` of `needed` `unit`s: the testbed counts bytes, the twin QPs that completed.
-fn verdicts(cases: &[Case], (delivered, needed, unit): (u64, u64, &str)) -> Vec<Verdict> {
+/// `delivered` of `needed` `unit`s: the testbed counts bytes, the twin QPs that completed;
+/// `faults`: the testbed's runs as attempted (none on the twin).
+fn verdicts(cases: &[Case], (delivered, needed, unit): (u64, u64, &str), faults: &FaultRuns) -> Vec<Verdict> {
     let ar = |m: &str, s: &str| key(m, Collective::Allreduce, s);
     let pace = |keys: &[String]| cpu_bound(&keys.iter().map(|k| case(cases, k)).collect::<Vec<_>>());
     let spray_balance =
@@ -373,12 +389,12 @@ fn verdicts(cases: &[Case], (delivered, needed, unit): (u64, u64, &str)) -> Vec<
             adaptive_share,
             MARGIN_PCT,
         ),
-        Verdict::fact(
+        faults.judged(Verdict::fact(
             "keeps-delivering",
             "Every run delivers every byte, whatever the mode and transport",
             format!("delivered {delivered} of {needed} {unit}"),
             delivered == needed && needed > 0,
-        ),
+        )),
     ]
 }
 
@@ -468,7 +484,7 @@ mod tests {
             ("adaptive-allreduce-slow", "slow_share_pct", [5.0, 6.0, 4.0]),
             ("adaptive-allreduce-slow", "completion_ms", [101.0, 102.0, 100.0]),
         ]);
-        let v = verdicts(&good, (10, 10, "bytes"));
+        let v = verdicts(&good, (10, 10, "bytes"), &FaultRuns::default());
         assert_eq!(
             v.iter().map(|v| v.key).collect::<Vec<_>>(),
             [
@@ -484,7 +500,7 @@ mod tests {
             assert_eq!(v.direction, Decision::Matches, "{}: {}", v.key, v.evidence());
         }
         // Every mode alike (no gain anywhere), and a byte missing.
-        let v = verdicts(&cases(&[]), (9, 10, "bytes"));
+        let v = verdicts(&cases(&[]), (9, 10, "bytes"), &FaultRuns::default());
         for v in &v {
             assert_eq!(v.direction, Decision::DoesNotMatch, "{}: {}", v.key, v.evidence());
         }

@@ -97,6 +97,8 @@ pub fn run(name: &str, opts: &Options) -> Result<(ExperimentReport, PathBuf)> {
         wall_seconds: start.elapsed().as_secs_f64(),
         outcome,
         files: Vec::new(),
+        rerun: opts.rerun(name),
+        modelled_time: opts.twin.is_some() || name == cc_at_400g::SCENARIO.name,
     };
     report.files = chart::write_all(&report, &dir)?;
     let heatmap = heatmap::write(&report, &dir)?;

@@ -7,6 +7,7 @@ use anyhow::{Context as _, Result};
 use fabric_common::config::HashMode;
 
 use super::{
+    case::LATE_WAKES,
     harness::{Better, Case, Ctx, Metric, Outcome, Scenario, Table},
     verdict::{Comparison, Verdict},
 };
@@ -50,14 +51,19 @@ fn jobs_file(qps: u32, hash: HashMode, message: u64, iterations: u32, only: Opti
     toml::from_str(&text).context("the experiment's jobs file")
 }
 
+/// The largest share of late wakes over a jobs run's jobs; NaN if one did not measure it.
+fn worst_late_wakes(results: &[crate::run::RunResult]) -> f64 {
+    results.iter().map(|r| r.late_wake_share.unwrap_or(f64::NAN)).fold(0.0, worse)
+}
+
+/// The larger share, or NaN if either is unmeasured (`f64::max` would drop a NaN).
+fn worse(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }
+}
+
 /// Mean completion of each job's iterations, ms wall, by job name.
 fn completions(s: &runner::JobsSummary) -> Vec<(String, f64)> {
-    s.jobs
-        .iter()
-        .map(|j| {
-            (j.name.clone(), j.completion_ns.iter().sum::<u64>() as f64 / j.completion_ns.len().max(1) as f64 / 1e6)
-        })
-        .collect()
+    s.jobs.iter().map(|j| (j.name.clone(), super::harness::mean_ms(&j.completion_ns))).collect()
 }
 
 /// Whether the jobs' predicted uplink bytes add up to the counters, link by link (up to the
@@ -127,7 +133,9 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         let default_hash = HashMode::Eecmp;
         for &seed in &ctx.seeds {
             for (i, &(key, _, qps, hash)) in MODES.iter().enumerate() {
-                let mut run_file = |only: Option<&str>| -> Result<runner::JobsSummary> {
+                // Each run's summary and its jobs' worst late-wake share (the CPU's pace, for
+                // `verdict::cpu_bound`; NaN if a job did not measure it).
+                let mut run_file = |only: Option<&str>| -> Result<(runner::JobsSummary, f64)> {
                     // A negative control swaps the mode the switches run (the case keeps its name).
                     let hash = ctx.control.as_ref().map_or(hash, |c| c.hash_for(hash));
                     let mut f = jobs_file(qps, hash, message, iterations, only)?;
@@ -135,13 +143,18 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                     let plan = f.resolve(&state.plan, default_hash)?;
                     let out = runner::run_jobs(state, &plan, true).with_context(|| format!("{key} seed {seed}"))?;
                     attribution.record(adds_up(&out.summary));
-                    Ok(out.summary)
+                    Ok((out.summary, worst_late_wakes(&out.results)))
                 };
-                let alone: Vec<(String, f64)> = ["a", "b"]
-                    .iter()
-                    .map(|j| run_file(Some(j)).map(|s| completions(&s)[0].clone()))
-                    .collect::<Result<_>>()?;
-                let together = run_file(None)?;
+                let mut alone_late = 0.0f64;
+                let mut alone: Vec<(String, f64)> = Vec::new();
+                for j in ["a", "b"] {
+                    let (s, late) = run_file(Some(j))?;
+                    alone.push(completions(&s)[0].clone());
+                    alone_late = worse(alone_late, late);
+                }
+                let (together, together_late) = run_file(None)?;
+                cases[2 * i].push(LATE_WAKES, alone_late);
+                cases[2 * i + 1].push(LATE_WAKES, together_late);
                 let both = completions(&together);
                 let mean = |v: &[(String, f64)]| v.iter().map(|x| x.1).sum::<f64>() / v.len().max(1) as f64;
                 let slowdown = both.iter().zip(&alone).map(|(t, a)| t.1 / a.1.max(1e-9)).sum::<f64>() / 2.0;

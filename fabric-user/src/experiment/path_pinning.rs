@@ -101,8 +101,8 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                     let r = ctx.run(state, &format!("{key} seed {seed}"), &o)?;
                     let c = &mut cases[i];
                     c.push("completion_ms", completion_ms(&r));
-                    c.push("max_over_mean", r.balance.mean_max_over_mean);
-                    c.push("jain", r.balance.mean_jain);
+                    c.push("max_over_mean", r.balance.or_unmeasured().mean_max_over_mean);
+                    c.push("jain", r.balance.or_unmeasured().mean_jain);
                     c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
                     c.push("paused_ms", r.congestion.paused_ns as f64 / 1e6);
                     c.push_run(&r);

@@ -88,12 +88,11 @@ pub fn write(r: &mut ExperimentReport, dir: &Path) -> Result<()> {
     let _ = writeln!(s, "{}\n", r.summary);
     let _ = writeln!(
         s,
-        "Variant: **{}** (seeds {}), wall time {:.0} s. Re-run: `fabric experiment {}{}`.\n",
+        "Variant: **{}** (seeds {}), wall time {:.0} s. Re-run: `{}`.\n",
         r.variant,
         r.seeds.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "),
         r.wall_seconds,
-        r.name,
-        if r.variant == "full" { " --full" } else { "" }
+        r.rerun
     );
     let _ = writeln!(s, "## What the paper says\n\n{}\n", r.paper);
     let _ = writeln!(s, "## Verdict\n");
@@ -150,10 +149,16 @@ pub fn write(r: &mut ExperimentReport, dir: &Path) -> Result<()> {
         }
         s.push('\n');
     }
+    let times = if r.modelled_time {
+        "Times are the packet-level twin's modelled time (no wall clock enters them)."
+    } else {
+        "Times are wall-clock on this machine; the fabric runs slowed by the topology's `time_scale` \
+         (modelled time = wall time / time_scale)."
+    };
     let _ = writeln!(
         s,
-        "Times are wall-clock on this machine; the fabric runs slowed by the topology's `time_scale` \
-         (modelled time = wall time / time_scale). Bars in the charts are means, dots are seeds."
+        "{times} A gain is the difference in percent of the larger of the two values (so it lies in \
+         -100..100%); the paper's \"x times\" become gains the same way. Bars in the charts are means, dots are seeds."
     );
     std::fs::write(dir.join("report.md"), s).with_context(|| format!("writing {}/report.md", dir.display()))?;
     std::fs::write(dir.join("results.json"), serde_json::to_vec_pretty(r)?)

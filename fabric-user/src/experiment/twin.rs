@@ -211,9 +211,10 @@ pub fn push(c: &mut Case, r: &SimResult) -> Result<()> {
     let rtsw = r.tiers.iter().find(|t| t.tier == "rtsw");
     c.push("completion_ms", r.completion_s * 1e3);
     c.push("modelled_us", r.completion_s * 1e6);
-    c.push("max_over_mean", rtsw.map_or(1.0, |t| t.mean_max_over_mean));
-    c.push("worst_max_over_mean", rtsw.map_or(1.0, |t| t.worst_max_over_mean));
-    c.push("jain", rtsw.map_or(1.0, |t| t.mean_jain));
+    // No RTSW tier: nothing measured (NaN), not a perfect balance.
+    c.push("max_over_mean", rtsw.map_or(f64::NAN, |t| t.mean_max_over_mean));
+    c.push("worst_max_over_mean", rtsw.map_or(f64::NAN, |t| t.worst_max_over_mean));
+    c.push("jain", rtsw.map_or(f64::NAN, |t| t.mean_jain));
     c.push("pfc_frames", p.tiers.iter().filter(|t| t.tier != "host").map(|t| t.pauses_sent).sum::<u64>() as f64);
     // Paused time, as the testbed's runs report it: switch ports, and hosts.
     let paused = |f: &dyn Fn(&PausedTime) -> bool| p.paused.iter().filter(|t| f(t)).map(|t| t.paused_ns).sum::<u64>();

@@ -200,6 +200,13 @@ impl Verdict {
         Verdict { kind: Kind::Identity, ..Self::fact(key, claim, measured, holds) }
     }
 
+    /// This comparison as an identity: its figures shown, its outcome not counted as a
+    /// reproduced claim (the setup decides it, e.g. a delay the runner adds).
+    pub fn as_identity(mut self) -> Self {
+        self.kind = Kind::Identity;
+        self
+    }
+
     pub fn headline(mut self) -> Self {
         self.headline = true;
         self
@@ -208,8 +215,16 @@ impl Verdict {
     /// Judges per-seed gains (%) against `margin_pct` and, if given, the paper's band.
     pub fn from_gains(key: &'static str, claim: &str, measured: String, gains: Vec<f64>, margin_pct: f64) -> Self {
         let interval = Interval::t95(&gains);
+        let unmeasured = gains.iter().filter(|g| !g.is_finite()).count();
         let (direction, reason) = match interval {
             Some(iv) => (iv.against(margin_pct), None),
+            None if unmeasured > 0 => (
+                Decision::Inconclusive,
+                Some(format!(
+                    "{unmeasured} of {} seed(s) measured nothing to compare (a run without the figure)",
+                    gains.len()
+                )),
+            ),
             None => (Decision::Inconclusive, Some(format!("{} seed(s): no interval", gains.len()))),
         };
         Verdict {
@@ -316,17 +331,26 @@ impl Comparison<'_> {
         let (a, b) = (find(cases, self.cases.0), find(cases, self.cases.1));
         let (va, vb) = (a.values_of(self.metric), b.values_of(self.metric));
         let gains: Vec<f64> = va.iter().zip(&vb).map(|(&x, &y)| gain_pct(x, y, self.better)).collect();
+        let unit = if self.unit.is_empty() { unit_of_key(self.metric) } else { self.unit };
         let measured = format!(
-            "{}: {} vs {}: {}{}",
+            "{} per seed, {}: {} vs {}: {}{}",
+            self.metric,
             a.label,
-            per_seed(&va, self.unit),
+            per_seed(&va, unit),
             b.label,
-            per_seed(&vb, self.unit),
+            per_seed(&vb, unit),
             if va.len() == vb.len() { String::new() } else { " (seed counts differ)".into() }
         );
         let verdict = Verdict::from_gains(self.key, self.claim, measured, gains, self.margin_pct);
         if depends_on_pace(self.metric) { verdict.unless_cpu_bound(cpu_bound(&[a, b])) } else { verdict }
     }
+}
+
+/// The unit a metric's key names by its suffix (`completion_ms`, `cross_zone_mib`, `pfc_frames`),
+/// for a comparison that states none; empty for a ratio (max/mean, Jain) or a count.
+fn unit_of_key(metric: &str) -> &'static str {
+    let units = [("_ms", " ms"), ("_us", " µs"), ("_mib", " MiB"), ("_pct", "%"), ("_frames", " frames")];
+    units.iter().find(|(suffix, _)| metric.ends_with(suffix)).map_or("", |u| u.1)
 }
 
 /// Metrics that say where bytes went (decided by routing and placement), not how fast: a busy
@@ -354,10 +378,18 @@ pub fn cpu_bound(cases: &[&Case]) -> Option<String> {
     ))
 }
 
-/// `[1.230, 1.300] unit`, or `[40, 44] unit` when every value is whole (counts).
+/// `[1.230, 1.300] unit`, or `[40, 44] unit` when every value is whole (counts); a value not
+/// measured (NaN) is `-`.
 pub fn per_seed(v: &[f64], unit: &str) -> String {
-    let whole = v.iter().all(|x| x.fract() == 0.0 && x.abs() < 1e15);
-    let parts: Vec<String> = v.iter().map(|x| if whole { format!("{x:.0}") } else { format!("{x:.3}") }).collect();
+    let whole = v.iter().filter(|x| x.is_finite()).all(|x| x.fract() == 0.0 && x.abs() < 1e15);
+    let parts: Vec<String> = v
+        .iter()
+        .map(|x| match (x.is_finite(), whole) {
+            (false, _) => "-".to_string(),
+            (true, true) => format!("{x:.0}"),
+            (true, false) => format!("{x:.3}"),
+        })
+        .collect();
     format!("[{}]{unit}", parts.join(", "))
 }
 
@@ -408,6 +440,17 @@ mod tests {
         assert_eq!(gain_pct(0.0, 50.0, Better::Lower), 100.0);
         assert_eq!(gain_pct(0.0, 0.0, Better::Lower), 0.0);
         assert!((gain_pct(0.9, 0.6, Better::Higher) - 100.0 / 3.0).abs() < 1e-9);
+    }
+
+    /// A seed whose run measured nothing (NaN) leaves the verdict inconclusive, saying so, and
+    /// prints as `-`, never as a value.
+    #[test]
+    fn a_missing_measurement_is_inconclusive_and_named() {
+        let v = faster(&[60.0, f64::NAN, 61.0], &[100.0, 101.0, 100.0], 5.0);
+        assert_eq!(v.direction, Decision::Inconclusive, "{v:?}");
+        assert!(v.evidence().contains("1 of 3 seed(s) measured nothing to compare"), "{}", v.evidence());
+        assert!(v.measured.starts_with("t per seed, a: [60, -, 61] ms vs b:"), "{}", v.measured);
+        assert_eq!(faster(&[60.0], &[100.0], 5.0).reason.as_deref(), Some("1 seed(s): no interval"));
     }
 
     #[test]

@@ -26,6 +26,18 @@ pub struct BalanceSummary {
     pub groups: usize,
 }
 
+impl BalanceSummary {
+    /// The figures, or NaN where no group carried traffic: nothing was measured, which is not a
+    /// perfect balance (max/mean 0 would read better than 1). For comparisons and charts; the
+    /// stored summary keeps its zeros with `groups: 0`.
+    pub fn or_unmeasured(&self) -> BalanceSummary {
+        if self.groups > 0 {
+            return self.clone();
+        }
+        BalanceSummary { mean_max_over_mean: f64::NAN, worst_max_over_mean: f64::NAN, mean_jain: f64::NAN, groups: 0 }
+    }
+}
+
 /// Averages [`imbalance`] over the groups (each the bytes on its members) that have a choice
 /// and carried traffic; all zero with `groups: 0` when none did.
 pub fn summarize<G: AsRef<[u64]>>(groups: impl IntoIterator<Item = G>) -> BalanceSummary {
@@ -58,6 +70,8 @@ mod tests {
         assert!((s.worst_max_over_mean - 1.5).abs() < 1e-9);
         assert!((s.mean_jain - 0.9).abs() < 1e-9);
         assert_eq!(summarize(Vec::<Vec<u64>>::new()).groups, 0);
+        assert!(summarize(Vec::<Vec<u64>>::new()).or_unmeasured().mean_max_over_mean.is_nan());
+        assert_eq!(s.or_unmeasured().mean_max_over_mean, s.mean_max_over_mean);
     }
 
     #[test]
