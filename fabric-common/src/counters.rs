@@ -159,6 +159,13 @@ impl PortCounters {
     }
 }
 
+/// The `MEMBER_COUNTERS` slot of member `member` of group `group`: a group's members are
+/// [`crate::route::MAX_GROUP_MEMBERS`] slots apart. The switch and the controller both index so.
+#[inline(always)]
+pub const fn member_slot(group: u32, member: u32) -> u32 {
+    group * crate::route::MAX_GROUP_MEMBERS as u32 + member
+}
+
 /// Packets and bytes sent through one ECMP group member.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]

@@ -189,6 +189,11 @@ fn parse_ipv4<P: PacketBytes + ?Sized>(p: &P, l3: usize) -> Result<(IpHeader, u8
     Ok((ip, protocol, l3 + header_len, total_len, fragment))
 }
 
+/// The fixed IPv6 header only: extension headers are not followed, so a packet with one (a
+/// hop-by-hop or a fragment header, say) parses with that header's number as its protocol and
+/// no UDP ports or BTH. It is still routed by its destination, but hashed without its ports and
+/// QP, and not counted as RoCE. RoCEv2 senders put UDP right after the fixed header (our
+/// endpoints and rxe do); following a chain in XDP would cost a bounded loop per packet.
 #[inline(always)]
 fn parse_ipv6<P: PacketBytes + ?Sized>(p: &P, l3: usize) -> Result<(IpHeader, u8, usize, usize, Fragment), ParseError> {
     let hdr = p.bytes::<{ ipv6::HEADER_LEN }>(l3).ok_or(Malformed(DropReason::TruncatedIpv6))?;

@@ -36,7 +36,6 @@ use fabric_common::{
     forward::{Decision, decide},
     parse::{IpHeader, ParseError, parse_packet},
     qos::QosConfig,
-    route::MAX_GROUP_MEMBERS,
     wire::PacketBytes,
     wire::{ethernet, ipv4, ipv6},
 };
@@ -168,8 +167,7 @@ fn switch_packet(
             tx.tx_roce_packets += 1;
         }
     }
-    let slot = group * MAX_GROUP_MEMBERS as u32 + member_index;
-    if let Some(m) = MEMBER_COUNTERS.get_ptr_mut(slot) {
+    if let Some(m) = MEMBER_COUNTERS.get_ptr_mut(fabric_common::counters::member_slot(group, member_index)) {
         // SAFETY: `get_ptr_mut` returned a pointer only for an in-bounds slot: this CPU's copy of
         // a per-CPU array value, valid while the program runs. XDP runs in NAPI (softirq) context,
         // so no other program run on this CPU interleaves with this one, and this is the only

@@ -11,13 +11,10 @@ pub const DSCP_ROCE: u8 = 26;
 /// DSCP of CNPs and CTS messages: class 6.
 pub const DSCP_CONTROL: u8 = 48;
 
-/// The two ECN bits of the TOS / traffic class byte.
-pub const ECN_MASK: u8 = 0b11;
-pub const ECN_NOT_ECT: u8 = 0b00;
+/// The ECN codepoints: the switches' own (the mask, not-ECT and CE), and the two ECT ones.
+pub use fabric_common::queue::{ECN_CE, ECN_MASK, ECN_NOT_ECT};
 pub const ECN_ECT1: u8 = 0b01;
 pub const ECN_ECT0: u8 = 0b10;
-/// Congestion experienced: set by a switch on an ECT packet instead of dropping it.
-pub const ECN_CE: u8 = 0b11;
 
 /// The TOS byte (IPv4) or traffic class (IPv6) of a DSCP and ECN codepoint.
 pub const fn tos(dscp: u8, ecn: u8) -> u8 {
@@ -32,9 +29,10 @@ pub const fn data_tos(dscp: u8, ecn_capable: bool) -> u8 {
 /// The TOS of CNPs and CTS messages: DSCP 48, not ECT.
 pub const CONTROL_TOS: u8 = tos(DSCP_CONTROL, ECN_NOT_ECT);
 
-/// The priority class a switch puts a packet of this TOS in (what PFC pauses).
+/// The priority class a switch puts a packet of this TOS in (what PFC pauses): the switches'
+/// own rule, so that hosts obey pauses for the class the switches queue in.
 pub const fn priority_class(tos: u8) -> usize {
-    (tos >> 5) as usize
+    fabric_common::qos::class_of(tos)
 }
 
 /// Whether a switch marked the packet CE.

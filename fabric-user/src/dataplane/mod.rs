@@ -20,7 +20,7 @@ use fabric_common::{
     pfc::CLASSES,
     qos::{ClassCounters, QosConfig, class_slot},
     queue::{EgressQueue, IngressAccount, LineRate},
-    route::{EcmpGroup, MAX_GROUP_MEMBERS, MAX_GROUPS, RouteTarget},
+    route::{EcmpGroup, MAX_GROUPS, RouteTarget},
     te::{TeEntry, TeKey},
 };
 
@@ -286,8 +286,7 @@ impl SwitchDataplane {
     pub fn member_counters(&mut self, group: u32, member: u32) -> Result<MemberCounters> {
         let m: PerCpuArray<&mut MapData, MemberCounters> = self.map(maps::MEMBER_COUNTERS)?;
         let mut total = MemberCounters::default();
-        let slot = group * MAX_GROUP_MEMBERS as u32 + member;
-        for c in m.get(&slot, 0)?.iter() {
+        for c in m.get(&fabric_common::counters::member_slot(group, member), 0)?.iter() {
             total.accumulate(c);
         }
         Ok(total)

@@ -245,14 +245,11 @@ pub fn recv_batch(sock: &UdpSocket, bufs: &mut [[u8; 4096]; BATCH], out: &mut Ve
     Ok(n as usize)
 }
 
-/// EtherType of MAC control frames (PFC).
-pub const ETH_P_MAC_CONTROL: u16 = 0x8808;
-
 /// A non-blocking `AF_PACKET` socket for MAC control frames on `ifname` (of the calling
 /// thread's namespace): it receives the PFC frames that arrive there and sends whole frames.
 pub fn pfc_socket(ifname: &str) -> Result<OwnedFd> {
     let ifindex = crate::sys::netns::ifindex(ifname)?;
-    let proto = ETH_P_MAC_CONTROL.to_be();
+    let proto = fabric_common::wire::ethernet::ETHERTYPE_MAC_CONTROL.to_be();
     // SAFETY: plain syscall.
     let fd = unsafe {
         libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, i32::from(proto))

@@ -281,6 +281,7 @@ mod tests {
         let slower = verdicts(&cases([40.0, 60.0], [0.2, 0.5], [5.0, 8.0, 6.0]));
         assert_eq!(decision(&slower, "a2a-dcqcn-200g-slower"), Decision::Matches);
         assert_eq!(decision(&slower, "ar-dcqcn-200g-slower"), Decision::Matches);
+        assert_eq!(decision(&slower, "incast-dcqcn-200g-slower"), Decision::Matches);
         assert_eq!(decision(&slower, "a2a-400g-thresholds-help"), Decision::Matches);
         assert_eq!(decision(&slower, "incast-400g-thresholds-help"), Decision::Matches);
         // DCQCN as fast as PFC only (what a control that turns DCQCN off gives).

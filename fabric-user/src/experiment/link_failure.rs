@@ -483,6 +483,22 @@ mod tests {
         assert_eq!(v[2].direction, Decision::DoesNotMatch);
     }
 
+    /// The twin's drained variant of the headline: the same difference of slowdowns, either way.
+    #[test]
+    fn pin_suffering_more_from_a_drain_can_go_either_way() {
+        let drained = |pin: [f64; 3]| -> Vec<Case> {
+            let rename = |mut c: Case| {
+                c.key = c.key.replace("-failure", "-drain");
+                c
+            };
+            cases(pin).into_iter().map(rename).collect()
+        };
+        let v = pin_suffers_more(&drained([140.0, 141.0, 139.0]), "drain");
+        assert_eq!((v.key, v.direction), ("pin-suffers-more-drained", Decision::Matches), "{}", v.evidence());
+        let v = pin_suffers_more(&drained([110.0, 111.0, 109.0]), "drain");
+        assert_eq!(v.direction, Decision::DoesNotMatch, "{}", v.evidence());
+    }
+
     #[test]
     fn redistributed_needs_the_failed_link_to_carry_less_in_every_mode_and_seed() {
         assert_eq!(verdicts(&cases([140.0, 141.0, 139.0]), &runs(10, 10))[1].key, "redistributed");

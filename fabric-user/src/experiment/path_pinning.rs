@@ -370,6 +370,11 @@ mod tests {
         let v = verdicts(&cases([60.0, 61.0, 59.0], [100.0, 101.0, 99.0]));
         assert_eq!(v[0].direction, Decision::DoesNotMatch);
         assert_eq!(v.iter().find(|v| v.key == "2x-links-relieve-pin").unwrap().direction, Decision::DoesNotMatch);
+        // Twice the links as fast as twice the rate: then they relieve pinning too.
+        let mut relieved = cases([60.0, 61.0, 59.0], [66.0, 67.0, 65.0]);
+        relieved[5] = Case::with("pin-fragmented-2x-links", &[("completion_ms", &[62.0, 63.0, 61.0])]);
+        let v = verdicts(&relieved);
+        assert_eq!(v.iter().find(|v| v.key == "2x-links-relieve-pin").unwrap().direction, Decision::Matches);
     }
 
     #[test]

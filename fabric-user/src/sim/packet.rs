@@ -197,6 +197,19 @@ fn check_routes(fabric: &SimFabric, transfers: &[HostTransfer], o: &EndpointOpti
     Ok(())
 }
 
+/// Refuses a step whose QPs would take the twin over `limit` bytes of memory (`--memory-limit-gib`).
+pub fn check_memory<R: Routing>(net: &Network<R>, cfg: &EndpointConfig, qps: &[QpSpec], limit: u64) -> Result<()> {
+    let estimate = Twin::memory_estimate(net, cfg, qps);
+    ensure!(
+        estimate <= limit,
+        "the twin would need up to {:.2} GiB for {} QPs, more than the limit of {:.2} GiB (--memory-limit-gib)",
+        estimate as f64 / f64::from(1 << 30),
+        qps.len(),
+        limit as f64 / f64::from(1 << 30)
+    );
+    Ok(())
+}
+
 /// Adds a step's member counters, `repeat` times, to `load`.
 pub fn add_member_load(r: &StepReport, repeat: u64, load: &mut MemberLoad) {
     for (slot, (p, b)) in r.member_packets.iter().zip(&r.member_bytes).enumerate() {
@@ -395,15 +408,7 @@ pub fn simulate_packet_run_with(
         let transfers = crate::model::workload::on_hosts(step, &hosts);
         check_routes(fabric, &transfers, &o.endpoint).with_context(|| format!("step {i}"))?;
         let qps = qp_specs(fabric, &transfers, &o.endpoint);
-        let estimate = Twin::memory_estimate(&net, &cfg, &qps);
-        ensure!(
-            estimate <= p.memory_limit_bytes,
-            "step {i}: the twin would need up to {:.2} GiB for {} QPs, more than the limit of {:.2} GiB \
-             (--memory-limit-gib)",
-            estimate as f64 / f64::from(1 << 30),
-            qps.len(),
-            p.memory_limit_bytes as f64 / f64::from(1 << 30)
-        );
+        check_memory(&net, &cfg, &qps, p.memory_limit_bytes).with_context(|| format!("step {i}"))?;
         step_qps.push(qps);
         step_transfers.push(transfers);
     }
@@ -560,7 +565,7 @@ mod tests {
         let mut fabric = build_fabric(None, None).unwrap();
         let o = case(Collective::Alltoall, HashMode::Eecmp, 8, CcMode::None);
         let tight = PacketOptions { memory_limit_bytes: 1 << 20, ..PACKET };
-        let err = simulate_packet(&mut fabric, &o, &tight).unwrap_err().to_string();
+        let err = format!("{:#}", simulate_packet(&mut fabric, &o, &tight).unwrap_err());
         assert!(err.contains("GiB for 448 QPs") && err.contains("--memory-limit-gib"), "{err}");
         assert!(simulate_packet(&mut fabric, &o, &PACKET).unwrap().packet.unwrap().finished);
     }

@@ -70,7 +70,8 @@ pub struct TraceSimResult {
     pub gpu_speedup: f64,
     /// A host computing slower than the others (its factor applies to its rank's compute).
     pub straggler: Option<Straggler>,
-    /// The busiest rank's compute, as traced and as modelled, seconds.
+    /// The busiest rank's compute as traced, and the slowest rank's as modelled (the GPU
+    /// speedup applied, and a straggler's factor to its rank), seconds.
     pub traced_compute_s: f64,
     pub compute_s: f64,
     /// The rounds' modelled time, seconds.
@@ -121,7 +122,8 @@ pub fn simulate_input(
     }
     let fabric = &*fabric;
     let net = network(fabric, p.link_delay_ns)?;
-    let mut twin = super::packet::twin_of(&net, fabric, endpoint_config(&t.endpoint)?, p);
+    let cfg = endpoint_config(&t.endpoint)?;
+    let mut twin = super::packet::twin_of(&net, fabric, cfg, p);
     let mut seen: HashMap<String, u64> = HashMap::new();
     let mut r = TraceSimResult {
         file: t.file.display().to_string(),
@@ -157,6 +159,7 @@ pub fn simulate_input(
             continue;
         }
         let qps = qp_specs(fabric, transfers, &t.endpoint);
+        super::packet::check_memory(&net, &cfg, &qps, p.memory_limit_bytes).with_context(|| format!("round {i}"))?;
         let s = twin.run_step(&qps, p.deadline_ns).with_context(|| format!("round {i}"))?;
         r.distinct_rounds += 1;
         r.finished &= s.finished;
@@ -169,10 +172,13 @@ pub fn simulate_input(
     }
     let traced_us = input.ranks.iter().map(|rank| rank.skipped_micros).max().unwrap_or(0);
     r.traced_compute_s = traced_us as f64 * 1e-6;
-    r.compute_s = r.traced_compute_s / t.gpu_speedup;
+    let slowdown = rank_slowdown(fabric, &hosts, t.straggler.as_ref())?;
+    // The slowest rank's compute: a straggler's is its traced time times its factor.
+    let slowest_us =
+        input.ranks.iter().zip(&slowdown).map(|(rank, f)| rank.skipped_micros as f64 * f).fold(0.0, f64::max);
+    r.compute_s = slowest_us * 1e-6 / t.gpu_speedup;
     r.communication_s = comm_ns as f64 * 1e-9;
     r.serial_step_s = r.compute_s + r.communication_s;
-    let slowdown = rank_slowdown(fabric, &hosts, t.straggler.as_ref())?;
     let overlapped = Overlap::new(&job, input, &rounds, &round_ns, t.gpu_speedup, slowdown).step_ns();
     r.step_s = overlapped as f64 * 1e-9;
     Ok(r)
@@ -469,11 +475,25 @@ mod tests {
         let slow = straggling(true, Some(&format!("{name}:3"))).unwrap();
         assert_eq!(slow.communication_s, healthy.communication_s);
         assert!((slow.step_s - healthy.step_s - 3e-3).abs() < 1e-8, "{healthy:?} {slow:?}");
+        // The serial figures count the straggler's compute too: 1.5 ms of it, three times.
+        assert!((healthy.compute_s - 1.5e-3).abs() < 1e-12 && (slow.compute_s - 4.5e-3).abs() < 1e-12, "{slow:?}");
+        assert_eq!(slow.traced_compute_s, healthy.traced_compute_s);
+        assert!((slow.serial_step_s - slow.compute_s - slow.communication_s).abs() < 1e-12);
         // When the all-reduce does not wait for A, the straggler's A (3 ms) runs under it and
         // only what outlasts the communication shows.
         let free = straggling(false, Some(&format!("{name}:3"))).unwrap();
         let comm = free.communication_s;
         assert!((free.step_s - (comm + 1.5e-3).max(3e-3)).abs() < 1e-8, "{free:?}");
+        // A round over the memory limit is refused, as a collective's step is.
+        let (input, t) = crafted(
+            &[build::coll(2, "X", CollectiveCommType::AllReduce, 1 << 20, None, &[])],
+            HashMode::Eecmp,
+            EndpointOptions::default(),
+        );
+        let tight = PacketOptions { memory_limit_bytes: 1 << 10, ..PACKET };
+        let e =
+            format!("{:#}", simulate_input(&mut build_fabric(None, None).unwrap(), &input, &t, &tight).unwrap_err());
+        assert!(e.contains("round 0") && e.contains("--memory-limit-gib"), "{e}");
         for bad in ["nohost:2", &format!("{name}:0.5"), &format!("{name}:x")] {
             let e = format!("{:#}", straggling(true, Some(bad)).unwrap_err());
             assert!(e.contains("--straggler"), "{bad}: {e}");

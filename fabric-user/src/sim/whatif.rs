@@ -188,6 +188,16 @@ fn job_changes(plan: &Plan, links: &[LinkId], w: &WhatIf, detect_ns: u64) -> Vec
     job
 }
 
+/// What a step run on the changed fabric gave: reused for its repeats, counts and all.
+#[derive(Clone, Copy)]
+struct ChangedStep {
+    completion_ns: u64,
+    finished: bool,
+    lost: u64,
+    retransmitted: u64,
+    timeouts: u64,
+}
+
 /// A step that starts at `t0` of the job: the changes that set the fabric's state at its start
 /// (what happened before, at offset 0) and those to come (at their offsets).
 fn step_changes(job: &[(u64, JobChange)], t0: u64) -> Vec<(u64, JobChange)> {
@@ -273,15 +283,20 @@ pub fn simulate_whatif(
         let qps = qp_specs(&base, &crate::model::workload::on_hosts(step, &hosts), &o.endpoint);
         let healthy = twin.run_step(&qps, p.deadline_ns).with_context(|| format!("step {i}"))?.completion_ns;
         baseline_ns += healthy * *repeat as u64;
-        // The step's result once every change happened before it began.
-        let mut changed: Option<u64> = None;
+        // The step's result once every change happened before it began: each repeat on the
+        // changed fabric counts its losses, resends and timeouts again.
+        let mut changed: Option<ChangedStep> = None;
         for _ in 0..*repeat {
             let changes = step_changes(&job, t0);
             let all_past = changes.iter().all(|(at, _)| *at == 0);
             let took = if changes.iter().all(|(at, _)| *at > healthy) {
                 healthy
-            } else if all_past && changed.is_some() {
-                changed.expect("just checked")
+            } else if let (true, Some(c)) = (all_past, changed) {
+                report.finished &= c.finished;
+                report.lost_packets += c.lost;
+                report.retransmissions += c.retransmitted;
+                report.timeouts += c.timeouts;
+                c.completion_ns
             } else {
                 let changes: Vec<Scheduled<'_, _>> = changes
                     .iter()
@@ -296,14 +311,21 @@ pub fn simulate_whatif(
                     })
                     .collect();
                 let r = twin.run_step_with(&qps, p.deadline_ns, &changes).with_context(|| format!("step {i}"))?;
-                report.finished &= r.finished;
-                report.lost_packets += r.lost_to_failures;
-                report.retransmissions += r.retransmitted();
-                report.timeouts += r.qps.iter().map(|q| q.timeouts).sum::<u64>();
+                let c = ChangedStep {
+                    completion_ns: r.completion_ns,
+                    finished: r.finished,
+                    lost: r.lost_to_failures,
+                    retransmitted: r.retransmitted(),
+                    timeouts: r.qps.iter().map(|q| q.timeouts).sum::<u64>(),
+                };
+                report.finished &= c.finished;
+                report.lost_packets += c.lost;
+                report.retransmissions += c.retransmitted;
+                report.timeouts += c.timeouts;
                 if all_past {
-                    changed = Some(r.completion_ns);
+                    changed = Some(c);
                 }
-                r.completion_ns
+                c.completion_ns
             };
             report.steps_affected += usize::from(took != healthy);
             t0 += took;

@@ -855,7 +855,7 @@ fn restore_tables(state: &State, sw: NodeId, old: &SwitchTables, attempted: &Swi
 pub fn set_hash_mode(state: &State, mode: fabric_common::config::HashMode, seed: Option<u32>) -> Result<()> {
     for sw in state.plan.switches() {
         let node = &state.plan.nodes[sw];
-        let seed = seed.map_or(node.seed, |s| fabric_common::hash::fmix32(s ^ (sw as u32).wrapping_mul(0x9E37_79B9)));
+        let seed = seed.map_or(node.seed, |s| crate::model::plan::switch_seed(s, sw));
         let mut dp = state.dataplane(sw)?;
         // The weights first: a switch switched to `wcmp` finds its weights in place.
         dp.refresh_wcmp()?;
