@@ -31,12 +31,13 @@ impl PortLoss {
     }
 }
 
-/// The seed of the draws at end `end` (0: the link's lower end, 1: its upper) of a link whose
-/// loss is seeded with `link_seed`: each end draws its own sequence. The testbed (`fabric link
-/// degrade`) and the packet-level simulator (`fabric sim --loss`) both seed a port so, so that
-/// the same seed loses the same frames in both.
-pub const fn end_seed(link_seed: u64, end: u64) -> u64 {
-    link_seed ^ (end + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+/// The seed of the draws at end `end` (0: the link's lower end, 1: its upper) of link number
+/// `link` (its index in the controller's plan) whose loss is seeded with `seed`: every end of
+/// every link draws its own sequence, so two lossy links given one seed do not lose in step.
+/// The testbed (`fabric link degrade`) and the packet-level simulator (`fabric sim --loss`) both
+/// seed a port so, so that the same seed loses the same frames in both.
+pub const fn end_seed(seed: u64, link: u64, end: u64) -> u64 {
+    seed ^ (2 * link + end + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// `ppm` parts per million as a fraction of 2^32, rounded to nearest; 100% is `u32::MAX`

@@ -5,11 +5,7 @@
 //! the clock and the packet, and applies them. The one shared, multi-writer value is a queue's
 //! tail, updated with compare-and-swap; everything else has a single writer (a port's own
 //! receive path) or is per-CPU.
-#[cfg(target_arch = "bpf")]
-use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
-#[cfg(not(target_arch = "bpf"))]
-use core::sync::atomic::{AtomicU64, Ordering};
 
 use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns};
 use fabric_common::{
@@ -21,91 +17,17 @@ use fabric_common::{
     wire::ipv4,
 };
 
-use crate::maps::{ACCOUNTS, CLASS_COUNTERS, PFC_EVENTS, PFC_XOFF, POOL_USED, PORT_RATE, QOS, QUEUES};
 use crate::packet::XdpPacket;
+use crate::{
+    atomic::{cas, fetch_add, load_shared},
+    maps::{ACCOUNTS, CLASS_COUNTERS, PFC_EVENTS, PFC_XOFF, POOL_USED, PORT_RATE, QOS, QUEUES},
+};
 
 /// Compare-and-swap attempts on a queue's tail before falling back to an atomic add (which is
 /// exact whenever the queue is busy, the only time CPUs collide on it).
 const CAS_TRIES: usize = 4;
 /// `BPF_RB_FORCE_WAKEUP` of bpf_ringbuf_output.
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
-
-/// Atomic compare-and-swap of `*ptr` from `old` to `new` (SeqCst): the value seen, and whether
-/// it was `old` (so the swap happened).
-///
-/// # Safety
-/// `ptr` must be valid and 8-byte aligned for the call, and every concurrent access to it must
-/// be atomic (this, [`fetch_add`]) or a [`load_shared`]. Every caller passes a `u64` field of
-/// a looked-up map value (`#[repr(C)]`, kernel-allocated, 8-aligned).
-#[cfg(target_arch = "bpf")]
-#[inline(always)]
-pub(crate) unsafe fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
-    // SAFETY: the caller's promise (above); BPF_CMPXCHG.
-    unsafe { atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(ptr, old, new) }
-}
-
-/// The host build (clippy, unit tests): the same operation through `AtomicU64`.
-///
-/// # Safety
-/// As for the bpf `cas`.
-#[cfg(not(target_arch = "bpf"))]
-#[inline(always)]
-pub(crate) unsafe fn cas(ptr: *mut u64, old: u64, new: u64) -> (u64, bool) {
-    // SAFETY: the caller's promise: valid, 8-byte aligned (the alignment `AtomicU64` needs),
-    // and accessed concurrently only atomically.
-    let atomic = unsafe { AtomicU64::from_ptr(ptr) };
-    match atomic.compare_exchange(old, new, Ordering::SeqCst, Ordering::SeqCst) {
-        Ok(seen) => (seen, true),
-        Err(seen) => (seen, false),
-    }
-}
-
-/// Atomic add whose result is not used: BPF CPU v1 encodes only that form (XADD).
-///
-/// # Safety
-/// As for [`cas`].
-#[cfg(target_arch = "bpf")]
-#[inline(always)]
-unsafe fn fetch_add(ptr: *mut u64, v: u64) {
-    // SAFETY: the caller's promise, as for `cas`.
-    unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(ptr, v) };
-}
-
-/// The host build: the same wrapping add through `AtomicU64`.
-///
-/// # Safety
-/// As for [`cas`].
-#[cfg(not(target_arch = "bpf"))]
-#[inline(always)]
-unsafe fn fetch_add(ptr: *mut u64, v: u64) {
-    // SAFETY: the caller's promise, as for `cas`.
-    let atomic = unsafe { AtomicU64::from_ptr(ptr) };
-    atomic.fetch_add(v, Ordering::SeqCst);
-}
-
-/// An untorn load of a u64 that other CPUs change with [`cas`] or [`fetch_add`]: one aligned
-/// load in BPF (READ_ONCE), an atomic load in the host build, where a volatile read racing
-/// atomic writes would be a data race.
-///
-/// # Safety
-/// As for [`cas`].
-#[cfg(target_arch = "bpf")]
-#[inline(always)]
-pub(crate) unsafe fn load_shared(ptr: *const u64) -> u64 {
-    // SAFETY: the caller's promise: valid and aligned, so one untorn load.
-    unsafe { read_volatile(ptr) }
-}
-
-/// The host build: an atomic load.
-///
-/// # Safety
-/// As for [`cas`].
-#[cfg(not(target_arch = "bpf"))]
-#[inline(always)]
-pub(crate) unsafe fn load_shared(ptr: *const u64) -> u64 {
-    // SAFETY: the caller's promise, as for `cas`.
-    unsafe { AtomicU64::from_ptr(ptr.cast_mut()) }.load(Ordering::SeqCst)
-}
 
 #[inline(always)]
 fn class_counters(slot: u32) -> Option<&'static mut ClassCounters> {
@@ -346,44 +268,14 @@ mod tests {
 
     use fabric_common::qos::Verdict;
 
-    use super::{CAS_TRIES, cas, fetch_add, judge_and_enqueue};
+    use super::{CAS_TRIES, judge_and_enqueue};
 
-    // The operations on an `AtomicU64`: valid, 8-byte aligned, and accessed only atomically
-    // (by these and by the tests' own atomic loads and adds), as the functions require.
-
-    fn cas_on(v: &AtomicU64, old: u64, new: u64) -> (u64, bool) {
-        // SAFETY: `v` is a live AtomicU64 (above).
-        unsafe { cas(v.as_ptr(), old, new) }
-    }
-
-    fn add_on(v: &AtomicU64, d: u64) {
-        // SAFETY: `v` is a live AtomicU64 (above).
-        unsafe { fetch_add(v.as_ptr(), d) }
-    }
+    // The enqueue on an `AtomicU64`: valid, 8-byte aligned, and accessed only atomically (by it
+    // and by the tests' own atomic loads and adds), as the function requires.
 
     fn enqueue_on(v: &AtomicU64, paused: u64, now: u64, tx: u64, judge: impl Fn(u64) -> Verdict) -> (Verdict, u64) {
         // SAFETY: `v` is a live AtomicU64 (above).
         unsafe { judge_and_enqueue(v.as_ptr(), paused, now, tx, judge) }
-    }
-
-    #[test]
-    fn cas_swaps_only_from_the_expected_value() {
-        let v = AtomicU64::new(7);
-        assert_eq!(cas_on(&v, 7, 9), (7, true));
-        assert_eq!(v.load(Ordering::SeqCst), 9);
-        // A stale expectation: nothing written, and the value seen is handed back.
-        assert_eq!(cas_on(&v, 7, 11), (9, false));
-        assert_eq!(v.load(Ordering::SeqCst), 9);
-    }
-
-    #[test]
-    fn fetch_add_wraps_like_the_bpf_xadd() {
-        let v = AtomicU64::new(u64::MAX - 1);
-        add_on(&v, 3);
-        assert_eq!(v.load(Ordering::SeqCst), 1);
-        // A pause shift is a two's-complement delta: adding it moves the tail back.
-        add_on(&v, 1u64.wrapping_neg());
-        assert_eq!(v.load(Ordering::SeqCst), 0);
     }
 
     const FORWARD: Verdict = Verdict::Forward { mark: false, over_headroom: false };

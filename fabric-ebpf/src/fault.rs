@@ -5,7 +5,7 @@ use core::ptr::{addr_of, addr_of_mut, read_volatile};
 use fabric_common::fault::is_lost;
 
 use crate::{
-    congestion::{cas, load_shared},
+    atomic::{cas, load_shared},
     maps::PORT_LOSS,
 };
 

@@ -21,6 +21,7 @@
 #![cfg_attr(target_arch = "bpf", expect(internal_features, reason = "core::intrinsics::atomic_cxchg/atomic_xadd"))]
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
 
+mod atomic;
 mod congestion;
 mod fault;
 mod generator;

@@ -2,7 +2,7 @@
 //! Names are the contract with the controller (`fabric_user::dataplane`). One more map of the
 //! object, `AYA_LOGS` (the slow-path log), is defined by `aya-log-ebpf`.
 use core::cell::Cell;
-use core::ptr::{addr_of_mut, read_volatile, write_volatile};
+use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 
 use aya_ebpf::helpers::{bpf_get_prandom_u32, bpf_ktime_get_ns};
 use aya_ebpf::{
@@ -25,6 +25,8 @@ use fabric_common::{
     route::{EcmpGroup, MAX_GROUP_MEMBERS, MAX_GROUPS, MAX_ROUTES, RouteTarget},
     te::{MAX_TE_FLOWS, TeEntry, TeKey},
 };
+
+use crate::atomic::load_shared;
 
 /// Switch-wide settings (one entry).
 #[map]
@@ -156,10 +158,15 @@ impl MemberState for Tables {
         let Some(m) = g.members.get(verifier_mask(member, MAX_GROUP_MEMBERS as u32 - 1) as usize) else {
             return PAUSED;
         };
-        let Some(q) = QUEUES.get(class_slot(m.port, class)) else { return PAUSED };
+        let Some(q) = QUEUES.get_ptr(class_slot(m.port, class)) else { return PAUSED };
         let now = self.now_ns();
-        // Racy reads of values other CPUs update atomically: a load estimate, copied at once.
-        let (tail, paused_until) = (q.tail_ns, q.paused_until_ns);
+        // SAFETY: `q` came from `get_ptr` for an in-bounds slot: an array map value, valid and
+        // 8-byte aligned while the program runs, whose fields are accessed only through raw
+        // pointers: the tail, which other CPUs change with `cas`/`fetch_add`, by `load_shared`;
+        // the pause, written by its port's receive path alone, by an untorn volatile load. A
+        // load estimate: the two may be from different instants.
+        let (tail, paused_until) =
+            unsafe { (load_shared(addr_of!((*q).tail_ns)), read_volatile(addr_of!((*q).paused_until_ns))) };
         if paused_until > now {
             return PAUSED;
         }

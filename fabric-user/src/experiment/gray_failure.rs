@@ -145,7 +145,10 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         Ok(())
     })?;
     let verdicts = verdicts(&cases, &runs);
-    Ok(outcome(&cal.describe(), &sizes, cases, verdicts, runs))
+    let notes = runs.faults.notes();
+    let mut out = outcome(&cal.describe(), &sizes, cases, verdicts, runs);
+    out.notes.extend(notes);
+    Ok(out)
 }
 
 /// The slow and lossy uplink on the twin: the scenario's testbed fabric (or `--scale`'s), every
@@ -542,12 +545,12 @@ fn verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
         wcmp_moves_load(cases),
         loss_slows(cases),
         straggler_slows(cases),
-        Verdict::fact(
+        runs.faults.judged(Verdict::fact(
             "go-back-n-amplifies",
             "Go-back-N resends more packets than the lossy link lost (each loss resends the window after it)",
             format!("lossy runs: {} frames lost, {} packets retransmitted", runs.lost, runs.retransmitted),
             runs.lost > 0 && runs.retransmitted > runs.lost,
-        ),
+        )),
         runs.faults.delivery_fact(
             "keeps-delivering",
             "Every gray-failure run delivers every byte (slow, lossy and flapping links, a straggler)",

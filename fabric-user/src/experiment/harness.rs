@@ -313,6 +313,12 @@ impl FaultRuns {
         }
     }
 
+    /// The report's notes: every run under a fault that failed once or twice, and its error.
+    pub fn notes(&self) -> Vec<String> {
+        let once = self.repeated.iter().map(|r| format!("run under a fault failed once and was repeated: {r}"));
+        once.chain(self.failed.iter().map(|r| format!("run under a fault failed twice (not measured): {r}"))).collect()
+    }
+
     /// "Every run under a fault delivers every byte": does not match when a run failed twice or
     /// delivered less than it needed (`delivered` and `needed` are over the runs that finished);
     /// inconclusive when every run delivered but one needed its second attempt (the first

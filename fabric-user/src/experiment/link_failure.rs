@@ -94,7 +94,10 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         Ok(())
     })?;
     let verdicts = verdicts(&cases, &runs);
-    Ok(outcome(&cal.describe(), &sizes, cases, verdicts, runs))
+    let notes = runs.faults.notes();
+    let mut out = outcome(&cal.describe(), &sizes, cases, verdicts, runs);
+    out.notes.extend(notes);
+    Ok(out)
 }
 
 /// The failure as a what-if on the twin (`sim/whatif.rs`): the scenario's fabric (or
@@ -339,7 +342,7 @@ fn verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
     let all_moved = [&pin_moved, &eecmp_moved, &te_moved].iter().all(|(h, f)| h.iter().zip(f).all(|(h, f)| f < h));
     vec![
         pin_suffers_more(cases, "failure").headline(),
-        Verdict::fact(
+        runs.faults.judged(Verdict::fact(
             "redistributed",
             "The failed link's traffic is redistributed over the surviving uplinks (groups repaired)",
             format!(
@@ -353,7 +356,7 @@ fn verdicts(cases: &[Case], runs: &Runs) -> Vec<Verdict> {
                 rounded(&te_moved.1)
             ),
             all_moved,
-        ),
+        )),
         runs.faults.delivery_fact(
             "keeps-delivering",
             "The fabric keeps delivering after the failure (ECMP groups repaired)",

@@ -114,7 +114,9 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         Ok(())
     })?;
     let verdicts = verdicts(&cases, (delivered, needed, "bytes"), &faults);
-    Ok(outcome(&cal.describe(), message, &collectives, cases, verdicts, rows))
+    let mut out = outcome(&cal.describe(), message, &collectives, cases, verdicts, rows);
+    out.notes.extend(faults.notes());
+    Ok(out)
 }
 
 /// The same modes on the twin: the scenario's testbed fabric (or `--scale`'s), every host a

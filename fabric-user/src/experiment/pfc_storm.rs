@@ -2,7 +2,7 @@
 //! its pauses propagate, tier by tier, and whether the PFC watchdog notices.
 use std::collections::BTreeMap;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use super::{
     harness::{Better, Case, Ctx, FaultRuns, Metric, Outcome, Scenario, Table, completion_ms, switch_drops},
@@ -11,6 +11,7 @@ use super::{
 use crate::{
     endpoint::{CcMode, SlowReceiver},
     model::plan::Role,
+    run::{RunOptions, RunResult},
     state::State,
     telemetry::stats,
 };
@@ -36,6 +37,28 @@ struct Storms {
 }
 
 /// PFC frames (XOFF + refresh) each switch tier's agents have sent, and watchdog storms, so far.
+/// A run and the switches' counters read around it.
+struct Counted {
+    r: RunResult,
+    before: BTreeMap<&'static str, u64>,
+    storms_before: Storms,
+    after: BTreeMap<&'static str, u64>,
+    storms_after: Storms,
+    /// Frames the switches dropped during the run.
+    dropped: u64,
+}
+
+/// One attempt of `o` with the counters read around it: the outer error is reading them (a
+/// setup error), the inner the run's.
+fn counted_run(ctx: &Ctx, state: &State, label: &str, o: &RunOptions) -> Result<Result<Counted>> {
+    let (before, storms_before) = tier_pauses(state)?;
+    let dropped_before = switch_drops(state)?;
+    let r = ctx.run_once(state, label, o);
+    let (after, storms_after) = tier_pauses(state)?;
+    let dropped = switch_drops(state)?.saturating_sub(dropped_before);
+    Ok(r.map(|r| Counted { r, before, storms_before, after, storms_after, dropped }))
+}
+
 fn tier_pauses(state: &State) -> Result<(BTreeMap<&'static str, u64>, Storms)> {
     let r = stats::collect(state)?;
     let mut tiers = BTreeMap::new();
@@ -82,26 +105,30 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                         duration_ns: (stall_s * 1e9) as u64,
                     });
                 }
-                let (before, storms_before) = tier_pauses(state)?;
-                let dropped_before = switch_drops(state)?;
                 let label = format!("{} seed {seed}", cases[i].key);
                 // The stalled runs' delivery is what `stall-loses-no-data` judges: a failed one
-                // is measured, not the experiment's error.
-                let r = if slow {
-                    faults.attempt(&label, || Ok(ctx.run_once(state, &label, &o)))?
+                // is measured, not the experiment's error. Each attempt reads the switches'
+                // counters around itself, so a failed attempt's pauses and drops are not counted.
+                let m = if slow {
+                    faults.attempt(&label, || counted_run(ctx, state, &label, &o))?
                 } else {
-                    Some(ctx.run(state, &label, &o)?)
+                    Some(match counted_run(ctx, state, &label, &o)? {
+                        Ok(m) => m,
+                        Err(e) => {
+                            ctx.repeated
+                                .borrow_mut()
+                                .push(format!("run {label:?} failed once and was repeated: {e:#}"));
+                            counted_run(ctx, state, &label, &o)?.with_context(|| format!("run {label:?}, repeated"))?
+                        }
+                    })
                 };
-                let dropped = switch_drops(state)?.saturating_sub(dropped_before);
-                let Some(r) = r else {
-                    for m in ["host_pfc", "rtsw_pfc", "ctsw_pfc", "storms", "receiver_storms", "completion_ms"] {
+                let Some(Counted { r, before, storms_before, after, storms_after, dropped }) = m else {
+                    let metrics = ["host_pfc", "rtsw_pfc", "ctsw_pfc", "storms", "receiver_storms", "completion_ms"];
+                    for m in metrics.into_iter().chain(["host_paused_ms", "dropped"]) {
                         cases[i].push(m, f64::NAN);
                     }
-                    cases[i].push("host_paused_ms", f64::NAN);
-                    cases[i].push("dropped", dropped as f64);
                     continue;
                 };
-                let (after, storms_after) = tier_pauses(state)?;
                 let d = |t: &str| after.get(t).copied().unwrap_or(0) - before.get(t).copied().unwrap_or(0);
                 let host_sent: u64 = r.hosts.iter().map(|h| h.pause_frames_sent).sum();
                 let c = &mut cases[i];
@@ -129,6 +156,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         Ok(())
     })?;
     let verdicts = verdicts(&cases, &format!("50 µs modelled = {watchdog_wall_ms:.0} ms wall"), &faults);
+    let fault_notes = faults.notes();
     Ok(Outcome {
         setup: vec![
             format!(
@@ -162,7 +190,7 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         ],
         cases,
         verdicts,
-        notes: vec![],
+        notes: fault_notes,
         tables: vec![Table {
             title: "Pause propagation per run".into(),
             header: ["seed", "receiver", "host PFC", "RTSW PFC", "CTSW PFC", "watchdog storms", "at z0r0->receiver"]

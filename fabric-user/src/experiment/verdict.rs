@@ -118,6 +118,10 @@ impl Interval {
 
 /// The gain of `a` over `b` in percent of the larger magnitude: positive when `a` is better.
 pub fn gain_pct(a: f64, b: f64, better: Better) -> f64 {
+    // Not measured on either side: no gain to speak of (`f64::max` would drop the NaN).
+    if a.is_nan() || b.is_nan() {
+        return f64::NAN;
+    }
     let scale = a.abs().max(b.abs());
     if scale == 0.0 {
         return 0.0;
@@ -439,6 +443,7 @@ mod tests {
         assert_eq!(gain_pct(100.0, 60.0, Better::Lower), -40.0);
         assert_eq!(gain_pct(0.0, 50.0, Better::Lower), 100.0);
         assert_eq!(gain_pct(0.0, 0.0, Better::Lower), 0.0);
+        assert!(gain_pct(0.0, f64::NAN, Better::Lower).is_nan() && gain_pct(f64::NAN, 0.0, Better::Higher).is_nan());
         assert!((gain_pct(0.9, 0.6, Better::Higher) - 100.0 / 3.0).abs() < 1e-9);
     }
 

@@ -325,7 +325,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         let host_steps: Vec<Vec<HostTransfer>> =
             steps.iter().map(|s| crate::model::workload::on_hosts(s, &hosts)).collect();
         let flows = crate::te::job_flows(plan, &host_steps, &opts.endpoint);
-        Some(crate::te::install(&state.plan.topology.prefix, &flows)?.flows)
+        Some(crate::te::install(&state.plan.topology.prefix, &flows)?.placed())
     } else {
         None
     };

@@ -89,7 +89,8 @@ fn apply_loss<R: Routing>(twin: &mut Twin<'_, R>, fabric: &SimFabric, seed: u64)
     for &(node, port, ppm) in &fabric.loss {
         let link = fabric.plan.nodes[node].ports[port].link;
         let end = u64::from(fabric.plan.links[link].a != node);
-        twin.set_loss(node, port, fabric_common::fault::PortLoss::new(ppm, fabric_common::fault::end_seed(seed, end)));
+        let port_seed = fabric_common::fault::end_seed(seed, link as u64, end);
+        twin.set_loss(node, port, fabric_common::fault::PortLoss::new(ppm, port_seed));
     }
 }
 

@@ -9,14 +9,15 @@
 //!   rounds simulated once;
 //! - **compute** (the GPU speed model): each compute node of a Chakra trace takes its traced
 //!   duration divided by `--gpu-speedup` (the modelled GPU's speed over the traced one's);
-//!   `compute_s` is the busiest rank's total.
+//!   `compute_s` is the slowest rank's total (with `--straggler`, its rank's traced compute
+//!   times its factor counts).
 //! - **overlap**: a compute node starts once every op and compute node it depends on (data and
 //!   control deps) finished, and a round starts once the previous round ended and every op that
 //!   starts in it has the compute it waits for done, on every rank taking part. The trace's
 //!   dependencies are the only order: compute nodes of a rank with no dependency between them
 //!   run at once (as on separate streams), and compute overlaps whatever communication it does
 //!   not depend on. `step_s` is when the last round or compute node ends. `serial_step_s`,
-//!   the busiest rank's compute plus the communication (the model before overlap), is no
+//!   the slowest rank's compute plus the communication (the model before overlap), is no
 //!   bound either way: a data-parallel step overlaps and comes in under it, while a pipeline's
 //!   critical path runs through the compute of several ranks in turn and comes out over it.
 //!   PARAM traces carry no compute durations: their step is their communication.
@@ -350,7 +351,8 @@ pub fn print(results: &[TraceSimResult]) {
     for r in results {
         println!(
             "trace {} ({}, {} ranks, {} ops in {} rounds, {} simulated), hash {} qps={} cc={}: step {:.6} s \
-             overlapped ({:.6} s serial = compute {:.6} s (traced {:.6} s / {}) + communication {:.6} s); {} \
+             overlapped ({:.6} s serial = compute {:.6} s (busiest rank's traced {:.6} s / {}{}) + communication {:.6} \
+             s); {} \
              retransmitted, {} ECN marks, {} PFC frames{}{}",
             r.file,
             r.format,
@@ -366,6 +368,7 @@ pub fn print(results: &[TraceSimResult]) {
             r.compute_s,
             r.traced_compute_s,
             r.gpu_speedup,
+            if r.straggler.is_some() { ", the straggler's rank slowed by its factor" } else { "" },
             r.communication_s,
             r.retransmissions,
             r.ecn_marks,

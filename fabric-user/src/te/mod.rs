@@ -52,6 +52,13 @@ pub struct TePlacement {
     pub unroutable: usize,
 }
 
+impl TePlacement {
+    /// The flows placed: all but those of a host cut off.
+    pub fn placed(&self) -> usize {
+        self.flows - self.unroutable
+    }
+}
+
 /// The traffic matrix of a job: every flow (data and ACK directions) of every step, the bytes of
 /// a flow that recurs in several steps summed (a ring's steps repeat the same flows).
 pub fn job_flows(plan: &Plan, steps: &[Vec<HostTransfer>], opts: &EndpointOptions) -> Vec<TeFlow> {
@@ -99,7 +106,7 @@ pub fn assign_on(fabric: &SimFabric, flows: &[TeFlow]) -> Result<TePlacement> {
     });
     let mut out = TePlacement { flows: flows.len(), ..Default::default() };
     for f in order {
-        match path_of(fabric, f, &out.link_bytes) {
+        match path_of(fabric, f, &out.link_bytes)? {
             Some(hops) => place(fabric, f, &hops, &mut out),
             None => out.unroutable += 1,
         }
@@ -118,24 +125,31 @@ pub fn assign_on(fabric: &SimFabric, flows: &[TeFlow]) -> Result<TePlacement> {
 /// The hops of `f` from its rack switch on, each (switch, group, member index), the least
 /// loaded member by `link_bytes` at each; `None` if a host of it is cut off (its rack switch
 /// has no route to it, or a switch on the way none to the destination), where no entry could
-/// carry it.
-fn path_of(fabric: &SimFabric, f: &TeFlow, link_bytes: &HashMap<u32, u64>) -> Option<Vec<(NodeId, u32, usize)>> {
+/// carry it. An empty group is the controller's error.
+fn path_of(
+    fabric: &SimFabric,
+    f: &TeFlow,
+    link_bytes: &HashMap<u32, u64>,
+) -> Result<Option<Vec<(NodeId, u32, usize)>>> {
     let plan = &fabric.plan;
     let mut at = plan.nodes[f.src].ports[0].peer_node;
-    fabric.group_of(at, f.src)?;
+    if fabric.group_of(at, f.src).is_none() {
+        return Ok(None);
+    }
     let mut hops = Vec::new();
     for _ in 0..16 {
         if at == f.dst || !plan.nodes[at].role.is_switch() {
             break;
         }
-        let group = fabric.group_of(at, f.dst)?;
+        let Some(group) = fabric.group_of(at, f.dst) else { return Ok(None) };
         let members = fabric.members(at, group);
         let load = |i: usize| link_bytes.get(&directed(fabric, at, members[i])).copied().unwrap_or(0);
-        let best = (0..members.len()).min_by_key(|&i| (load(i), i))?;
+        let best = (0..members.len()).min_by_key(|&i| (load(i), i));
+        let best = best.with_context(|| format!("{}: empty group {group}", plan.nodes[at].name))?;
         hops.push((at, group, best));
         at = plan.nodes[at].ports[members[best]].peer_node;
     }
-    Some(hops)
+    Ok(Some(hops))
 }
 
 /// Puts `f` on `hops`: its bytes on every link of the way and an entry at each switch with a
@@ -287,7 +301,7 @@ mod tests {
         let te = assign(&plan, &cut, &flows).unwrap_or_else(|e| panic!("{e:#}"));
         let of_host = flows.iter().filter(|f| f.src == host || f.dst == host).count();
         assert!(of_host > 0);
-        assert_eq!((te.flows, te.unroutable), (flows.len(), of_host));
+        assert_eq!((te.flows, te.unroutable, te.placed()), (flows.len(), of_host, flows.len() - of_host));
         let others: Vec<TeFlow> = flows.iter().filter(|f| f.src != host && f.dst != host).copied().collect();
         let alone = assign(&plan, &cut, &others).unwrap();
         assert_eq!((alone.unroutable, &alone.link_bytes), (0, &te.link_bytes));

@@ -153,7 +153,7 @@ fn apply_end(state: &State, l: LinkId, end: usize, (node, port): (NodeId, usize)
     dp.set_port_rate(port as u32, rate).with_context(|| format!("setting the rate of {name}"))?;
     // WCMP weighs members by their port's rate: the switch's weights follow the new rate.
     dp.refresh_wcmp().with_context(|| format!("WCMP weights of {name}"))?;
-    let seed = fabric_common::fault::end_seed(d.seed, end as u64);
+    let seed = fabric_common::fault::end_seed(d.seed, l as u64, end as u64);
     dp.set_port_loss(port as u32, PortLoss::new(d.loss_ppm, seed))
         .with_context(|| format!("setting the loss of {name}"))
 }
