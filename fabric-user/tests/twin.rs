@@ -827,25 +827,15 @@ fn a_twin_run_written_as_a_job_renders_with_fabric_report() {
         assert!(out.status.success(), "fabric {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
-    let sim = fabric(&[
-        "sim",
-        "--model",
-        "packet",
-        "--workload",
-        "incast",
-        "--cc",
-        "none",
-        "--qps",
-        "1",
-        "--hash",
-        "eecmp",
-        "--message",
-        "1Mi",
-        "--job-record",
-        "--json",
-        "sim.json",
-    ]);
-    let job_id = sim.split("job ").nth(1).and_then(|s| s.split(':').next()).expect("the job id is printed").to_string();
+    // The incast on the twin, written as a job, with `extra` options; its printed job id.
+    let incast_job = |extra: &[&str], json: &str| -> String {
+        let base =
+            ["sim", "--model", "packet", "--workload", "incast", "--cc", "none", "--qps", "1", "--hash", "eecmp"];
+        let more = ["--message", "1Mi", "--job-record", "--json", json];
+        let out = fabric(&[&base[..], extra, &more[..]].concat());
+        out.split("job ").nth(1).and_then(|s| s.split(':').next()).expect("the job id is printed").to_string()
+    };
+    let job_id = incast_job(&[], "sim.json");
     let read = |p: &str| -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(dir.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"))).unwrap()
     };
@@ -876,27 +866,7 @@ fn a_twin_run_written_as_a_job_renders_with_fabric_report() {
     assert!(report.contains("z0r0     z0r0h0") && report.contains("diagnosis:"), "{report}");
     assert!(report.contains("most congested port z0r0:z0r0h0"), "the incast's port to its root: {report}");
     // With a lossy link, the record's ports count what each lost, as the sim's total says.
-    let sim = fabric(&[
-        "sim",
-        "--model",
-        "packet",
-        "--workload",
-        "incast",
-        "--cc",
-        "none",
-        "--qps",
-        "1",
-        "--hash",
-        "eecmp",
-        "--message",
-        "1Mi",
-        "--loss",
-        "z0r0:z0c0=2%",
-        "--job-record",
-        "--json",
-        "lossy.json",
-    ]);
-    let job_id = sim.split("job ").nth(1).and_then(|s| s.split(':').next()).expect("the job id is printed").to_string();
+    let job_id = incast_job(&["--loss", "z0r0:z0c0=2%"], "lossy.json");
     let (job, sim) = (read(&format!("results/jobs/{job_id}.json")), read("lossy.json"));
     let lost = sim["results"][0]["packet"]["link_loss"].as_u64().unwrap();
     let ports = job["ports"].as_array().unwrap();
