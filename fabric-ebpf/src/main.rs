@@ -72,16 +72,15 @@ pub fn fabric_switch(ctx: XdpContext) -> u32 {
         rx.rx_pfc_frames += 1;
         return xdp_action::XDP_DROP;
     }
-    // One copy of the settings per packet: a mode change (one write of the whole value) then
-    // decides a packet wholly by the old settings or the new, however often the decision reads
-    // the mode, the seed or the gap.
-    let sw = Switch { cfg: *cfg, qos };
+    // The settings by reference, not copied: a 16-byte copy on the stack takes the program over
+    // the 512-byte stack limit of Linux 6.1's verifier (which rounds the main frame up to 32).
+    let sw = Switch { cfg, qos };
     switch_packet(&ctx, &mut pkt, &sw, port, rx, len)
 }
 
-/// The switch's settings, read once per packet.
+/// The switch's settings, read once per run.
 struct Switch<'a> {
-    cfg: SwitchConfig,
+    cfg: &'a SwitchConfig,
     /// The congestion model's settings, when it is on.
     qos: Option<&'a QosConfig>,
 }
@@ -106,7 +105,7 @@ fn switch_packet(
     // The clock is read at most once per packet, where it is first needed (the clocked modes'
     // choice, else the congestion model), and that one reading serves both.
     let tables = Tables::default();
-    let (group, member_index, member) = match decide(&tables, &sw.cfg, port, &parsed) {
+    let (group, member_index, member) = match decide(&tables, sw.cfg, port, &parsed) {
         Decision::Forward { group, member_index, member } => (group, member_index, member),
         Decision::Pass(reason) => return pass(rx, reason),
         Decision::Drop(reason) => return drop(rx, reason),
