@@ -34,7 +34,7 @@ use super::{
     buf::PacketBuf,
     icrc,
     psn::Psn,
-    qp::Connection,
+    qp::{Connection, MAX_WRITE_BYTES},
     wire::{BTH_LEN, BthPacket, BthRepr, ICRC_LEN, opcode},
 };
 
@@ -54,6 +54,37 @@ impl CtsConfig {
     pub fn bound_bytes(&self) -> u64 {
         u64::from(self.channels) * self.buffer_bytes
     }
+
+    /// Refuses settings the admission cannot keep. A buffer larger than the largest single
+    /// WRITE ([`MAX_WRITE_BYTES`]) is one: its chunk would go out as several WRITEs, and the
+    /// receiver, which frees one buffer per WRITE received, would free buffers for chunks
+    /// still on their way and let more than [`Self::bound_bytes`] into flight.
+    pub fn validate(&self) -> Result<(), InvalidCtsConfig> {
+        if self.channels == 0 {
+            return Err(InvalidCtsConfig::NoChannel);
+        }
+        if self.buffer_bytes == 0 {
+            return Err(InvalidCtsConfig::EmptyBuffer);
+        }
+        if self.buffer_bytes > MAX_WRITE_BYTES {
+            return Err(InvalidCtsConfig::BufferOverOneWrite { buffer_bytes: self.buffer_bytes });
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`CtsConfig`] was refused ([`CtsConfig::validate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidCtsConfig {
+    #[error("CTS needs at least one channel")]
+    NoChannel,
+    #[error("CTS needs a buffer of at least one byte")]
+    EmptyBuffer,
+    #[error(
+        "a CTS buffer of {buffer_bytes} bytes is larger than the largest single WRITE ({MAX_WRITE_BYTES} bytes): \
+         its chunk would arrive as several WRITEs, each freeing a buffer"
+    )]
+    BufferOverOneWrite { buffer_bytes: u64 },
 }
 
 /// One grant: the flow's new cumulative total.
@@ -87,8 +118,12 @@ pub struct CtsReceiver {
 }
 
 impl CtsReceiver {
+    /// # Panics
+    /// If `config` fails [`CtsConfig::validate`].
     pub fn new(config: CtsConfig) -> Self {
-        assert!(config.channels > 0 && config.buffer_bytes > 0, "CTS needs at least one buffer of at least one byte");
+        if let Err(e) = config.validate() {
+            panic!("{e}");
+        }
         CtsReceiver { config, flows: Vec::new(), next: 0, granted_bytes: 0, received_bytes: 0, max_in_flight: 0 }
     }
 
@@ -200,13 +235,13 @@ impl CtsSender {
         self.granted = self.granted.max(granted_total);
     }
 
-    /// The next WRITE to post (at most `chunk_bytes`, at most 1 GiB), counted as posted; `None`
+    /// The next WRITE to post (at most `chunk_bytes`, at most [`MAX_WRITE_BYTES`]), counted as posted; `None`
     /// once everything granted is posted.
     pub fn next_post(&mut self, chunk_bytes: u64) -> Option<u32> {
         if self.posted >= self.granted {
             return None;
         }
-        let len = (self.granted - self.posted).min(chunk_bytes.clamp(1, 1 << 30));
+        let len = (self.granted - self.posted).min(chunk_bytes.clamp(1, MAX_WRITE_BYTES));
         self.posted += len;
         Some(len as u32)
     }
@@ -364,5 +399,20 @@ mod tests {
         let mut write = b.clone();
         write[0] = opcode::RC_WRITE_ONLY;
         assert_eq!(parse(&write), None);
+    }
+
+    /// A buffer larger than one WRITE would be sent as several WRITEs, each freeing a buffer at
+    /// the receiver: refused, and the largest WRITE itself accepted.
+    #[test]
+    fn a_buffer_larger_than_one_write_is_refused() {
+        assert_eq!(config(4, MAX_WRITE_BYTES).validate(), Ok(()));
+        assert_eq!(
+            config(4, MAX_WRITE_BYTES + 1).validate(),
+            Err(InvalidCtsConfig::BufferOverOneWrite { buffer_bytes: MAX_WRITE_BYTES + 1 })
+        );
+        assert_eq!(config(0, 1).validate(), Err(InvalidCtsConfig::NoChannel));
+        assert_eq!(config(1, 0).validate(), Err(InvalidCtsConfig::EmptyBuffer));
+        let refused = std::panic::catch_unwind(|| CtsReceiver::new(config(1, 2 * MAX_WRITE_BYTES)));
+        assert!(refused.is_err(), "nor does a receiver take it");
     }
 }

@@ -20,7 +20,10 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use fabric_common::wire::{ethernet, ipv4, ipv6, udp};
+use fabric_common::{
+    queue::WIRE_OVERHEAD_BYTES,
+    wire::{ethernet, ipv4, ipv6, udp},
+};
 
 use super::{
     buf::PacketBuf,
@@ -38,6 +41,10 @@ use super::{
 /// The default partition key, as rxe and most NICs use.
 pub const DEFAULT_PKEY: u16 = 0xFFFF;
 
+/// The largest single WRITE posted: RoCE messages are at most 2 GiB, so larger admissions go
+/// out as WRITEs of 1 GiB.
+pub const MAX_WRITE_BYTES: u64 = 1 << 30;
+
 /// Payload source: the endpoint sends zeros, at most one path MTU per packet.
 static ZEROS: [u8; 4096] = [0; 4096];
 
@@ -54,6 +61,16 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// Ethernet + IP + UDP headers around a UDP payload this end sends: with the payload, the
+    /// frame as XDP sees it (no FCS).
+    pub fn frame_overhead_bytes(&self) -> u32 {
+        let ip_header = match self.ip {
+            IpPair::V4 { .. } => ipv4::MIN_HEADER_LEN,
+            IpPair::V6 { .. } => ipv6::HEADER_LEN,
+        };
+        (ethernet::HEADER_LEN + ip_header + udp::HEADER_LEN) as u32
+    }
+
     /// Whether a UDP payload received from the peer, sent from `peer_udp_src_port`, has a good
     /// ICRC (assuming the peer sends as we do: see [`super::icrc`]).
     pub fn verify_incoming(&self, peer_udp_src_port: u16, udp_payload: &[u8]) -> bool {
@@ -92,7 +109,9 @@ pub struct RequesterConfig {
     pub window_packets: u32,
     /// `None`: as fast as the window allows.
     pub pacer: Option<PacerConfig>,
-    /// What each packet costs the pacer beyond its UDP payload: Ethernet + IP + UDP headers.
+    /// What each packet costs the pacer beyond its UDP payload: Ethernet + IP + UDP headers
+    /// ([`Connection::frame_overhead_bytes`]) and what a link charges every frame beyond that
+    /// ([`WIRE_OVERHEAD_BYTES`]: preamble, FCS, inter-frame gap), so that a rate is a link's.
     pub wire_overhead_bytes: u32,
     pub retransmit_timeout_ns: u64,
     /// Timeouts in a row without progress before the QP gives up (IB's retry count, at most 7).
@@ -111,17 +130,15 @@ pub struct RequesterConfig {
 impl RequesterConfig {
     /// Defaults: 1024-byte MTU, PSN 0, 128 packets in flight, unpaced, 1 ms timeout, 7 retries.
     pub fn new(connection: Connection) -> Self {
-        let ip_header = match connection.ip {
-            IpPair::V4 { .. } => ipv4::MIN_HEADER_LEN,
-            IpPair::V6 { .. } => ipv6::HEADER_LEN,
-        };
         RequesterConfig {
             connection,
             mtu: PathMtu::Mtu1024,
             first_psn: Psn::new(0),
             window_packets: 128,
             pacer: None,
-            wire_overhead_bytes: (ethernet::HEADER_LEN + ip_header + udp::HEADER_LEN) as u32,
+            // Headers only, a sender paced at its link's rate overran the link by the framing
+            // (2.2% at MTU 1024) and built a queue that never drained.
+            wire_overhead_bytes: connection.frame_overhead_bytes() + WIRE_OVERHEAD_BYTES as u32,
             retransmit_timeout_ns: 1_000_000,
             retry_limit: 7,
             remote_addr: 0,
@@ -158,7 +175,10 @@ pub enum Failure {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PostError {
-    #[error("{outstanding_packets} packets would be outstanding: PSN order needs fewer than 2^23")]
+    #[error(
+        "{outstanding_packets} packets would be outstanding: PSN order needs fewer than 2^23 per QP (spread a \
+         transfer this large over more QPs, or send less)"
+    )]
     PsnSpaceExhausted { outstanding_packets: u64 },
     #[error("the queue pair has failed: {0}")]
     Failed(Failure),
@@ -1725,5 +1745,32 @@ mod tests {
         let mut req = Requester::new(cfg);
         req.post_write(0, ((1 << 23) - 1) * 256).unwrap(); // 2^23 - 1 packets
         assert_eq!(req.post_write(1, 1), Err(PostError::PsnSpaceExhausted { outstanding_packets: 1 << 23 }));
+    }
+
+    /// Paced at a link's rate, a requester must send no faster than the link serializes its
+    /// frames (preamble, FCS and gap included, as the switches' queue model charges them): its
+    /// packets fed to that queue model leave no backlog beyond the frame on the wire.
+    #[test]
+    fn a_requester_paced_at_a_links_rate_never_outruns_the_link() {
+        use fabric_common::queue::{LineRate, enqueue_tail};
+        let rate = 8_000_000_000;
+        let mut cfg = RequesterConfig::new(requester_side());
+        cfg.pacer = Some(PacerConfig { rate_bps: rate, burst_bytes: 1 });
+        (cfg.window_packets, cfg.retransmit_timeout_ns) = (4096, 1_000_000_000);
+        assert_eq!(cfg.wire_overhead_bytes, 14 + 20 + 8 + 24, "headers and framing");
+        assert_eq!(requester_side().frame_overhead_bytes(), 14 + 20 + 8);
+        let mut req = Requester::new(cfg);
+        req.post_write(0, 2000 * 1024).unwrap();
+        let (line, mut now, mut tail) = (LineRate::new(rate), 0, 0);
+        for _ in 0..2000 {
+            now = req.poll_timeout(now).unwrap();
+            let p = req.poll_transmit_repr(now).expect("due at its pacer's time");
+            let wire_ns =
+                line.frame_transmit_ns((p.buffer_len() as u32 + cfg.connection.frame_overhead_bytes()).into());
+            tail = enqueue_tail(tail, 0, now, wire_ns);
+            // Headers only, the backlog grew by 24 bytes' time a packet: 48 µs by the end. The
+            // pacer may round its time down by a nanosecond.
+            assert!(tail - now <= wire_ns + 1, "{} ns queued at {now} ns", tail - now);
+        }
     }
 }

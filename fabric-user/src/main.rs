@@ -411,9 +411,10 @@ fn run() -> Result<()> {
                             spec
                         }
                     };
-                    // As in a plain run, the ranks default to every host of the testbed.
+                    // As in a plain run: the hosts a `hosts:` placement names, else every host.
                     if spec.ranks.is_none() {
-                        spec.ranks = Some(State::load(&which.prefix()?)?.plan.hosts().count());
+                        let every_host = State::load(&which.prefix()?)?.plan.hosts().count();
+                        spec.ranks = Some(spec.placement.rank_count(None, every_host));
                     }
                     let mut file = fabric_user::run::jobs::JobsFile::of_run(&spec)?;
                     file.set_straggler(&s)?;

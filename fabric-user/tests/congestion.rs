@@ -396,6 +396,54 @@ fn switch_agents_send_pfc_that_spreads_from_the_receivers_rack_to_the_spine_and_
     }
 }
 
+/// A link taken down while its switch holds a pause on it: the agent ends that pause and goes
+/// on. (Its refresh or XON on the down port used to fail and end the switch's agent thread for
+/// good: no more PFC frames, watchdog or telemetry from that switch, even after `link up`.)
+#[test]
+fn a_link_going_down_under_a_pause_leaves_its_switch_agent_running() {
+    let prefix = common::unique_prefix('q', 2);
+    common::use_fabric_binary();
+    let _guard = fabric_user::testbed::DownOnDrop(prefix.clone());
+    fabric_user::testbed::up(&common::topology(None, &prefix), true).unwrap_or_else(|e| panic!("{e:#}"));
+    let state = State::load(&prefix).unwrap();
+    let receiver = state.plan.host_ipv4(state.plan.node_by_name("z0r0h0").unwrap());
+    // XOFFs z0r0 sent its same-rack sender z0r0h1, as its agent last reported them.
+    let xoffs = || -> u64 {
+        let r = stats::collect(&state).unwrap();
+        let rtsw = r.agents.iter().find(|a| a.node == "z0r0").expect("z0r0's telemetry");
+        rtsw.pfc.iter().filter(|p| p.ifname == "z0r0h1").map(|p| p.xoff_sent).sum()
+    };
+    let incast = |secs: f64| {
+        std::thread::scope(|s| {
+            for h in ["z0r0h1", "z0r1h0", "z0r2h0"] {
+                let state = &state;
+                s.spawn(move || blast(state, h, receiver, secs));
+            }
+        })
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| incast(2.5));
+        // The pause in force right now (the XDP program's outstanding XOFF, which the agent
+        // clears at XON): its next refresh, or its XON, goes out of a port that is down.
+        let rtsw = state.plan.node_by_name("z0r0").unwrap();
+        let port = state.plan.nodes[rtsw].ports.iter().position(|p| p.ifname == "z0r0h1").unwrap() as u32;
+        let held = || state.dataplane(rtsw).unwrap().xoff_flag(port, 3).unwrap() != 0;
+        let paused = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            xoffs() >= 1 && held()
+        });
+        assert!(paused, "z0r0 never held a pause on z0r0h1");
+        fabric_user::testbed::set_link(&prefix, "z0r0:z0r0h1", false).unwrap();
+    });
+    fabric_user::testbed::set_link(&prefix, "z0r0:z0r0h1", true).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = xoffs();
+    incast(1.5);
+    std::thread::sleep(Duration::from_millis(500));
+    let after = xoffs();
+    assert!(after > before, "z0r0's agent sent no XOFF after the link came back ({before} -> {after})");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Our endpoints on the default testbed: a 4-to-1 incast under each congestion control.
 

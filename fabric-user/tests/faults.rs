@@ -240,10 +240,16 @@ fn a_switch_brings_back_only_the_links_it_took_down() {
     assert_eq!(down_labels(), std::slice::from_ref(&by_hand), "only the link taken down by itself is left");
     let err = format!("{:#}", fault::set_switch(&prefix, "z0c0", true).unwrap_err());
     assert!(err.contains(&format!("already up; its links down on their own come back with fabric link up: {by_hand}")));
+    // A link down by hand is not flapped: the flap would end with it up.
+    let err = format!("{:#}", fault::flap(&prefix, "z0r0:z0c0", Duration::from_millis(100), 1).unwrap_err());
+    assert!(err.contains("is down (fabric link down): bring it up first"), "{err}");
     testbed::set_link(&prefix, "z0r0:z0c0", true).unwrap();
     let after = State::load(&prefix).unwrap();
     assert!(after.down_links.is_empty() && after.down_switches.is_empty() && after.links_taken_down.is_empty());
     common::assert_all_reachable(&after);
+    // Brought up again while up: configured again, but no fault in the log (job records read it).
+    testbed::set_link(&prefix, "z0r0:z0c0", true).unwrap();
+    assert_eq!(State::load(&prefix).unwrap().faults.len(), after.faults.len(), "a link that was up came up");
 }
 
 /// A flap stopped in its down half (here by SIGTERM, as a supervisor's timeout sends) brings

@@ -297,3 +297,23 @@ fn a_lost_address_is_reported() {
     testbed::down(&prefix).unwrap();
     assert_nothing_left(&prefix);
 }
+
+/// Two `up`s of one prefix at once: the second finds the prefix claimed (its state folder made
+/// by the first, before the first has a state file or a namespace) and stops without building or
+/// removing anything; `down` then removes the folder.
+#[test]
+fn an_up_that_finds_its_prefix_claimed_builds_nothing_and_removes_nothing() {
+    netns::require_capabilities().expect("this test needs root");
+    let prefix = unique_prefix('k', 0);
+    let _guard = Teardown(prefix.clone());
+    let dir = fabric_user::state::state_dir(&prefix);
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("being-built-by-another-up");
+    std::fs::write(&marker, b"").unwrap();
+    let err = testbed::up(&topology(None, &prefix), true).expect_err("a claimed prefix must refuse");
+    assert!(format!("{err:#}").contains("already exists or is being brought up"), "{err:#}");
+    assert!(marker.exists(), "the refused up removed the other one's folder");
+    assert!(netns::list_named(&format!("{prefix}-")).unwrap().is_empty(), "the refused up built something");
+    let down = testbed::down(&prefix).unwrap();
+    assert!(down.state_removed && !dir.exists());
+}

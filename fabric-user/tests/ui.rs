@@ -216,7 +216,10 @@ fn the_live_view_shows_the_fabric_its_load_and_its_failures_in_a_browser() {
     assert!(fabric_user::agent::stop(&prefix).unwrap(), "the agent was running");
     let v = wait_for(addr, 100, "unhealthy switches", |v| v["status"] == "degraded");
     assert!(v["switches"].as_array().unwrap().iter().all(|s| s["healthy"] == false));
-    assert!(get(addr, "/").unwrap().contains("unhealthy"));
+    // The picture marks them (the status line says "unhealthy" too: the boxes themselves).
+    let page = get(addr, "/").unwrap();
+    assert!(page.contains(r#"<g class="node rtsw unhealthy" id="node-z0r1""#), "z0r1 is not drawn unhealthy");
+    assert!(page.contains(r#"<g class="node ctsw unhealthy" id="node-z0c0""#), "z0c0 is not drawn unhealthy");
 
     // The testbed goes down: the view says so; it is built again: the view recovers.
     testbed::down(&prefix).unwrap();

@@ -47,10 +47,13 @@ impl Feedback {
 pub trait CongestionControl: fmt::Debug + Send {
     // ---- sender side (requester QPs) ----
 
-    /// A requester QP `qp` starts here with `bytes` to send. Returns the pacing rate it starts
-    /// at, if the scheme sets one (`None`: the requester keeps its configured rate).
-    fn add_sender(&mut self, qp: u32, bytes: u64, now_ns: u64) -> Option<u64> {
-        let _ = (qp, bytes, now_ns);
+    /// A requester QP `qp` starts here with `bytes` to send, paced at `rate_bps` (`None`:
+    /// unpaced). That rate is the QP's own (its share of its transfer, under a slow NIC's
+    /// cap), so a scheme that sets rates starts and recovers there rather than at a rate of
+    /// its own. Returns the pacing rate it starts at, if the scheme sets one (`None`: the
+    /// requester keeps its configured rate).
+    fn add_sender(&mut self, qp: u32, bytes: u64, rate_bps: Option<u64>, now_ns: u64) -> Option<u64> {
+        let _ = (qp, bytes, rate_bps, now_ns);
         None
     }
 
@@ -65,8 +68,8 @@ pub trait CongestionControl: fmt::Debug + Send {
         None
     }
 
-    /// Sender `qp` just sent packets of `wire_bytes` in all (headers included): a new rate, if
-    /// that changes it.
+    /// Sender `qp` just sent packets of `wire_bytes` in all (headers and the link's framing
+    /// included, as the pacer charges them): a new rate, if that changes it.
     fn on_sent(&mut self, qp: u32, wire_bytes: u64, now_ns: u64) -> Option<u64> {
         let _ = (qp, wire_bytes, now_ns);
         None

@@ -31,7 +31,7 @@ pub struct Cts {
 
 impl Cts {
     /// # Panics
-    /// If `config` has no channel or an empty buffer.
+    /// If `config` fails [`CtsConfig::validate`].
     pub fn new(config: CtsConfig) -> Self {
         Cts {
             chunk_bytes: config.buffer_bytes,
@@ -54,7 +54,7 @@ impl Cts {
 }
 
 impl CongestionControl for Cts {
-    fn add_sender(&mut self, qp: u32, _bytes: u64, _now_ns: u64) -> Option<u64> {
+    fn add_sender(&mut self, qp: u32, _bytes: u64, _rate_bps: Option<u64>, _now_ns: u64) -> Option<u64> {
         self.senders.insert(qp, CtsSender::default());
         None
     }
@@ -152,7 +152,7 @@ mod tests {
     #[test]
     fn a_sender_posts_nothing_before_a_grant_and_then_one_chunk_per_grant() {
         let mut cc = Cts::new(config(2));
-        assert_eq!(cc.add_sender(0x112, 2500, 0), None, "CTS does not pace");
+        assert_eq!(cc.add_sender(0x112, 2500, Some(1), 0), None, "CTS does not pace");
         assert_eq!(cc.poll_post(0x112, 2500), None, "nothing granted yet");
         let grant = cts::emit(&receiving_end(0x12), 0, 1000);
         cc.on_control(0x112, &grant, 5);

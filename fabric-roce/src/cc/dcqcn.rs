@@ -23,8 +23,9 @@ pub struct Dcqcn {
 }
 
 impl Dcqcn {
-    /// Senders start paced at `line_rate_bps`; `params` and the rate are already time-scaled
-    /// ([`DcqcnParams::scaled`]).
+    /// Each sender's reaction point starts at, and recovers to, its requester's own pacing
+    /// rate; `line_rate_bps` is the line of an unpaced requester only. `params` and the rates
+    /// are already time-scaled ([`DcqcnParams::scaled`]).
     ///
     /// # Panics
     /// On the first sender, if `params` fail [`DcqcnParams::validate`] or the rate is 0.
@@ -48,9 +49,12 @@ impl Dcqcn {
 }
 
 impl CongestionControl for Dcqcn {
-    fn add_sender(&mut self, qp: u32, _bytes: u64, now_ns: u64) -> Option<u64> {
-        self.rps.insert(qp, ReactionPoint::new(self.line_rate_bps, self.params, now_ns));
-        Some(self.line_rate_bps)
+    /// A run-wide line would override what the requester's rate already counts (its
+    /// transfer's QP count, a slow NIC's cap): the QP's own rate is its line.
+    fn add_sender(&mut self, qp: u32, _bytes: u64, rate_bps: Option<u64>, now_ns: u64) -> Option<u64> {
+        let line = rate_bps.unwrap_or(self.line_rate_bps);
+        self.rps.insert(qp, ReactionPoint::new(line, self.params, now_ns));
+        Some(line)
     }
 
     fn poll_post(&mut self, _qp: u32, unposted: u64) -> Option<u64> {
@@ -129,7 +133,7 @@ mod tests {
     #[test]
     fn senders_start_at_line_rate_post_everything_and_a_cnp_halves_the_rate() {
         let mut cc = Dcqcn::new(DcqcnParams::default(), LINE);
-        assert_eq!(cc.add_sender(0x11, 1 << 20, 0), Some(LINE), "paced at line rate from the start");
+        assert_eq!(cc.add_sender(0x11, 1 << 20, None, 0), Some(LINE), "paced at line rate from the start");
         assert_eq!((cc.poll_post(0x11, 1 << 20), cc.poll_post(0x11, 0)), (Some(1 << 20), None));
         assert!(cc.sets_rate());
         assert_eq!(cc.sender_timeout(0x11), None, "not limited: no timer");
@@ -143,7 +147,7 @@ mod tests {
         assert!(up > LINE / 2 && up < LINE, "{up}");
         assert_eq!(cc.reaction_point(0x11).unwrap().cnps_received(), 1);
         // Another QP's CNP is another RP's: this one keeps its rate.
-        cc.add_sender(0x13, 1, 0);
+        cc.add_sender(0x13, 1, None, 0);
         assert_eq!(cc.on_cnp(0x13, 2_100_000), Some(LINE / 2));
         assert_eq!(cc.reaction_point(0x11).unwrap().rate_bps(), up);
         assert_eq!(cc.on_cnp(0x99, 0), None, "no such sender");
@@ -152,7 +156,7 @@ mod tests {
     #[test]
     fn bytes_sent_while_limited_feed_the_byte_counter() {
         let mut cc = Dcqcn::new(DcqcnParams::default(), LINE);
-        cc.add_sender(0x11, 1 << 30, 0);
+        cc.add_sender(0x11, 1 << 30, None, 0);
         assert_eq!(cc.on_cnp(0x11, 0), Some(LINE / 2), "R_C 5 G, R_T 10 G");
         // B = 10 MB sent before the timer's first event: one fast-recovery step, R_C = (10 + 5)/2 G.
         assert_eq!(cc.on_sent(0x11, 9_999_999, 1_000), None, "one byte short of B");

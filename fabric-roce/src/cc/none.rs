@@ -21,7 +21,7 @@ mod tests {
     #[test]
     fn posts_everything_at_once_and_never_answers_or_paces() {
         let mut cc = PfcOnly;
-        assert_eq!(cc.add_sender(0x11, 5000, 0), None, "the configured rate stays");
+        assert_eq!(cc.add_sender(0x11, 5000, Some(1_000), 0), None, "the configured rate stays");
         assert_eq!(cc.poll_post(0x11, 5000), Some(5000));
         assert_eq!(cc.poll_post(0x11, 0), None, "nothing left");
         for t in [0, 1_000, 1_000_000] {

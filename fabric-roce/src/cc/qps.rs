@@ -11,12 +11,9 @@ use bytes::Bytes;
 use super::control::{CONTROL_OPCODE, CongestionControl, Feedback};
 use crate::{
     buf::PacketBuf,
-    qp::{Completion, PostError, Requester, Responder},
+    qp::{Completion, MAX_WRITE_BYTES, PostError, Requester, Responder},
     wire::{BthPacket, RocePacketRepr, WireError},
 };
-
-/// RoCE messages are at most 2 GiB: larger admissions are posted as WRITEs of 1 GiB.
-const MAX_WRITE_BYTES: u64 = 1 << 30;
 
 /// What a packet from the peer was to a [`SenderQp`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,7 +54,7 @@ impl SenderQp {
         now_ns: u64,
     ) -> Result<Self, PostError> {
         let mut qp = SenderQp { requester, bytes, posted: 0, next_msg_id: 0 };
-        let rate = cc.add_sender(qp.qp(), bytes, now_ns);
+        let rate = cc.add_sender(qp.qp(), bytes, qp.rate_bps(), now_ns);
         qp.apply(now_ns, rate);
         qp.post_admitted(cc)?;
         Ok(qp)
@@ -506,6 +503,29 @@ mod tests {
         }
         assert_eq!(rx_cc.max_in_flight_bytes(), cfg.bound_bytes());
         assert!(rx_cc.receiver().is_done());
+    }
+
+    /// A QP paced below the host's DCQCN line (one of 8 QPs of its transfer, or under a slow
+    /// NIC) starts at its own rate, is cut from it, and recovers to it, never to the line.
+    #[test]
+    fn a_dcqcn_sender_starts_and_recovers_at_its_own_rate() {
+        let (line, own) = (10_000_000_000, 1_250_000_000);
+        let mut cfg = RequesterConfig::new(ends().0);
+        cfg.pacer = Some(PacerConfig { rate_bps: own, burst_bytes: 2200 });
+        let mut cc = Dcqcn::new(DcqcnParams::default(), line);
+        let tx = SenderQp::new(Requester::new(cfg), 1 << 20, &mut cc, 0).unwrap();
+        assert_eq!(tx.rate_bps(), Some(own), "not the host's line");
+        assert_eq!(cc.reaction_point(tx.qp()).unwrap().line_rate_bps(), own);
+        assert_eq!(cc.on_cnp(tx.qp(), 1_000), Some(own / 2));
+        let mut rate = own / 2;
+        while let Some(at) = cc.sender_timeout(tx.qp()) {
+            if let Some(r) = cc.poll_rate(tx.qp(), at) {
+                assert!(r <= own, "{r} bit/s above its own rate");
+                rate = r;
+            }
+            assert!(at < 1_000_000_000, "recovered within a second");
+        }
+        assert_eq!(rate, own, "recovered to its own rate");
     }
 
     /// A scheme written here and nowhere else (one WRITE of at most 3000 bytes in flight at a

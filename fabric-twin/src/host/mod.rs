@@ -93,7 +93,9 @@ impl QpState {
         rc.retry_limit = cfg.retry_limit;
         rc.first_psn = Psn::new(spec.first_psn);
         rc.pacer = Some(PacerConfig { rate_bps, burst_bytes: cfg.burst_bytes });
-        let wire_overhead = rc.wire_overhead_bytes;
+        // Not `rc.wire_overhead_bytes`: that is the pacer's charge, the link's framing
+        // included, which the links add to a frame themselves.
+        let wire_overhead = req_end.frame_overhead_bytes();
         let mut sc = ResponderConfig::new(resp_end);
         sc.first_psn = rc.first_psn;
         sc.ack_every = cfg.ack_every;

@@ -111,6 +111,41 @@ pub struct TierReport {
     pub depth: DepthHistogram,
 }
 
+impl TierReport {
+    /// Adds `other` (the same tier, another step) counted `repeat` times: its counters summed,
+    /// its depths (the deepest queue and the depth quantiles) the larger of the two. Every field
+    /// is named, so a new one cannot be left out unnoticed.
+    pub fn add_repeated(&mut self, other: &TierReport, repeat: u64) {
+        let TierReport {
+            tier: _,
+            packets,
+            bytes,
+            ecn_marked,
+            drops,
+            over_headroom,
+            sent_while_paused,
+            pauses_sent,
+            pauses_received,
+            max_depth_bytes,
+            depth_p50_bytes,
+            depth_p99_bytes,
+            // Not kept across steps: the quantiles above are each step's own.
+            depth: _,
+        } = other;
+        self.packets += repeat * packets;
+        self.bytes += repeat * bytes;
+        self.ecn_marked += repeat * ecn_marked;
+        self.drops += repeat * drops;
+        self.over_headroom += repeat * over_headroom;
+        self.sent_while_paused += repeat * sent_while_paused;
+        self.pauses_sent += repeat * pauses_sent;
+        self.pauses_received += repeat * pauses_received;
+        self.max_depth_bytes = self.max_depth_bytes.max(*max_depth_bytes);
+        self.depth_p50_bytes = self.depth_p50_bytes.max(*depth_p50_bytes);
+        self.depth_p99_bytes = self.depth_p99_bytes.max(*depth_p99_bytes);
+    }
+}
+
 /// How long the ports of one tier (`paused`) toward another (`pausing`) were held paused by
 /// the PFC frames the other tier sent, in one priority class: the paper's "CTSWs pausing
 /// RTSWs" is `pausing: ctsw, paused: rtsw`. A pause runs from the frame's arrival to its
@@ -269,4 +304,43 @@ pub fn sum_pairs(pairs: &[PausedTime], pausing: &str, paused: &str) -> PausedTim
     }
     out.paused_share = share(out.paused_ns, out.port_ns);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tier_added_repeatedly_sums_its_counters_and_keeps_the_deepest_queue() {
+        let step = |n: u64, depth: u64| TierReport {
+            tier: "rtsw".into(),
+            packets: n,
+            bytes: 2 * n,
+            ecn_marked: 3 * n,
+            drops: 4 * n,
+            over_headroom: 5 * n,
+            sent_while_paused: 6 * n,
+            pauses_sent: 7 * n,
+            pauses_received: 8 * n,
+            max_depth_bytes: depth,
+            depth_p50_bytes: depth / 4,
+            depth_p99_bytes: depth / 2,
+            depth: DepthHistogram::new(),
+        };
+        let mut acc = TierReport { tier: "rtsw".into(), ..Default::default() };
+        acc.add_repeated(&step(1, 4096), 3);
+        acc.add_repeated(&step(10, 1024), 1);
+        let counters = [
+            acc.packets,
+            acc.bytes,
+            acc.ecn_marked,
+            acc.drops,
+            acc.over_headroom,
+            acc.sent_while_paused,
+            acc.pauses_sent,
+            acc.pauses_received,
+        ];
+        assert_eq!(counters, [13, 26, 39, 52, 65, 78, 91, 104], "3 x step 1 + 1 x step 2");
+        assert_eq!((acc.max_depth_bytes, acc.depth_p50_bytes, acc.depth_p99_bytes), (4096, 1024, 2048));
+    }
 }

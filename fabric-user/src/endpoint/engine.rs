@@ -70,6 +70,8 @@ pub struct FlowResult {
     pub retransmitted: u64,
     pub timeouts: u64,
     pub naks: u64,
+    /// Packets dropped because their ICRC failed: at the requesters (ACKs, NAKs, CNPs, grants)
+    /// and at the responders (data).
     pub icrc_errors: u64,
     /// Packets for a sender QP that its parser refused (counted, never dropped silently).
     pub wire_errors: u64,
@@ -270,6 +272,8 @@ struct QpOutcome {
     timeouts: u64,
     naks: u64,
     icrc_errors: u64,
+    /// Data packets the responder's host dropped for a failed ICRC.
+    icrc_errors_received: u64,
     wire_errors: u64,
     ce_packets: u64,
     cnps_sent: u64,
@@ -278,6 +282,23 @@ struct QpOutcome {
     reorder_depth_max: u64,
     duplicate_psns: u64,
     trajectory: Option<RateTrajectory>,
+}
+
+impl QpOutcome {
+    /// The sending side's outcome `self` with the receiving side's counts from `received`:
+    /// the two host threads report in either order, and neither may wipe the other's counts.
+    fn with_receiving_side(self, received: &QpOutcome) -> QpOutcome {
+        QpOutcome {
+            bytes_received: received.bytes_received,
+            icrc_errors_received: received.icrc_errors_received,
+            reordered_packets: received.reordered_packets,
+            reorder_depth_max: received.reorder_depth_max,
+            duplicate_psns: received.duplicate_psns,
+            ce_packets: received.ce_packets,
+            cnps_sent: received.cnps_sent,
+            ..self
+        }
+    }
 }
 
 /// The host link's modelled rate in slowed time, bit/s.
@@ -332,8 +353,9 @@ pub fn run_step_shaped(
     let outcomes: std::sync::Mutex<HashMap<usize, QpOutcome>> = Default::default();
     let host_results: std::sync::Mutex<Vec<HostResult>> = Default::default();
     let rate_bps = transfer_rate_bps(plan, opts);
-    // The congestion control's line rate: one QP's share of the run's rate at the run's QP
-    // count (a DCQCN QP of a slow NIC starts above its pacer's rate and is paced anyway).
+    // DCQCN's line only for a requester without a pacer, which none is here: each QP starts
+    // and recovers at its own pacer's rate, which counts its transfer's QPs and a slow NIC's
+    // cap (a run-wide line would override both).
     let per_qp_rate = per_qp_rate_bps(rate_bps, opts.qps);
     // The slow receiver's end.
     let slow = slow.map(|(host, d)| (host, run.start + Duration::from_nanos(d)));
@@ -447,7 +469,7 @@ fn flow_result(
         retransmitted: sum(|o| o.retransmitted),
         timeouts: sum(|o| o.timeouts),
         naks: sum(|o| o.naks),
-        icrc_errors: sum(|o| o.icrc_errors),
+        icrc_errors: sum(|o| o.icrc_errors + o.icrc_errors_received),
         wire_errors: sum(|o| o.wire_errors),
         bytes_received: sum(|o| o.bytes_received),
         reordered_packets: sum(|o| o.reordered_packets),
@@ -631,6 +653,8 @@ struct ReceiverEntry {
     qp: ReceiverQp,
     dst: SocketAddrV4,
     sport: u16,
+    /// Packets dropped for a failed ICRC: corruption on the way, counted, never silent.
+    icrc_errors: u64,
 }
 
 impl ReceiverEntry {
@@ -642,7 +666,20 @@ impl ReceiverEntry {
         cfg.ack_every = cx.opts.ack_every;
         cfg.transport = cx.opts.transport;
         let dst = SocketAddrV4::new(peer, fabric_common::wire::udp::ROCEV2_PORT);
-        ReceiverEntry { idx, qp: ReceiverQp::new(Responder::new(cfg), q.bytes, cc), dst, sport: q.sport }
+        ReceiverEntry {
+            idx,
+            qp: ReceiverQp::new(Responder::new(cfg), q.bytes, cc),
+            dst,
+            sport: q.sport,
+            icrc_errors: 0,
+        }
+    }
+
+    /// Whether a packet from UDP source port `from_port` has a good ICRC; a bad one is counted.
+    fn accepts(&mut self, from_port: u16, payload: &[u8]) -> bool {
+        let good = self.qp.responder.config().connection.verify_incoming(from_port, payload);
+        self.icrc_errors += u64::from(!good);
+        good
     }
 }
 
@@ -970,7 +1007,7 @@ impl<'a> HostRun<'a> {
     /// A packet for a QP that ends here: its ACK or NAK is queued in the data class.
     fn deliver_to_receiver(&mut self, qpn: u32, payload: &[u8], from: SocketAddrV4, tos: Option<u8>, t: u64) {
         let r = self.qps.receivers.get_mut(&qpn).expect("checked by dispatch");
-        if !r.qp.responder.config().connection.verify_incoming(from.port(), payload) {
+        if !r.accepts(from.port(), payload) {
             return;
         }
         let ce = tos.is_some_and(is_ce);
@@ -1058,22 +1095,14 @@ impl<'a> HostRun<'a> {
             for e in self.qps.senders.values_mut() {
                 let o = all.entry(e.idx).or_default();
                 let mine = std::mem::take(&mut e.outcome);
-                *o = QpOutcome {
-                    bytes_received: o.bytes_received,
-                    reordered_packets: o.reordered_packets,
-                    reorder_depth_max: o.reorder_depth_max,
-                    duplicate_psns: o.duplicate_psns,
-                    ce_packets: o.ce_packets,
-                    cnps_sent: o.cnps_sent,
-                    cnps_received: e.qp.cnps_received(),
-                    trajectory: e.trajectory.take(),
-                    ..mine
-                };
+                let sent = QpOutcome { cnps_received: e.qp.cnps_received(), trajectory: e.trajectory.take(), ..mine };
+                *o = sent.with_receiving_side(o);
             }
             for r in self.qps.receivers.values() {
                 let o = all.entry(r.idx).or_default();
                 let c = r.qp.responder.counters();
                 o.bytes_received = c.bytes_received;
+                o.icrc_errors_received = r.icrc_errors;
                 o.reordered_packets = c.reordered_packets;
                 o.reorder_depth_max = c.reorder_depth_max;
                 o.duplicate_psns = c.duplicate_psns;
@@ -1159,5 +1188,49 @@ mod tests {
         assert_eq!(rate_at(&topology), default / 8);
         let set = EndpointOptions { rate_bps: 12_345, ..Default::default() };
         assert_eq!(transfer_rate_bps(&Plan::new(&topology), &set), 12_345);
+    }
+
+    /// One end of a QP between two test addresses, both ends on UDP port 0xC011.
+    fn test_end(local_qp: u32, remote_qp: u32, src: [u8; 4], dst: [u8; 4]) -> Connection {
+        let ip = IpPair::V4 { src: src.into(), dst: dst.into() };
+        Connection { local_qp, remote_qp, pkey: DEFAULT_PKEY, ip, udp_src_port: 0xC011 }
+    }
+
+    /// A data packet whose ICRC fails is dropped and counted at the receiver, a good one taken.
+    #[test]
+    fn a_receiver_counts_the_corrupt_packets_it_drops() {
+        let (a, b) = ([198, 18, 0, 2], [198, 18, 0, 6]);
+        let mut req = Requester::new(RequesterConfig::new(test_end(0x11, 0x12, a, b)));
+        req.post_write(0, 100).unwrap();
+        let good = req.poll_transmit(0).expect("a WRITE ONLY");
+        let mut bad = good.clone();
+        bad[BTH_LEN + 20] ^= 1;
+        let mut cc = fabric_roce::cc::none::PfcOnly;
+        let responder = Responder::new(ResponderConfig::new(test_end(0x12, 0x11, b, a)));
+        let dst = SocketAddrV4::new(a.into(), 4791);
+        let qp = ReceiverQp::new(responder, 100, &mut cc);
+        let mut r = ReceiverEntry { idx: 0, qp, dst, sport: 0xC011, icrc_errors: 0 };
+        assert!(!r.accepts(0xC011, &bad));
+        assert!(r.accepts(0xC011, &good));
+        assert_eq!(r.icrc_errors, 1);
+    }
+
+    /// The receiver's ICRC errors reach the flow's count, whichever host thread reports first.
+    #[test]
+    fn receiver_icrc_errors_reach_the_flow_in_either_order() {
+        let plan = Plan::new(&crate::model::topology::Topology::default_topology());
+        let h = |n: &str| plan.node_by_name(n).unwrap();
+        let transfer = HostTransfer { src: h("z0r0h0"), dst: h("z0r1h0"), bytes: 1 << 20 };
+        let qps = plan_qps(&plan, &[transfer], &EndpointOptions::default());
+        let received = QpOutcome { icrc_errors_received: 2, bytes_received: 1 << 20, ..Default::default() };
+        let sent = QpOutcome { icrc_errors: 1, completed_ns: 5, ..Default::default() };
+        // The responder's thread first: the requester's outcome keeps its counts.
+        let merged = sent.clone().with_receiving_side(&received);
+        assert_eq!((merged.icrc_errors, merged.icrc_errors_received, merged.bytes_received), (1, 2, 1 << 20));
+        // The requester's thread first: an empty receiving side changes nothing of the sender's.
+        let early = sent.with_receiving_side(&QpOutcome::default());
+        assert_eq!((early.icrc_errors, early.completed_ns), (1, 5));
+        let flow = flow_result(&plan, 0, &transfer, &qps, &HashMap::from([(0, merged)]), 1);
+        assert_eq!(flow.icrc_errors, 3, "the sender's 1 and the receiver's 2");
     }
 }

@@ -96,12 +96,10 @@ impl CcMode {
                 Box::new(Dcqcn::new(opts.dcqcn.scaled(opts.time_scale.max(1)), line_rate_bps))
             }
             CcMode::Cts => {
-                anyhow::ensure!(
-                    opts.cts_channels > 0 && opts.cts_buffer_bytes > 0,
-                    "CTS needs channels and a buffer size above 0"
-                );
-                let channels = opts.cts_channels;
-                Box::new(Cts::new(CtsConfig { channels, buffer_bytes: opts.cts_buffer_bytes, resend_after_ns }))
+                let config =
+                    CtsConfig { channels: opts.cts_channels, buffer_bytes: opts.cts_buffer_bytes, resend_after_ns };
+                config.validate()?;
+                Box::new(Cts::new(config))
             }
         })
     }
@@ -228,12 +226,36 @@ impl Default for EndpointOptions {
 mod tests {
     use super::*;
 
+    /// Linux's rdma_calc_flow_label (v = lqpn * rqpn; v ^= v >> 20; v ^= v >> 40; 20 bits)
+    /// and rdma_flow_label_to_udp_sport ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14), | 0xC000).
+    /// QPNs are 24 bits, so v < 2^48 and the second fold is v >> 40 of the original v.
+    #[test]
+    fn rxe_sport_is_linuxs_flow_label_folded() {
+        // 0x11 x 0x12 = 0x132: nothing to fold.
+        assert_eq!(rxe_udp_sport(0x11, 0x12), 0xC132);
+        // 0xABCDEF x 0x123456 = 0xC37_9A59_BA4A. v >> 20 = 0xC3_79A5, v >> 40 = 0xC; the low
+        // 20 bits: 0x9BA4A ^ 0x379A5 ^ 0xC = 0xAC3E3 = fl. Its low 14 bits 0x03E3, its high 6
+        // bits 0x2B: 0x03E3 ^ 0x2B = 0x03C8, so the port is 0xC3C8.
+        assert_eq!(rxe_udp_sport(0xAB_CDEF, 0x12_3456), 0xC3C8);
+        assert_ne!(rxe_udp_sport(0x11, 0x12), rxe_udp_sport(0x13, 0x14));
+    }
+
     #[test]
     fn sport_policies() {
-        assert!(rxe_udp_sport(0x11, 0x12) >= 0xC000);
-        assert_ne!(rxe_udp_sport(0x11, 0x12), rxe_udp_sport(0x13, 0x14));
         let (a, b) = ("198.18.0.1".parse().unwrap(), "198.18.0.9".parse().unwrap());
         assert_eq!(fixed_udp_sport(a, b), fixed_udp_sport(b, a));
+    }
+
+    /// A CTS buffer larger than one WRITE would be sent as several WRITEs, each freeing a
+    /// staging buffer: the run refuses it.
+    #[test]
+    fn a_cts_buffer_over_one_write_is_refused() {
+        let max = fabric_roce::qp::MAX_WRITE_BYTES;
+        let opts = |cts_buffer_bytes| EndpointOptions { cc: CcMode::Cts, cts_buffer_bytes, ..Default::default() };
+        assert!(CcMode::Cts.congestion_control(&opts(max), 1, 1).is_ok());
+        let err = CcMode::Cts.congestion_control(&opts(max + 1), 1, 1).unwrap_err();
+        assert!(err.to_string().contains("larger than the largest single WRITE"), "{err}");
+        assert!(CcMode::Cts.congestion_control(&opts(0), 1, 1).is_err());
     }
 
     #[test]

@@ -54,6 +54,12 @@ impl Case {
         self.values.entry(metric.into()).or_default().push(v);
     }
 
+    /// Pushes `metric` as `read` finds it in run `r`, or NaN (not measured) when there is no run
+    /// (it failed twice). A scenario names each metric once, in one list, for both.
+    pub fn push_of<R>(&mut self, metric: &str, r: Option<&R>, read: impl FnOnce(&R) -> f64) {
+        self.push(metric, r.map_or(f64::NAN, read));
+    }
+
     pub fn mean(&self, metric: &str) -> f64 {
         self.values.get(metric).map_or(f64::NAN, |v| mean(v))
     }

@@ -429,21 +429,16 @@ fn retransmitted(r: &RunResult) -> u64 {
 /// The case metrics of one run (`victim`: the faulty uplink; `lost`: frames it dropped); NaN
 /// (not measured) for a run that failed twice.
 fn push_metrics(c: &mut Case, r: Option<&RunResult>, victim: &str, lost: u64) {
-    let Some(r) = r else {
-        for m in ["completion_ms", "victim_share_pct", "max_over_mean", "retransmitted", "lost_frames", "pfc_frames"] {
-            c.push(m, f64::NAN);
-        }
-        c.push("ecn_marked", f64::NAN);
-        return;
-    };
-    c.push("completion_ms", completion_ms(r));
-    c.push("victim_share_pct", uplink_share(r, RTSW, victim) * 100.0);
-    c.push("max_over_mean", r.balance.or_unmeasured().mean_max_over_mean);
-    c.push("retransmitted", retransmitted(r) as f64);
-    c.push("lost_frames", lost as f64);
-    c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
-    c.push("ecn_marked", r.congestion.ecn_marked as f64);
-    c.push_run(r);
+    c.push_of("completion_ms", r, completion_ms);
+    c.push_of("victim_share_pct", r, |r| uplink_share(r, RTSW, victim) * 100.0);
+    c.push_of("max_over_mean", r, |r| r.balance.or_unmeasured().mean_max_over_mean);
+    c.push_of("retransmitted", r, |r| retransmitted(r) as f64);
+    c.push_of("lost_frames", r, |_| lost as f64);
+    c.push_of("pfc_frames", r, |r| (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
+    c.push_of("ecn_marked", r, |r| r.congestion.ecn_marked as f64);
+    if let Some(r) = r {
+        c.push_run(r);
+    }
 }
 
 /// A whole twin run's outcome: every QP completed, and its retransmissions if counted.

@@ -244,13 +244,19 @@ impl Ctx {
     /// Runs under a fault, whose delivery is what a verdict judges, go through [`FaultRuns`]
     /// and [`Ctx::run_once`] instead.
     pub fn run(&self, state: &State, label: &str, opts: &RunOptions) -> Result<RunResult> {
-        match self.run_once(state, label, opts) {
-            Ok(r) => Ok(r),
+        self.retry(label, || Ok(self.run_once(state, label, opts)))
+    }
+
+    /// Makes `attempt` (a run: the outer error is a setup error, returned at once, the inner the
+    /// run's) once more if the run failed, and notes the first failure in the report.
+    pub fn retry<T>(&self, label: &str, mut attempt: impl FnMut() -> Result<Result<T>>) -> Result<T> {
+        match attempt()? {
+            Ok(t) => Ok(t),
             Err(e) => {
                 let first = format!("run {label:?} failed once and was repeated: {e:#}");
                 eprintln!("  {first}");
                 self.repeated.borrow_mut().push(first);
-                self.run_once(state, label, opts).with_context(|| format!("run {label:?}, repeated"))
+                attempt()?.with_context(|| format!("run {label:?}, repeated"))
             }
         }
     }
@@ -666,6 +672,54 @@ mod tests {
             o.rerun("incast"),
             "fabric experiment incast --full --seeds 3 --time-scale 8000 --model packet --scale 4k"
         );
+    }
+
+    /// A run without a fault that fails once is made again and noted; twice, or a setup error,
+    /// is the experiment's error.
+    #[test]
+    fn a_failed_run_is_repeated_once_and_noted() {
+        let o = Options {
+            full: false,
+            seeds: None,
+            out: "results".into(),
+            prefix: Some("q".into()),
+            verbose: false,
+            time_scale: None,
+            control: None,
+            twin: None,
+        };
+        let ctx = Ctx::new(&o);
+        let mut tries = 0;
+        assert_eq!(
+            ctx.retry("fine", || {
+                tries += 1;
+                Ok(Ok(1))
+            })
+            .unwrap(),
+            1
+        );
+        assert_eq!((tries, ctx.repeated.borrow().len()), (1, 0));
+        tries = 0;
+        let second = ctx.retry("flaky", || {
+            tries += 1;
+            Ok(if tries == 1 { Err(anyhow::anyhow!("QP gave up")) } else { Ok(2) })
+        });
+        assert_eq!((second.unwrap(), tries), (2, 2));
+        assert_eq!(*ctx.repeated.borrow(), ["run \"flaky\" failed once and was repeated: QP gave up"]);
+        tries = 0;
+        let twice = ctx.retry("broken", || -> Result<Result<u32>> {
+            tries += 1;
+            Ok(Err(anyhow::anyhow!("QP gave up again")))
+        });
+        assert_eq!(tries, 2);
+        assert!(format!("{:#}", twice.unwrap_err()).starts_with("run \"broken\", repeated: QP gave up again"));
+        tries = 0;
+        let setup = ctx.retry("setup", || -> Result<Result<u32>> {
+            tries += 1;
+            Err(anyhow::anyhow!("no testbed"))
+        });
+        assert_eq!((format!("{:#}", setup.unwrap_err()), tries), ("no testbed".to_string(), 1));
+        assert_eq!(ctx.repeated.borrow().len(), 2, "the flaky and the broken runs are noted");
     }
 
     /// A fault run that fails is a measurement: once, the fact is inconclusive, naming it;

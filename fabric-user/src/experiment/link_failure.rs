@@ -83,11 +83,8 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
         for &seed in &ctx.seeds {
             for (mi, mode) in MODES.iter().enumerate() {
                 let pair = healthy_and_failed(ctx, state, &sizes, mode, seed, &mut runs.faults)?;
-                push_metrics(&mut cases[2 * mi], &pair.healthy, &pair.victim);
-                match &pair.failed {
-                    Some(failed) => push_metrics(&mut cases[2 * mi + 1], failed, &pair.victim),
-                    None => push_unmeasured(&mut cases[2 * mi + 1]),
-                }
+                push_metrics(&mut cases[2 * mi], Some(&pair.healthy), &pair.victim);
+                push_metrics(&mut cases[2 * mi + 1], pair.failed.as_ref(), &pair.victim);
                 runs.add(seed, mode.0, &pair);
             }
         }
@@ -271,22 +268,17 @@ fn run_with_link_down(
     })
 }
 
-/// The case metrics of one run (`victim`: the uplink that fails).
-fn push_metrics(c: &mut Case, r: &RunResult, victim: &str) {
-    c.push("victim_share_pct", uplink_share(r, RTSW, victim) * 100.0);
-    c.push("completion_ms", completion_ms(r));
-    c.push("last_iteration_ms", r.iterations.last().map_or(f64::NAN, |i| i.completion_ns as f64 / 1e6));
-    c.push("max_over_mean", r.balance.or_unmeasured().mean_max_over_mean);
-    c.push("retransmitted", r.flows.iter().map(|f| f.retransmitted).sum::<u64>() as f64);
-    c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
-    c.push_run(r);
-}
-
-/// The case metrics of a run that failed twice: not measured.
-fn push_unmeasured(c: &mut Case) {
-    for m in ["victim_share_pct", "completion_ms", "last_iteration_ms", "max_over_mean", "retransmitted", "pfc_frames"]
-    {
-        c.push(m, f64::NAN);
+/// The case metrics of one run (`victim`: the uplink that fails); NaN (not measured) for a run
+/// that failed twice.
+fn push_metrics(c: &mut Case, r: Option<&RunResult>, victim: &str) {
+    c.push_of("victim_share_pct", r, |r| uplink_share(r, RTSW, victim) * 100.0);
+    c.push_of("completion_ms", r, completion_ms);
+    c.push_of("last_iteration_ms", r, |r| r.iterations.last().map_or(f64::NAN, |i| i.completion_ns as f64 / 1e6));
+    c.push_of("max_over_mean", r, |r| r.balance.or_unmeasured().mean_max_over_mean);
+    c.push_of("retransmitted", r, |r| r.flows.iter().map(|f| f.retransmitted).sum::<u64>() as f64);
+    c.push_of("pfc_frames", r, |r| (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
+    if let Some(r) = r {
+        c.push_run(r);
     }
 }
 

@@ -96,14 +96,11 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                         let label = format!("{} {} {fabric_state} seed {seed}", m.0, c.as_str());
                         let r = faults.attempt(&label, || Ok(ctx.run_once(state, &label, &o)))?;
                         let i = cases.iter().position(|k| k.key == key(m.0, c, fabric_state)).expect("a case per run");
-                        let Some(r) = r else {
-                            push_unmeasured(&mut cases[i]);
-                            continue;
-                        };
+                        push_metrics(&mut cases[i], r.as_ref());
+                        let Some(r) = r else { continue };
                         delivered += r.bytes_delivered;
                         needed += r.bytes_needed;
                         rows.push(row(seed, m, c, fabric_state, &r));
-                        push_metrics(&mut cases[i], &r);
                     }
                 }
                 if slow {
@@ -261,33 +258,19 @@ fn reordered(r: &RunResult) -> u64 {
     r.flows.iter().map(|f| f.reordered_packets).sum()
 }
 
-/// The metrics of a run that failed twice: not measured.
-fn push_unmeasured(c: &mut Case) {
-    let metrics = [
-        "completion_ms",
-        "max_over_mean",
-        "slow_share_pct",
-        "retransmitted",
-        "reordered",
-        "reorder_depth",
-        "ecn_marked",
-    ];
-    for m in metrics {
-        c.push(m, f64::NAN);
+/// The case metrics of one run; NaN (not measured) for a run that failed twice.
+fn push_metrics(c: &mut Case, r: Option<&RunResult>) {
+    c.push_of("completion_ms", r, completion_ms);
+    c.push_of("max_over_mean", r, |r| r.balance.or_unmeasured().mean_max_over_mean);
+    c.push_of("slow_share_pct", r, |r| uplink_share(r, RTSW, SLOW_UPLINK) * 100.0);
+    c.push_of("retransmitted", r, |r| retransmitted(r) as f64);
+    c.push_of("reordered", r, |r| reordered(r) as f64);
+    c.push_of("reorder_depth", r, |r| r.flows.iter().map(|f| f.reorder_depth_max).max().unwrap_or(0) as f64);
+    c.push_of("ecn_marked", r, |r| r.congestion.ecn_marked as f64);
+    c.push_of("pfc_frames", r, |r| (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
+    if let Some(r) = r {
+        c.push_run(r);
     }
-    c.push("pfc_frames", f64::NAN);
-}
-
-fn push_metrics(c: &mut Case, r: &RunResult) {
-    c.push("completion_ms", completion_ms(r));
-    c.push("max_over_mean", r.balance.or_unmeasured().mean_max_over_mean);
-    c.push("slow_share_pct", uplink_share(r, RTSW, SLOW_UPLINK) * 100.0);
-    c.push("retransmitted", retransmitted(r) as f64);
-    c.push("reordered", reordered(r) as f64);
-    c.push("reorder_depth", r.flows.iter().map(|f| f.reorder_depth_max).max().unwrap_or(0) as f64);
-    c.push("ecn_marked", r.congestion.ecn_marked as f64);
-    c.push("pfc_frames", (r.congestion.pfc_xoff_sent + r.congestion.pfc_refresh_sent) as f64);
-    c.push_run(r);
 }
 
 fn row(seed: u64, m: &Mode, c: Collective, state: &str, r: &RunResult) -> Vec<String> {

@@ -2,7 +2,7 @@
 //! its pauses propagate, tier by tier, and whether the PFC watchdog notices.
 use std::collections::BTreeMap;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
 use super::{
     harness::{Better, Case, Ctx, FaultRuns, Metric, Outcome, Scenario, Table, completion_ms, switch_drops},
@@ -59,6 +59,34 @@ fn counted_run(ctx: &Ctx, state: &State, label: &str, o: &RunOptions) -> Result<
     Ok(r.map(|r| Counted { r, before, storms_before, after, storms_after, dropped }))
 }
 
+impl Counted {
+    /// PFC frames the hosts sent during the run.
+    fn host_pfc(&self) -> u64 {
+        self.r.hosts.iter().map(|h| h.pause_frames_sent).sum()
+    }
+
+    /// PFC frames the switches of `tier` sent during the run.
+    fn tier_pfc(&self, tier: &str) -> u64 {
+        self.after.get(tier).copied().unwrap_or(0) - self.before.get(tier).copied().unwrap_or(0)
+    }
+}
+
+/// The case metrics of one run; NaN (not measured) for a run that failed twice.
+fn push_metrics(c: &mut Case, m: Option<&Counted>) {
+    c.push_of("host_pfc", m, |m| m.host_pfc() as f64);
+    c.push_of("rtsw_pfc", m, |m| m.tier_pfc("rtsw") as f64);
+    c.push_of("ctsw_pfc", m, |m| m.tier_pfc("ctsw") as f64);
+    c.push_of("storms", m, |m| (m.storms_after.all - m.storms_before.all) as f64);
+    c.push_of("receiver_storms", m, |m| (m.storms_after.at_receiver - m.storms_before.at_receiver) as f64);
+    c.push_of("completion_ms", m, |m| completion_ms(&m.r));
+    c.push_of("host_paused_ms", m, |m| m.r.hosts.iter().map(|h| h.paused_ns).sum::<u64>() as f64 / 1e6);
+    // Frames the switches dropped during the run: PFC keeps the class lossless.
+    c.push_of("dropped", m, |m| m.dropped as f64);
+    if let Some(m) = m {
+        c.push_run(&m.r);
+    }
+}
+
 fn tier_pauses(state: &State) -> Result<(BTreeMap<&'static str, u64>, Storms)> {
     let r = stats::collect(state)?;
     let mut tiers = BTreeMap::new();
@@ -112,44 +140,18 @@ fn run(ctx: &Ctx) -> Result<Outcome> {
                 let m = if slow {
                     faults.attempt(&label, || counted_run(ctx, state, &label, &o))?
                 } else {
-                    Some(match counted_run(ctx, state, &label, &o)? {
-                        Ok(m) => m,
-                        Err(e) => {
-                            ctx.repeated
-                                .borrow_mut()
-                                .push(format!("run {label:?} failed once and was repeated: {e:#}"));
-                            counted_run(ctx, state, &label, &o)?.with_context(|| format!("run {label:?}, repeated"))?
-                        }
-                    })
+                    Some(ctx.retry(&label, || counted_run(ctx, state, &label, &o))?)
                 };
-                let Some(Counted { r, before, storms_before, after, storms_after, dropped }) = m else {
-                    let metrics = ["host_pfc", "rtsw_pfc", "ctsw_pfc", "storms", "receiver_storms", "completion_ms"];
-                    for m in metrics.into_iter().chain(["host_paused_ms", "dropped"]) {
-                        cases[i].push(m, f64::NAN);
-                    }
-                    continue;
-                };
-                let d = |t: &str| after.get(t).copied().unwrap_or(0) - before.get(t).copied().unwrap_or(0);
-                let host_sent: u64 = r.hosts.iter().map(|h| h.pause_frames_sent).sum();
-                let c = &mut cases[i];
-                c.push("host_pfc", host_sent as f64);
-                c.push("rtsw_pfc", d("rtsw") as f64);
-                c.push("ctsw_pfc", d("ctsw") as f64);
-                c.push("storms", (storms_after.all - storms_before.all) as f64);
-                c.push("receiver_storms", (storms_after.at_receiver - storms_before.at_receiver) as f64);
-                c.push("completion_ms", completion_ms(&r));
-                c.push("host_paused_ms", r.hosts.iter().map(|h| h.paused_ns).sum::<u64>() as f64 / 1e6);
-                // Frames the switches dropped during the run: PFC keeps the class lossless.
-                c.push("dropped", dropped as f64);
-                c.push_run(&r);
+                push_metrics(&mut cases[i], m.as_ref());
+                let Some(m) = m else { continue };
                 rows.push(vec![
                     seed.to_string(),
-                    c.label.clone(),
-                    host_sent.to_string(),
-                    d("rtsw").to_string(),
-                    d("ctsw").to_string(),
-                    (storms_after.all - storms_before.all).to_string(),
-                    (storms_after.at_receiver - storms_before.at_receiver).to_string(),
+                    cases[i].label.clone(),
+                    m.host_pfc().to_string(),
+                    m.tier_pfc("rtsw").to_string(),
+                    m.tier_pfc("ctsw").to_string(),
+                    (m.storms_after.all - m.storms_before.all).to_string(),
+                    (m.storms_after.at_receiver - m.storms_before.at_receiver).to_string(),
                 ]);
             }
         }

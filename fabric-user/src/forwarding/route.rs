@@ -150,7 +150,7 @@ mod tests {
     }
 
     fn tables(plan: &Plan, sw: NodeId, t: &SwitchTables) -> Tables {
-        Tables { v4: t.clone(), groups: (0..t.groups.len()).map(|g| t.ecmp_group(plan, sw, g)).collect() }
+        Tables { v4: t.clone(), groups: (0..t.groups.len()).map(|g| t.ecmp_group(plan, sw, g).unwrap()).collect() }
     }
 
     #[test]

@@ -236,12 +236,7 @@ pub fn place(plan: &Plan, g: &Graph, seed: u64) -> Result<Vec<NodeId>> {
 /// rest): each zone's and rack's capacity is its free hosts.
 pub fn place_on(plan: &Plan, free: &[NodeId], g: &Graph, seed: u64) -> Result<Vec<NodeId>> {
     ensure!(g.n >= 2, "a job needs at least 2 ranks");
-    let busy = plan.hosts().count() - free.len();
-    if busy == 0 {
-        ensure!(g.n <= free.len(), "{} ranks but the topology has only {} hosts", g.n, free.len());
-    } else {
-        ensure!(g.n <= free.len(), "{} ranks but only {} hosts are free ({busy} busy)", g.n, free.len());
-    }
+    check_ranks_fit(g.n, free.len(), plan.hosts().count())?;
     // Zones -> racks -> hosts, in plan order.
     let mut hosts = free.to_vec();
     hosts.sort_unstable();
@@ -278,6 +273,19 @@ pub fn place_on(plan: &Plan, free: &[NodeId], g: &Graph, seed: u64) -> Result<Ve
     }
     ensure!(placed.iter().all(|&h| h != usize::MAX), "internal: a rank was not placed");
     Ok(placed)
+}
+
+/// Refuses `ranks` ranks on `free` of `total` hosts. Called before a job's traffic graph or
+/// schedule is built: both grow as ranks squared, so a mistyped rank count would exhaust memory
+/// before the placement could say it does not fit.
+pub fn check_ranks_fit(ranks: usize, free: usize, total: usize) -> Result<()> {
+    let busy = total.saturating_sub(free);
+    if busy == 0 {
+        ensure!(ranks <= free, "{ranks} ranks but the topology has only {free} hosts");
+    } else {
+        ensure!(ranks <= free, "{ranks} ranks but only {free} hosts are free ({busy} busy)");
+    }
+    Ok(())
 }
 
 /// Bytes per iteration between ranks placed in different zones (both directions).
@@ -364,6 +372,8 @@ pub struct Placed {
 }
 
 pub fn place_job(plan: &Plan, job: &Job, seed: u64) -> Result<Placed> {
+    let hosts = plan.hosts().count();
+    check_ranks_fit(job.ranks, hosts, hosts).context("ranks")?;
     let g = job.graph()?;
     let hosts = place(plan, &g, seed)?;
     let names: Vec<String> = hosts.iter().map(|&h| plan.nodes[h].name.clone()).collect();
@@ -583,6 +593,20 @@ mod tests {
         let g = Graph::of_collective(Collective::Allreduce, 9, 1 << 20, 0);
         let err = place_on(&plan, &all, &g, 1).unwrap_err().to_string();
         assert!(err.contains("9 ranks but the topology has only 8 hosts"), "{err}");
+    }
+
+    /// The rank count is checked against the hosts before the graph (n^2 weights) is built: a
+    /// huge count is refused at once, and comes first even in a job with another mistake.
+    #[test]
+    fn too_many_ranks_are_refused_before_the_graph_is_built() {
+        let plan = Plan::new(&Topology::default_topology());
+        let job: Job = toml::from_str("ranks = 100000\ncollective = \"alltoall\"\n").unwrap();
+        let e = format!("{:#}", place_job(&plan, &job, 1).unwrap_err());
+        assert_eq!(e, "ranks: 100000 ranks but the topology has only 8 hosts");
+        // Without `collective` or `[[traffic]]` the graph itself would be refused first.
+        let job: Job = toml::from_str("ranks = 9\n").unwrap();
+        let e = format!("{:#}", place_job(&plan, &job, 1).unwrap_err());
+        assert!(e.contains("9 ranks but the topology has only 8 hosts"), "{e}");
     }
 
     #[test]

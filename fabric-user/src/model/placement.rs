@@ -23,6 +23,16 @@ pub enum Placement {
 }
 
 impl Placement {
+    /// The rank count of a job placed so: `ranks` if given, else one per host of a `hosts:`
+    /// placement (`fabric place` prints one without the count), else every one of `every_host`.
+    pub fn rank_count(&self, ranks: Option<usize>, every_host: usize) -> usize {
+        match (ranks, self) {
+            (Some(r), _) => r,
+            (None, Placement::Explicit { hosts }) => hosts.len(),
+            (None, _) => every_host,
+        }
+    }
+
     /// Parses `contiguous`, `fragmented`, `random:SEED` or `hosts:NAME,NAME,...`.
     pub fn parse(s: &str) -> Result<Self> {
         Ok(match s {
@@ -122,6 +132,17 @@ impl std::fmt::Display for Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without a rank count, a `hosts:` placement (as `fabric place` prints it) has one rank per
+    /// host it names; a count given stays as given (placing refuses a mismatch).
+    #[test]
+    fn the_rank_count_defaults_to_the_hosts_named() {
+        let named = Placement::parse("hosts:z0r0h0,z0r1h0").unwrap();
+        assert_eq!(named.rank_count(None, 8), 2);
+        assert_eq!(named.rank_count(Some(4), 8), 4);
+        assert_eq!(Placement::Contiguous.rank_count(None, 8), 8);
+        assert_eq!(Placement::Contiguous.rank_count(Some(3), 8), 3);
+    }
     use crate::model::topology::Topology;
 
     #[test]

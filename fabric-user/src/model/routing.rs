@@ -20,8 +20,10 @@ pub struct SwitchTables {
 }
 
 impl SwitchTables {
-    /// The map value of group `id` of switch `node`.
-    pub fn ecmp_group(&self, plan: &Plan, node: NodeId, id: usize) -> EcmpGroup {
+    /// The map value of group `id` of switch `node`. A validated topology's groups fit when every
+    /// link is up; failed links can make more: a CTSW cut off from a rack reaches it down through
+    /// every other rack, a group the XDP map cannot hold, which is an error here, not a panic.
+    pub fn ecmp_group(&self, plan: &Plan, node: NodeId, id: usize) -> anyhow::Result<EcmpGroup> {
         let ports = &plan.nodes[node].ports;
         let members: Vec<GroupMember> = self.groups[id]
             .iter()
@@ -31,7 +33,15 @@ impl SwitchTables {
                 src_mac: ports[p].mac,
             })
             .collect();
-        EcmpGroup::from_members(&members).expect("validated topologies keep groups within 64 members")
+        EcmpGroup::from_members(&members).map_err(|e| {
+            anyhow::anyhow!(
+                "{}'s routes around the links that are down need a group of {} ports, more than the {} a \
+                 switch holds",
+                plan.nodes[node].name,
+                e.0,
+                fabric_common::route::MAX_GROUP_MEMBERS
+            )
+        })
     }
 
     /// The route a packet to `dst` takes here: the longest prefix that holds it, as the XDP
@@ -275,6 +285,24 @@ mod tests {
         assert!(via.iter().all(|&p| plan.nodes[plan.nodes[c1].ports[p].peer_node].role == Role::Rtsw));
     }
 
+    /// 100 racks under 2 spines validate (groups of at most 2 members), but with z0r0-z0c0 down
+    /// z0c0 reaches rack 0 through the 99 other RTSWs: an error naming the switch, not a panic.
+    #[test]
+    fn a_group_too_large_after_a_failure_is_an_error() {
+        let plan = Plan::new(&crate::forwarding::fabric::synthetic(1, 100, 1, 2, 0));
+        let r0 = plan.node_by_name("z0r0").unwrap();
+        let c0 = plan.node_by_name("z0c0").unwrap();
+        let link = plan.nodes[r0].ports.iter().find(|p| p.peer_node == c0).unwrap().link;
+        let groups = |down: BTreeSet<usize>| {
+            let t = compute(&plan, &down);
+            let tables = t[c0].as_ref().unwrap();
+            (0..tables.groups.len()).map(|id| tables.ecmp_group(&plan, c0, id)).collect::<anyhow::Result<Vec<_>>>()
+        };
+        assert!(groups(BTreeSet::new()).is_ok());
+        let e = groups(BTreeSet::from([link])).unwrap_err().to_string();
+        assert!(e.starts_with("z0c0's routes around the links that are down need a group of 99 ports"), "{e}");
+    }
+
     #[test]
     fn groups_become_ecmp_groups_with_the_neighbours_macs() {
         let plan = default_plan();
@@ -282,7 +310,7 @@ mod tests {
         let r1 = plan.node_by_name("z0r1").unwrap();
         let tables = t[r1].as_ref().unwrap();
         for id in 0..tables.groups.len() {
-            let g = tables.ecmp_group(&plan, r1, id);
+            let g = tables.ecmp_group(&plan, r1, id).unwrap();
             for m in g.live() {
                 let port = &plan.nodes[r1].ports[m.port as usize];
                 assert_eq!(m.src_mac, port.mac);

@@ -499,7 +499,8 @@ impl JobProgress {
     /// Best effort: a view that misses one update loses nothing that matters to the run.
     pub fn write(&self, prefix: &str) {
         if let Ok(bytes) = serde_json::to_vec(self) {
-            let _ = std::fs::write(Self::path(prefix), bytes);
+            // Whole: the live view reads it while it is rewritten.
+            let _ = crate::sys::file::write_whole(&Self::path(prefix), &bytes);
         }
     }
 

@@ -44,7 +44,7 @@ pub struct RunSpec {
     /// allreduce (ring), alltoall, incast, permutation.
     #[arg(value_enum, required_unless_present_any = ["file", "jobs"])]
     pub workload: Option<Collective>,
-    /// Number of ranks (default: every host).
+    /// Number of ranks (default: the hosts of a `hosts:` placement, else every host).
     #[arg(long)]
     pub ranks: Option<usize>,
     /// Message size per rank, bytes (K, M, G = x1000; Ki, Mi, Gi = x1024).
@@ -240,6 +240,12 @@ impl RunSpec {
             "{}: must be at least 1 byte (a collective of 0 bytes moves nothing)",
             n("message")
         );
+        ensure!(
+            self.message.get() <= MAX_MESSAGE_BYTES,
+            "{}: {} bytes is above the largest message, 1 TiB ({MAX_MESSAGE_BYTES} bytes)",
+            n("message"),
+            self.message.get()
+        );
         ensure!(self.iterations >= 1, "{}: must be at least 1", n("iterations"));
         ensure!(
             self.hash_seed.is_none() || self.hash.is_some(),
@@ -271,6 +277,12 @@ impl RunSpec {
             self.path_mtu
         );
         ensure!(
+            self.cts_buffer.get() <= MAX_CTS_BUFFER_BYTES,
+            "{}: {} bytes is above the largest chunk, 1 GiB ({MAX_CTS_BUFFER_BYTES} bytes)",
+            n("cts-buffer"),
+            self.cts_buffer.get()
+        );
+        ensure!(
             self.cc != CcMode::Dcqcn || self.ecn,
             "{} dcqcn needs {} true: without ECN-capable packets no switch can mark CE, so no CNP is ever sent",
             n("cc"),
@@ -278,6 +290,25 @@ impl RunSpec {
         );
         Ok(())
     }
+}
+
+/// The largest message per rank, 1 TiB: far beyond a testbed's run. Byte counts over a run
+/// (message x ranks x steps x iterations) can still pass `u64::MAX` with absurd iteration
+/// counts: they are summed saturating.
+pub const MAX_MESSAGE_BYTES: u64 = 1 << 40;
+
+/// The largest CTS chunk, 1 GiB: the most one RoCE WRITE carries here; a larger chunk would be
+/// split into several WRITEs, each freeing a buffer of its own at the receiver.
+pub const MAX_CTS_BUFFER_BYTES: u64 = fabric_roce::qp::MAX_WRITE_BYTES;
+
+/// The bytes a step must deliver (saturating: a count, never a wrapped one).
+fn step_bytes(transfers: &[HostTransfer]) -> u64 {
+    transfers.iter().fold(0u64, |sum, t| sum.saturating_add(t.bytes))
+}
+
+/// What CTS lets be in flight towards one receiver: its channels x its chunk (saturating).
+fn cts_bound(channels: u32, buffer_bytes: u64) -> u64 {
+    u64::from(channels).saturating_mul(buffer_bytes)
 }
 
 /// `--transport`: a name of [`Transport`], or an error that lists them.
@@ -304,7 +335,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     let plan = &state.plan;
     ensure!(opts.iterations >= 1, "at least one iteration");
     opts.endpoint.check_fits(plan.topology.mtu)?;
-    let ranks = opts.ranks.unwrap_or_else(|| plan.hosts().count());
+    let ranks = opts.placement.rank_count(opts.ranks, plan.hosts().count());
     let hosts = opts.placement.place(plan, ranks)?;
     if let Some(mode) = opts.hash {
         testbed::set_hash_mode(state, mode, opts.hash_seed)?;
@@ -360,7 +391,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
     let mut iterations = Vec::new();
     let mut flows = Vec::new();
     let mut last_step_uplinks = Vec::new();
-    let mut bytes_needed = 0;
+    let mut bytes_needed: u64 = 0;
     let mut bytes_delivered = 0;
     let cpu_before = crate::sys::cpu::CpuTimes::read()?;
     for it in 0..opts.iterations {
@@ -373,7 +404,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         let mut step_before = UplinkBytes::read_uplinks(state)?;
         for step in &steps {
             let transfers = crate::model::workload::on_hosts(step, &hosts);
-            bytes_needed += transfers.iter().map(|t| t.bytes).sum::<u64>();
+            bytes_needed = step_bytes(&transfers).saturating_add(bytes_needed);
             let r = run_step_in(plan, &transfers, &opts.endpoint, &clock)?;
             step_ns.push(r.duration_ns);
             accumulate_hosts(&mut hosts_result, &r.hosts);
@@ -438,7 +469,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         },
         extra: NoExtras {},
         cts_bound_bytes: (opts.endpoint.cc == CcMode::Cts)
-            .then(|| u64::from(opts.endpoint.cts_channels) * opts.endpoint.cts_buffer_bytes),
+            .then(|| cts_bound(opts.endpoint.cts_channels, opts.endpoint.cts_buffer_bytes)),
         diagnosis: Vec::new(),
     };
     // Every run is a job: its counters over its lifetime, joined with its completion times.
@@ -520,6 +551,9 @@ mod tests {
             (&["--ack-every", "0"], "--ack-every"),
             (&["--cts-channels", "0"], "--cts-channels"),
             (&["--cts-buffer", "100"], "--cts-buffer"),
+            (&["--cts-buffer", "1025Mi"], "--cts-buffer: 1074790400 bytes is above the largest chunk, 1 GiB"),
+            (&["--cts-buffer", "18000000000000000000"], "--cts-buffer: 18000000000000000000 bytes is above"),
+            (&["--message", "1025Gi"], "--message: 1100585369600 bytes is above the largest message, 1 TiB"),
             (&["--slow-receiver", "z0r0h0:-1"], "--slow-receiver"),
             (&["--hash-seed", "7"], "--hash"),
         ];
@@ -543,6 +577,19 @@ mod tests {
         ] {
             from_flags(flags).unwrap_or_else(|e| panic!("{flags:?}: {e:#}"));
         }
+    }
+
+    /// The largest message and CTS chunk are accepted; sums and products of byte counts
+    /// saturate instead of overflowing.
+    #[test]
+    fn byte_counts_are_bounded_and_do_not_overflow() {
+        let o = from_flags(&["--message", "1024Gi", "--cts-buffer", "1Gi", "--cts-channels", "4294967295"]).unwrap();
+        assert_eq!((o.message_bytes, o.endpoint.cts_buffer_bytes), (1 << 40, 1 << 30));
+        assert_eq!(cts_bound(u32::MAX, u64::MAX), u64::MAX);
+        assert_eq!(cts_bound(4, 1 << 20), 4 << 20);
+        let t = |bytes| HostTransfer { src: 0, dst: 1, bytes };
+        assert_eq!(step_bytes(&[t(u64::MAX), t(1)]), u64::MAX);
+        assert_eq!(step_bytes(&[t(2), t(3)]), 5);
     }
 
     #[test]

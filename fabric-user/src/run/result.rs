@@ -56,7 +56,7 @@ pub fn late_wake_share(hosts: &[crate::endpoint::engine::HostResult]) -> Option<
 #[derive(Clone, Debug, Serialize)]
 pub struct RunOptions {
     pub collective: Collective,
-    /// Number of ranks (default: every host).
+    /// Number of ranks (default: one per host of a `hosts:` placement, else every host).
     pub ranks: Option<usize>,
     pub message_bytes: u64,
     pub iterations: u32,

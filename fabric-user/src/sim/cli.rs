@@ -297,7 +297,11 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     for &q in &qps {
         ensure!((1..=MAX_QPS).contains(&q), "--qps: {q} is not in 1..={MAX_QPS}");
     }
-    ensure!(a.message.get() > 0, "--message: must be at least 1 byte");
+    ensure!(
+        (1..=crate::run::MAX_MESSAGE_BYTES).contains(&a.message.get()),
+        "--message: must be 1 byte to {} bytes (1 TiB)",
+        crate::run::MAX_MESSAGE_BYTES
+    );
     ensure!(PATH_MTUS.contains(&a.path_mtu), "--path-mtu: {} is not a RoCE path MTU ({PATH_MTUS:?})", a.path_mtu);
     ensure!(a.ack_every >= 1, "--ack-every: must be at least 1");
     ensure!(a.memory_limit_gib > 0.0, "--memory-limit-gib: must be above 0");
@@ -461,7 +465,7 @@ fn refuse_down_hosts_of_the_job(a: &SimArgs, plan: &Plan) -> Result<()> {
     if a.down.is_empty() || a.trace.is_some() {
         return Ok(());
     }
-    let ranks = a.ranks.unwrap_or_else(|| plan.hosts().count());
+    let ranks = a.placement.rank_count(a.ranks, plan.hosts().count());
     let Ok(hosts) = a.placement.place(plan, ranks) else { return Ok(()) };
     for spec in &a.down {
         let l = plan.find_link(spec).with_context(|| format!("--down {spec:?}"))?;

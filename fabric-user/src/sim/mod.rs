@@ -199,17 +199,7 @@ impl PacketStats {
             self.tiers = r.tiers.iter().map(|t| TierReport { tier: t.tier.clone(), ..Default::default() }).collect();
         }
         for (acc, t) in self.tiers.iter_mut().zip(&r.tiers) {
-            acc.packets += repeat * t.packets;
-            acc.bytes += repeat * t.bytes;
-            acc.ecn_marked += repeat * t.ecn_marked;
-            acc.drops += repeat * t.drops;
-            acc.over_headroom += repeat * t.over_headroom;
-            acc.sent_while_paused += repeat * t.sent_while_paused;
-            acc.pauses_sent += repeat * t.pauses_sent;
-            acc.pauses_received += repeat * t.pauses_received;
-            acc.max_depth_bytes = acc.max_depth_bytes.max(t.max_depth_bytes);
-            acc.depth_p50_bytes = acc.depth_p50_bytes.max(t.depth_p50_bytes);
-            acc.depth_p99_bytes = acc.depth_p99_bytes.max(t.depth_p99_bytes);
+            acc.add_repeated(t, repeat);
         }
         for p in &r.paused {
             let same = |a: &&mut PausedTime| a.pausing == p.pausing && a.paused == p.paused && a.class == p.class;
@@ -345,7 +335,7 @@ pub type StepRuns = Vec<(Vec<Transfer>, usize)>;
 
 /// Steps come as runs: (step, how many times in a row).
 pub fn steps_of(fabric: &SimFabric, o: &SimOptions) -> Result<(Vec<NodeId>, StepRuns)> {
-    let ranks = o.ranks.unwrap_or_else(|| fabric.plan.hosts().count());
+    let ranks = o.placement.rank_count(o.ranks, fabric.plan.hosts().count());
     let hosts = o.placement.place(&fabric.plan, ranks)?;
     let transfers = match o.collective {
         Collective::Alltoall => ranks * (ranks - 1),

@@ -148,9 +148,11 @@ pub fn endpoint_config(o: &EndpointOptions) -> Result<EndpointConfig> {
             CcChoice::Dcqcn(o.dcqcn)
         }
         CcMode::Cts => {
-            ensure!(o.cts_channels > 0 && o.cts_buffer_bytes > 0, "CTS needs channels and a buffer size above 0");
             let (channels, buffer_bytes) = (o.cts_channels, o.cts_buffer_bytes);
-            CcChoice::Cts(CtsConfig { channels, buffer_bytes, resend_after_ns: o.retransmit_timeout_ns })
+            let cts = CtsConfig { channels, buffer_bytes, resend_after_ns: o.retransmit_timeout_ns };
+            // The endpoints' own check: the twin runs the same receiver, which refuses the rest.
+            cts.validate()?;
+            CcChoice::Cts(cts)
         }
     };
     Ok(EndpointConfig {

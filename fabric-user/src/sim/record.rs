@@ -70,7 +70,7 @@ pub fn records(fabric: &SimFabric, o: &SimOptions, run: &PacketRun, job_id: &str
     let mut steps = Vec::new();
     let mut flows = Vec::new();
     let mut step_ns = Vec::new();
-    let (mut bytes_needed, mut bytes_delivered) = (0, 0);
+    let (mut bytes_needed, mut bytes_delivered) = (0u64, 0);
     for s in &run.steps {
         let uplinks = uplink_load(fabric, &s.report.ports);
         for _ in 0..s.repeat {
@@ -83,7 +83,8 @@ pub fn records(fabric: &SimFabric, o: &SimOptions, run: &PacketRun, job_id: &str
         }
         add_ports(fabric, &s.report, s.repeat as u64, &mut ports);
         flows.extend(flow_results(fabric, s, o.endpoint.rate_bps));
-        bytes_needed += s.repeat as u64 * s.transfers.iter().map(|t| t.bytes).sum::<u64>();
+        let step_needed = s.transfers.iter().fold(0u64, |sum, t| sum.saturating_add(t.bytes));
+        bytes_needed = bytes_needed.saturating_add((s.repeat as u64).saturating_mul(step_needed));
         bytes_delivered += s.repeat as u64 * done_bytes(&s.report);
     }
     let completion_ns: u64 = step_ns.iter().sum();

@@ -185,16 +185,12 @@ pub fn simulate_input(
     Ok(r)
 }
 
-/// Per rank, how many times slower its GPU computes: 1 everywhere but on the straggler's host.
+/// Per rank, how many times slower its GPU computes: 1 everywhere but on the straggler's host
+/// (a factor of 1 to 1000, as a jobs run takes it).
 fn rank_slowdown(fabric: &SimFabric, hosts: &[NodeId], straggler: Option<&Straggler>) -> Result<Vec<f64>> {
     let mut slowdown = vec![1.0; hosts.len()];
     if let Some(s) = straggler {
-        ensure!(
-            s.factor.is_finite() && s.factor >= 1.0,
-            "--straggler {}: factor {} is not 1 or more",
-            s.host,
-            s.factor
-        );
+        crate::run::jobs::check_factor(s.factor).with_context(|| format!("--straggler {}", s.host))?;
         let node =
             fabric.plan.node_by_name(&s.host).with_context(|| format!("--straggler {}: no such host", s.host))?;
         let rank = hosts

@@ -260,9 +260,7 @@ impl State {
                 self.plan.topology.prefix
             );
         }
-        let tmp = dir.join(format!(".state.json.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, serde_json::to_vec(self)?).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("replacing {}", path.display()))
+        crate::sys::file::write_whole(&path, &serde_json::to_vec(self)?)
     }
 
     /// The pinned maps of a switch.

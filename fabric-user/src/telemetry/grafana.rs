@@ -142,6 +142,16 @@ mod tests {
         assert!(metric_names("increase(x_total[5m]) > bool 0").contains("x_total"));
     }
 
+    /// Zones and switches may have any names (`east`, `spine7`): a query that matches names by
+    /// pattern shows nothing on such a testbed.
+    #[test]
+    fn no_query_matches_switch_or_port_names_by_pattern() {
+        let dashboard: serde_json::Value = serde_json::from_str(DASHBOARD).expect("the dashboard is JSON");
+        for q in queries(&dashboard) {
+            assert!(!q.contains("switch=~") && !q.contains("port=~"), "a query matches names by pattern: {q}");
+        }
+    }
+
     #[test]
     fn every_metric_the_dashboard_reads_is_one_the_exporter_emits() {
         let dashboard: serde_json::Value = serde_json::from_str(DASHBOARD).expect("the dashboard is JSON");

@@ -33,10 +33,11 @@ fn path(prefix: &str) -> std::path::PathBuf {
 }
 
 impl JobsGauges {
-    /// Best effort: a scrape that misses one update loses nothing that matters to the run.
+    /// Best effort: a scrape that misses one update loses nothing that matters to the run. Whole
+    /// or not at all: a reader between a truncation and a write would find no jobs at all.
     pub fn write(&self, prefix: &str) {
         if let Ok(bytes) = serde_json::to_vec(self) {
-            let _ = std::fs::write(path(prefix), bytes);
+            let _ = crate::sys::file::write_whole(&path(prefix), &bytes);
         }
     }
 

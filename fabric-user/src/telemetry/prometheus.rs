@@ -94,7 +94,19 @@ pub fn families(r: &StatsReport) -> Vec<Family> {
             .map(|s| (labels(&[("testbed", tb), ("switch", &s.switch)]), Value::Int(f(&s.moves))))
             .collect()
     };
+    // An RTSW's uplinks by name, for dashboards: a zone may have any name, so a pattern over
+    // switch and port names cannot pick them out.
+    let uplink_bytes = r
+        .uplinks
+        .iter()
+        .flat_map(|u| {
+            u.tx_bytes
+                .iter()
+                .map(|(port, b)| (labels(&[("testbed", tb), ("switch", &u.rtsw), ("port", port)]), Value::Int(*b)))
+        })
+        .collect();
     out.extend([
+        counter("uplink_tx_bytes", "Bytes an RTSW forwarded out of one of its uplinks.", uplink_bytes),
         counter(
             "flowlet_moves",
             "Flowlets that took another member than the flow's previous flowlet (flowlet mode).",
@@ -381,6 +393,7 @@ pub(crate) mod tests {
             "fabric_pfc_frames_sent_total{testbed=\"fab\",switch=\"z0r0\",port=\"z0c1\",class=\"3\",kind=\"xoff\"} 9\n"
         ));
         assert!(text.contains("fabric_uplink_max_over_mean{testbed=\"fab\",switch=\"z0r0\"} 1.5\n"));
+        assert!(text.contains("fabric_uplink_tx_bytes_total{testbed=\"fab\",switch=\"z0r0\",port=\"z0c1\"} 200\n"));
         assert!(text.contains("fabric_time_scale{testbed=\"fab\"} 4000\n"));
         // Per job: the `job` label.
         assert!(text.contains("fabric_job_progress{testbed=\"fab\",job=\"b\",job_id=\"fab-1-b\"} 0.25\n"), "{text}");

@@ -215,7 +215,6 @@ fn switch_ports(state: &State, sw: crate::model::plan::NodeId) -> Result<Vec<Por
     let node = &state.plan.nodes[sw];
     let mut dp = state.dataplane(sw)?;
     let mut ports = Vec::new();
-    let now = crate::agent::monotonic_ns();
     for (i, port) in node.ports.iter().enumerate() {
         let c = dp.port_counters(i as u32)?;
         let mut p = PortStats::new(&port.ifname, !state.down_links.contains(&port.link), &c);
@@ -224,6 +223,9 @@ fn switch_ports(state: &State, sw: crate::model::plan::NodeId) -> Result<Vec<Por
         for class in 0..fabric_common::pfc::CLASSES {
             let (cc, q, acc) =
                 (dp.class_counters(i as u32, class)?, dp.queue(i as u32, class)?, dp.account(i as u32, class)?);
+            // The clock read after the queue: a pause that began before the read is then never
+            // in the future, so the paused time (a counter) cannot come out lower than the last.
+            let now = crate::agent::monotonic_ns();
             // A pause still in force counts up to now.
             let pending = q.paused_until_ns.saturating_sub(now);
             let cs = ClassStats {
@@ -424,21 +426,41 @@ impl UplinkBytes {
         Ok(UplinkBytes(r.uplinks.into_iter().map(|u| (u.rtsw, u.tx_bytes)).collect()))
     }
 
-    /// Per-RTSW load that happened between `before` and `self`.
+    /// Per-RTSW load that happened between `before` and `self`, port by port (by name). A
+    /// counter lower than before (the testbed built again in between) counts from 0.
     pub fn since(&self, before: &UplinkBytes) -> Vec<UplinkLoad> {
         self.0
             .iter()
             .map(|(rtsw, now)| {
                 let old = before.0.get(rtsw);
-                let tx: Vec<(String, u64)> = now
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (p, b))| (p.clone(), b - old.and_then(|o| o.get(i)).map_or(0, |o| o.1)))
-                    .collect();
+                let was = |port: &str| old.and_then(|o| o.iter().find(|(p, _)| p == port)).map_or(0, |o| o.1);
+                let tx: Vec<(String, u64)> =
+                    now.iter().map(|(p, b)| (p.clone(), if *b >= was(p) { b - was(p) } else { *b })).collect();
                 let loads: Vec<u64> = tx.iter().map(|t| t.1).collect();
                 let (max_over_mean, jain) = imbalance(&loads);
                 UplinkLoad { rtsw: rtsw.clone(), tx_bytes: tx, max_over_mean, jain }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ports are paired by name, not position, and a counter that went back (a testbed built
+    /// again) counts from 0 instead of wrapping.
+    #[test]
+    fn uplink_load_pairs_ports_by_name_and_survives_a_counter_reset() {
+        let bytes = |ports: &[(&str, u64)]| {
+            UplinkBytes(BTreeMap::from([(
+                "z0r0".to_string(),
+                ports.iter().map(|&(p, b)| (p.to_string(), b)).collect::<Vec<_>>(),
+            )]))
+        };
+        let before = bytes(&[("z0c1", 100), ("z0c0", 1000)]);
+        let after = bytes(&[("z0c0", 1500), ("z0c1", 40)]);
+        let load = after.since(&before);
+        assert_eq!(load[0].tx_bytes, [("z0c0".to_string(), 500), ("z0c1".to_string(), 40)]);
     }
 }

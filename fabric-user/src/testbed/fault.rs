@@ -190,8 +190,15 @@ fn own_flap(prefix: &str, spec: &str) -> Result<(LinkId, String)> {
         let name = &state.plan.nodes[sw].name;
         bail!("link {label} is down with switch {name}: nothing to flap (fabric switch up {name})");
     }
+    super::rxe::refuse_moved_host_links(&state, &[l], "link flap")?;
     if let Some(owner) = state.flapped_by_another(l) {
         bail!("link {label} is already being flapped by process {} (one flap of a link at a time)", owner.pid);
+    }
+    // Down, and no live flap's: taken down by hand (`fabric link down`), or a killed flap's.
+    if state.links_taken_down.contains(&l) {
+        bail!(
+            "link {label} is down (fabric link down): bring it up first (fabric link up {label}); a flap ends with it up"
+        );
     }
     state.flaps.insert(l, Owner::this_process()?);
     state.save()?;
@@ -267,6 +274,8 @@ pub fn set_switch(prefix: &str, name: &str, up: bool) -> Result<SwitchChange> {
     for p in &state.plan.nodes[sw].ports {
         refuse_if_flapped(&state, p.link)?;
     }
+    let links: Vec<LinkId> = state.plan.nodes[sw].ports.iter().map(|p| p.link).collect();
+    super::rxe::refuse_moved_host_links(&state, &links, if up { "switch up" } else { "switch down" })?;
     let down_links = state.out_of_service(&state.links_taken_down, &down_switches);
     let changed: Vec<LinkId> = state.down_links.symmetric_difference(&down_links).copied().collect();
     let links: BTreeSet<LinkId> = state.plan.nodes[sw].ports.iter().map(|p| p.link).collect();

@@ -61,10 +61,7 @@ pub fn up_rxe(topo: &Topology, quiet: bool, opts: rxe::RxeOptions) -> Result<(Up
     });
     match result {
         Ok(layout) => Ok((summary, layout)),
-        Err(e) => {
-            let _ = down(prefix);
-            Err(e.context(format!("bringing up rxe hosts of {prefix:?} failed; the testbed was removed")))
-        }
+        Err(e) => Err(e.context(format!("bringing up rxe hosts of {prefix:?} failed; {}", clean_up_after(prefix)))),
     }
 }
 
@@ -166,6 +163,7 @@ pub fn up(topo: &Topology, quiet: bool) -> Result<UpSummary> {
         );
     }
     ensure_bpffs()?;
+    claim_prefix(prefix)?;
     let start = Instant::now();
     let plan = Plan::new(topo);
     let result = build(&plan, quiet).and_then(|phases| {
@@ -177,10 +175,7 @@ pub fn up(topo: &Topology, quiet: bool) -> Result<UpSummary> {
     });
     let phases = match result {
         Ok(phases) => phases,
-        Err(e) => {
-            let _ = down(prefix);
-            return Err(e.context(format!("bringing up testbed {prefix:?} failed; everything it created was removed")));
-        }
+        Err(e) => return Err(e.context(format!("bringing up testbed {prefix:?} failed; {}", clean_up_after(prefix)))),
     };
     Ok(UpSummary {
         name: topo.name.clone(),
@@ -193,15 +188,40 @@ pub fn up(topo: &Topology, quiet: bool) -> Result<UpSummary> {
     })
 }
 
+/// Takes down what a failed `up` of `prefix` built, and says how that went.
+fn clean_up_after(prefix: &str) -> String {
+    match down(prefix) {
+        Ok(_) => "everything it created was removed".into(),
+        Err(e) => format!("removing what it created failed too ({e:#})"),
+    }
+}
+
+/// Claims `prefix` for one `up`: its state folder is created, and only one of two `up`s with the
+/// same prefix at once can create it. The other stops before it builds anything, so its
+/// clean-up cannot remove the first one's testbed.
+fn claim_prefix(prefix: &str) -> Result<()> {
+    let dir = state_dir(prefix);
+    let parent = dir.parent().expect("a state folder has a parent");
+    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    match std::fs::create_dir(&dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => bail!(
+            "a testbed with prefix {prefix:?} already exists or is being brought up ({} exists); run `fabric \
+             down --prefix {prefix}` first, or give this one another prefix",
+            dir.display()
+        ),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("creating {}", dir.display()))),
+    }
+}
+
 /// Builds the testbed; returns the wall time of each phase.
 fn build(plan: &Plan, quiet: bool) -> Result<Vec<(String, f64)>> {
     let nodes: Vec<NodeId> = (0..plan.nodes.len()).collect();
     let switches: Vec<NodeId> = plan.switches().collect();
     let hosts: Vec<NodeId> = plan.hosts().collect();
     let bar = progress(nodes.len() * 4 + switches.len() + hosts.len(), quiet);
-    // Saved first, so that `status` and `down` know about a half-built testbed.
-    std::fs::create_dir_all(state_dir(&plan.topology.prefix))
-        .with_context(|| format!("creating {}", state_dir(&plan.topology.prefix).display()))?;
+    // Saved first, so that `status` and `down` know about a half-built testbed (into the folder
+    // `up` claimed: a `down` that removed it meanwhile makes this fail, not build it twice).
     State {
         plan: plan.clone(),
         down_links: BTreeSet::new(),
@@ -471,7 +491,7 @@ pub fn program_tables(
     for (id, &slot) in slots.iter().enumerate() {
         // A reused slot holds this very group already (same members, so the same bytes).
         if !in_force.contains(&slot) {
-            dp.set_group(slot, &new.ecmp_group(plan, n, id))?;
+            dp.set_group(slot, &new.ecmp_group(plan, n, id)?)?;
         }
     }
     let target = |t: RouteTarget| if t == ROUTE_LOCAL { t } else { slots[t as usize] };
@@ -545,33 +565,73 @@ pub fn down(prefix: &str) -> Result<DownSummary> {
     // A change in progress (a flap's step) ends before its testbed goes, and a later one finds
     // no testbed; a stuck one does not keep it up.
     let _lock = crate::state::ChangeLock::take_for_down(prefix);
-    let mut summary = DownSummary {
-        agent_stopped: crate::agent::stop(prefix)?,
-        // rxe hosts (`up --endpoints rxe`) live outside the testbed's namespaces.
-        rxe_removed: crate::testbed::rxe::down(prefix)?,
-        ..Default::default()
-    };
-    let namespaces = netns::list_named(&format!("{prefix}-"))?;
-    for ns in &namespaces {
-        netns::delete_named(ns)?;
+    // Every step is tried, whatever failed before it: one that fails (an rxe rule the kernel
+    // refuses to delete, a busy namespace) must not leave the rest of the testbed behind.
+    let mut failed: Vec<anyhow::Error> = Vec::new();
+    let mut summary = DownSummary::default();
+    match crate::agent::stop(prefix) {
+        Ok(stopped) => summary.agent_stopped = stopped,
+        Err(e) => failed.push(e),
     }
-    summary.namespaces = namespaces.len();
+    // rxe hosts (`up --endpoints rxe`) live outside the testbed's namespaces.
+    let rxe_done = match crate::testbed::rxe::down(prefix) {
+        Ok(n) => {
+            summary.rxe_removed = n;
+            true
+        }
+        Err(e) => {
+            failed.push(e);
+            false
+        }
+    };
+    match netns::list_named(&format!("{prefix}-")) {
+        Ok(namespaces) => {
+            for ns in &namespaces {
+                match netns::delete_named(ns) {
+                    Ok(()) => summary.namespaces += 1,
+                    Err(e) => failed.push(e.context(format!("removing namespace {ns}"))),
+                }
+            }
+        }
+        Err(e) => failed.push(e),
+    }
     let pins = bpf_dir(prefix);
     if pins.exists() {
-        std::fs::remove_dir_all(&pins).with_context(|| format!("removing {}", pins.display()))?;
-        summary.pins_removed = true;
+        if let Err(e) = std::fs::remove_dir_all(&pins) {
+            failed.push(anyhow::Error::new(e).context(format!("removing {}", pins.display())));
+        }
+        summary.pins_removed = !pins.exists();
     }
+    // The rxe record stays while what it lists is not all removed: the next `down` needs it
+    // to find the policy rules and tables by their recorded numbers.
+    if rxe_done {
+        match remove_state_dir(prefix) {
+            Ok(removed) => summary.state_removed = removed,
+            Err(e) => failed.push(e),
+        }
+    }
+    match failed.len() {
+        0 => Ok(summary),
+        n => {
+            let steps = failed.iter().map(|e| format!("{e:#}")).collect::<Vec<_>>().join("; ");
+            bail!("down: {n} step(s) failed, the rest was removed (run `fabric down` again to retry): {steps}")
+        }
+    }
+}
+
+/// Removes testbed `prefix`'s state folder; false if there was none.
+fn remove_state_dir(prefix: &str) -> Result<bool> {
     let dir = state_dir(prefix);
-    if dir.exists() {
-        // Renamed away first, in one step: a change still waiting for the lock (or one that
-        // outlived the wait) then finds no folder to write into, rather than a half-removed one
-        // it would fill again while `remove_dir_all` empties it.
-        let doomed = dir.with_file_name(format!(".{prefix}.removing.{}", std::process::id()));
-        std::fs::rename(&dir, &doomed).with_context(|| format!("moving {} aside to remove it", dir.display()))?;
-        std::fs::remove_dir_all(&doomed).with_context(|| format!("removing {}", doomed.display()))?;
-        summary.state_removed = true;
+    if !dir.exists() {
+        return Ok(false);
     }
-    Ok(summary)
+    // Renamed away first, in one step: a change still waiting for the lock (or one that
+    // outlived the wait) then finds no folder to write into, rather than a half-removed one it
+    // would fill again while `remove_dir_all` empties it.
+    let doomed = dir.with_file_name(format!(".{prefix}.removing.{}", std::process::id()));
+    std::fs::rename(&dir, &doomed).with_context(|| format!("moving {} aside to remove it", dir.display()))?;
+    std::fs::remove_dir_all(&doomed).with_context(|| format!("removing {}", doomed.display()))?;
+    Ok(true)
 }
 
 /// What exists of a testbed and whether it is whole.
@@ -675,6 +735,7 @@ pub fn set_link(prefix: &str, spec: &str, up: bool) -> Result<String> {
     let (mut state, _lock) = State::load_for_change(prefix)?;
     let l = find_link(&state.plan, spec)?;
     refuse_if_flapped(&state, l)?;
+    rxe::refuse_moved_host_links(&state, &[l], if up { "link up" } else { "link down" })?;
     set_link_in(&mut state, l, up)?;
     Ok(link_label(&state.plan, l))
 }
@@ -695,9 +756,13 @@ fn set_link_in(state: &mut State, l: LinkId, up: bool) -> Result<()> {
         taken_down.insert(l);
     }
     let down_links = state.out_of_service(&taken_down, &state.down_switches);
+    // A link brought up that was up, or down that was down, is configured again (a repair of a
+    // half-changed link) but is no fault: the job records would count it as one.
+    if taken_down != state.links_taken_down {
+        let kind = if up { FaultKind::LinkUp } else { FaultKind::LinkDown };
+        state.faults.push(FaultEvent::now(kind, link_label(&state.plan, l), ""));
+    }
     state.links_taken_down = taken_down;
-    let kind = if up { FaultKind::LinkUp } else { FaultKind::LinkDown };
-    state.faults.push(FaultEvent::now(kind, link_label(&state.plan, l), ""));
     change_links(state, &[l], up, down_links)
 }
 
@@ -723,11 +788,13 @@ fn refuse_if_flapped(state: &State, l: LinkId) -> Result<()> {
 /// fails, they go down again, as routing still has them out of service.
 fn change_links(state: &mut State, changed: &[LinkId], up: bool, down_links: BTreeSet<LinkId>) -> Result<()> {
     if up {
-        for &l in changed {
-            set_link_carrier(&state.plan, l, true)?;
-        }
-        if let Err(e) = reroute(state, down_links) {
-            for &l in changed {
+        // Routing still has them out of service until the reroute: if bringing one up or the
+        // reroute fails, they go down again. Only those: a link already in service (one brought
+        // up again to repair it) stays up, as routing uses it.
+        let was_down: Vec<LinkId> = changed.iter().copied().filter(|l| state.down_links.contains(l)).collect();
+        let brought_up = changed.iter().try_for_each(|&l| set_link_carrier(&state.plan, l, true));
+        if let Err(e) = brought_up.and_then(|()| reroute(state, down_links)) {
+            for &l in &was_down {
                 let _ = set_link_carrier(&state.plan, l, false);
             }
             return Err(e);

@@ -111,10 +111,10 @@ impl RxeLayout {
         serde_json::from_str(&text).with_context(|| format!("corrupt {}", path.display()))
     }
 
+    /// Into the testbed's state folder (`up` made it; a `down` meanwhile makes this fail rather
+    /// than bring the folder back).
     fn save(&self) -> Result<()> {
-        let path = Self::path(&self.prefix);
-        std::fs::create_dir_all(path.parent().expect("has a parent"))?;
-        std::fs::write(&path, serde_json::to_vec_pretty(self)?).with_context(|| format!("writing {}", path.display()))
+        crate::sys::file::write_whole(&Self::path(&self.prefix), &serde_json::to_vec_pretty(self)?)
     }
 
     pub fn host(&self, name: &str) -> Result<&RxeHost> {
@@ -256,6 +256,44 @@ pub(super) fn devices_in_namespaces(state: &State) -> Result<RxeLayout> {
     Ok(layout)
 }
 
+/// The initial namespace's reverse-path filters that the layout turns off (a host's replies come
+/// back through its RTSW on another path than the kernel would choose).
+const RP_FILTER_KEYS: [&str; 2] = ["net/ipv4/conf/all/rp_filter", "net/ipv4/conf/default/rp_filter"];
+
+/// Where the first rxe testbed keeps the filters' settings from before it, beside the testbeds'
+/// state folders: the last one's `down` puts them back.
+fn rp_filter_record() -> PathBuf {
+    state_dir("x").parent().expect("has a parent").join(".rxe-rp-filter.json")
+}
+
+/// Records [`RP_FILTER_KEYS`]' settings, unless an rxe testbed before this one did (it saw them
+/// before any was changed).
+fn record_rp_filter() -> Result<()> {
+    let path = rp_filter_record();
+    if path.exists() {
+        return Ok(());
+    }
+    let mut before = BTreeMap::new();
+    for key in RP_FILTER_KEYS {
+        let file = Path::new("/proc/sys").join(key);
+        let value = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        before.insert(key.to_string(), value.trim().to_string());
+    }
+    crate::sys::file::write_whole(&path, &serde_json::to_vec(&before)?)
+}
+
+/// Puts back the settings [`record_rp_filter`] kept (the last rxe testbed's `down`).
+fn restore_rp_filter() -> Result<()> {
+    let path = rp_filter_record();
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(()) };
+    let before: BTreeMap<String, String> =
+        serde_json::from_str(&text).with_context(|| format!("corrupt {}", path.display()))?;
+    for (key, value) in &before {
+        netns::sysctl(key, value)?;
+    }
+    std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))
+}
+
 /// The layout of the module docs, in the calling thread's namespace.
 pub(super) fn initial_namespace_layout(state: &State, opts: RxeOptions) -> Result<RxeLayout> {
     let plan = &state.plan;
@@ -282,8 +320,9 @@ pub(super) fn initial_namespace_layout(state: &State, opts: RxeOptions) -> Resul
         .with_context(|| format!("moving {}'s veth to the initial namespace as {}", node.name, h.ifname))?;
         netns::delete_named(&plan.netns(h.node))?;
     }
-    for key in ["all", "default"] {
-        netns::sysctl(&format!("net/ipv4/conf/{key}/rp_filter"), "0")?;
+    record_rp_filter()?;
+    for key in RP_FILTER_KEYS {
+        netns::sysctl(key, "0")?;
     }
     let mut pass = SwitchDataplane::load_programs(&[PROGRAM_PASS])?;
     for h in &layout.hosts {
@@ -512,9 +551,9 @@ pub fn down(prefix: &str) -> Result<usize> {
             }
         }
     }
-    let base = table_base(prefix);
     let others = other_rxe_testbeds(prefix);
     let had_layout = layout.is_some();
+    let tables: Vec<u32> = layout.iter().flat_map(|l| l.hosts.iter().map(|h| h.table)).collect();
     removed += here(|nl| async move {
         let mut n = 0;
         let rules: Vec<_> = nl.rule().get(IpVersion::V4).execute().try_collect().await.context("listing rules")?;
@@ -524,7 +563,9 @@ pub fn down(prefix: &str) -> Result<usize> {
                 .attributes
                 .iter()
                 .find_map(|a| if let RuleAttribute::Iifname(i) = a { Some(i.clone()) } else { None });
-            let ours = (base..base + 256).contains(&table)
+            // By table only as this testbed's layout recorded them: the table range comes from a
+            // hash of the prefix, which another testbed's may share.
+            let ours = tables.contains(&table)
                 || iif.is_some_and(|i| {
                     ifnames.contains(&i) || (i.starts_with(&name_prefix) && rule_priority(&r) == PREF_IIF)
                 });
@@ -554,6 +595,9 @@ pub fn down(prefix: &str) -> Result<usize> {
         }
         Ok(n)
     })?;
+    if others == 0 {
+        restore_rp_filter()?;
+    }
     let _ = std::fs::remove_file(RxeLayout::path(prefix));
     Ok(removed)
 }
@@ -655,9 +699,50 @@ pub fn ping(src: Ipv4Addr, dst: Ipv4Addr, id: u16, timeout: Duration) -> Result<
     }
 }
 
+/// Refuses a change (`what`) of `links` when one ends at a rxe host whose end was moved to the
+/// initial namespace: the change would look for it in the host's namespace, which that layout
+/// removes, and leave the link half changed.
+pub(super) fn refuse_moved_host_links(state: &State, links: &[crate::model::plan::LinkId], what: &str) -> Result<()> {
+    if !RxeLayout::path(&state.plan.topology.prefix).exists() {
+        return Ok(());
+    }
+    let layout = RxeLayout::load(&state.plan.topology.prefix)?;
+    if layout.per_host_netns {
+        return Ok(());
+    }
+    if let Some((l, host)) = host_link(&state.plan, links) {
+        bail!(
+            "{what}: link {} ends at rxe host {}, whose end lives in the initial namespace here (rxe needs it there); \
+             faults of rxe hosts' links are not supported: fail a link between switches instead",
+            state.plan.link_label(l),
+            state.plan.nodes[host].name
+        );
+    }
+    Ok(())
+}
+
+/// The first of `links` that ends at a host, and the host.
+fn host_link(plan: &crate::model::plan::Plan, links: &[crate::model::plan::LinkId]) -> Option<(usize, NodeId)> {
+    links.iter().find_map(|&l| {
+        let link = &plan.links[l];
+        [link.a, link.b].into_iter().find(|&n| !plan.nodes[n].role.is_switch()).map(|h| (l, h))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host's link is found among a change's links (a switch's links include its hosts');
+    /// links between switches are not.
+    #[test]
+    fn a_change_of_a_host_link_is_found() {
+        let plan = crate::model::plan::Plan::new(&crate::model::topology::Topology::default_topology());
+        let spine = plan.find_link("z0r0:z0c0").unwrap();
+        let host = plan.find_link("z0r0:z0r0h1").unwrap();
+        assert_eq!(host_link(&plan, &[spine]), None);
+        assert_eq!(host_link(&plan, &[spine, host]), Some((host, plan.node_by_name("z0r0h1").unwrap())));
+    }
 
     /// Without `--prefix`, the rxe commands act on the one testbed with rxe hosts; none or
     /// several are refused, saying what to do or naming them.

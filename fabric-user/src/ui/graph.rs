@@ -96,10 +96,11 @@ pub fn svg(layout: &Layout, view: Option<&View>) -> String {
     }
     for b in &layout.boxes {
         let healthy = view.and_then(|v| v.switches.iter().find(|s| s.name == b.name)).is_none_or(|s| s.healthy);
-        let (stroke, width) = if healthy { ("#34495e", 1.0) } else { ("#d00000", 3.0) };
+        // The look of a failure is the class's (the page's style sheet): the script toggles
+        // classes as readings come, and an attribute drawn here would outlive the recovery.
         let _ = writeln!(
             o,
-            r#"<g class="node {role}{bad}" id="node-{n}" data-name="{n}" data-role="{role}"><title>{title}</title><rect x="{x:.1}" y="{y:.1}" width="{BOX_W}" height="{BOX_H}" rx="5" fill="{fill}" stroke="{stroke}" stroke-width="{width}"/><text x="{cx:.1}" y="{ty:.1}" text-anchor="middle" font-size="12">{label}</text></g>"#,
+            r##"<g class="node {role}{bad}" id="node-{n}" data-name="{n}" data-role="{role}"><title>{title}</title><rect x="{x:.1}" y="{y:.1}" width="{BOX_W}" height="{BOX_H}" rx="5" fill="{fill}" stroke="#34495e" stroke-width="1"/><text x="{cx:.1}" y="{ty:.1}" text-anchor="middle" font-size="12">{label}</text></g>"##,
             role = b.role.as_str(),
             bad = if healthy { "" } else { " unhealthy" },
             n = esc(&b.name),
@@ -131,14 +132,9 @@ fn edge_svg(o: &mut String, layout: &Layout, i: usize, e: &Edge, live: Option<&L
         let dir = live.map(|l| if upward { &l.up_dir } else { &l.down_dir });
         let colour = dir.map_or(load::BANDS[0].colour, |d| d.colour);
         let util = dir.map_or(0.0, |d| d.util);
-        let dash = match (up, degraded) {
-            (false, _) => r#" stroke-dasharray="6 4""#,
-            (true, true) => r#" stroke-dasharray="2 3""#,
-            (true, false) => "",
-        };
         let _ = write!(
             o,
-            r#"<line class="dir {name}" id="{id}/{name}" data-util="{util:.3}" x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" stroke="{colour}" stroke-width="3"{dash}/>"#
+            r#"<line class="dir {name}" id="{id}/{name}" data-util="{util:.3}" x1="{x1:.1}" y1="{y1:.1}" x2="{x2:.1}" y2="{y2:.1}" stroke="{colour}" stroke-width="3"/>"#
         );
     }
     let (lx, ly) = label_point(layout, i);

@@ -316,11 +316,16 @@ pub fn build(plan: &Plan, layout: &Layout, reading: &Reading, prev: Option<&Snap
     (view, now)
 }
 
-/// The counters of one direction of one link: (bytes, ecn, drops, pauses) in a snapshot.
-fn direction_counts(plan: &Plan, s: &Snapshot, from: (NodeId, usize), to: (NodeId, usize)) -> [u64; 4] {
+/// The counters of one direction of one link: (bytes, ecn, drops, pauses) in a snapshot; None
+/// if a switch at either end is missing from it (unreadable then), whose counters would be
+/// taken for 0.
+fn direction_counts(plan: &Plan, s: &Snapshot, from: (NodeId, usize), to: (NodeId, usize)) -> Option<[u64; 4]> {
     let key = |(n, p): (NodeId, usize)| (plan.nodes[n].name.clone(), plan.nodes[n].ports[p].ifname.clone());
-    let sender = plan.nodes[from.0].role.is_switch().then(|| s.ports.get(&key(from))).flatten();
-    let receiver = plan.nodes[to.0].role.is_switch().then(|| s.ports.get(&key(to))).flatten();
+    let end = |(n, p): (NodeId, usize)| match plan.nodes[n].role.is_switch() {
+        true => s.ports.get(&key((n, p))).map(Some),
+        false => Some(None),
+    };
+    let (sender, receiver) = (end(from)?, end(to)?);
     // Bytes as the sender counted them; a host sender counts nothing, so its switch's receipt.
     let bytes = sender.map_or_else(|| receiver.map_or(0, |r| r.rx_bytes), |t| t.tx_bytes);
     let ecn = sender.map_or(0, |t| t.ecn);
@@ -330,7 +335,7 @@ fn direction_counts(plan: &Plan, s: &Snapshot, from: (NodeId, usize), to: (NodeI
         Some(t) => t.pfc_received,
         None => s.pfc_sent.get(&key(to)).copied().unwrap_or(0),
     };
-    [bytes, ecn, drops, pauses]
+    Some([bytes, ecn, drops, pauses])
 }
 
 fn link_view(
@@ -352,11 +357,15 @@ fn link_view(
             let (from, to) = ((link.a, link.a_port), (link.b, link.b_port));
             let (from, to) = if upward { (from, to) } else { (to, from) };
             let n = direction_counts(plan, now, from, to);
-            // A rebuilt testbed starts its counters again: a fall counts as nothing new.
             let p = prev.map_or(n, |p| direction_counts(plan, p, from, to));
             for i in 0..4 {
-                total[i] += n[i];
-                delta[i] += n[i].saturating_sub(p[i]);
+                total[i] += n.map_or(0, |n| n[i]);
+                // Only between two readings that both have the link's switches: one missing
+                // from the last would make everything since `up` look new. A rebuilt testbed
+                // starts its counters again: a fall counts as nothing new.
+                if let (Some(n), Some(p)) = (n, p) {
+                    delta[i] += n[i].saturating_sub(p[i]);
+                }
             }
         }
         let util = load::utilisation(delta[0], interval, rate, ts);
@@ -575,6 +584,22 @@ pub(crate) mod tests {
         let (_, big) = build(&plan, &layout, &reading(&plan, 1 << 30), None, 1.0);
         let (v, _) = build(&plan, &layout, &reading(&plan, 10), Some(&big), 2.0);
         assert!(v.links.iter().all(|l| l.up_dir.util == 0.0 && l.up_dir.ecn_new == 0));
+    }
+
+    /// A switch missing from one reading (unreadable for a moment) and back in the next: what
+    /// it counted since `up` is not new load.
+    #[test]
+    fn a_switch_missing_from_the_last_reading_shows_no_burst_when_back() {
+        let plan = default_plan();
+        let layout = Layout::of(&plan);
+        let mut gap = reading(&plan, 1 << 30);
+        gap.report.switches.retain(|s| s.switch != "z0r1");
+        gap.unreadable.push(("z0r1".into(), "a moment".into()));
+        let (_, missing) = build(&plan, &layout, &gap, None, 1.0);
+        let (v, _) = build(&plan, &layout, &reading(&plan, 1 << 30), Some(&missing), 2.0);
+        let hot = v.links.iter().find(|l| l.id == "z0r1:z0c3").unwrap();
+        assert_eq!((hot.up_dir.util, hot.up_dir.ecn_new), (0.0, 0), "{hot:?}");
+        assert_eq!(hot.up_dir.ecn, (1 << 30) / 1000, "the totals are still shown");
     }
 
     #[test]

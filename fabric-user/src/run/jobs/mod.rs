@@ -24,7 +24,7 @@ use serde::Deserialize;
 
 use super::{RunOptions, RunSpec};
 use crate::{
-    model::partition::{Graph, place_on},
+    model::partition::{Graph, check_ranks_fit, place_on},
     model::placement::Placement,
     model::plan::{NodeId, Plan},
     model::topology::hash_mode_serde,
@@ -78,6 +78,7 @@ impl JobsMode {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
+    /// Letters, digits, `_`, `.` and `-`, not starting with `.`: it names the job's record file.
     pub name: String,
     /// A collective, or else `trace`.
     #[serde(default)]
@@ -92,8 +93,9 @@ pub struct JobSpec {
     /// Ranks: a collective needs them; a trace has its own (if given, they must agree).
     #[serde(default)]
     pub ranks: Option<usize>,
-    #[serde(default = "default_message")]
-    pub message: Size,
+    /// A collective's message per rank (default the run's default); a trace gives its own.
+    #[serde(default)]
+    pub message: Option<Size>,
     /// `contiguous`, `fragmented`, `random:SEED`, `hosts:H1,...`, or `place`.
     #[serde(default = "default_placement")]
     pub placement: String,
@@ -126,9 +128,6 @@ pub struct SlowNic {
     pub rate_gbps: f64,
 }
 
-fn default_message() -> Size {
-    RunSpec::default().message
-}
 fn default_placement() -> String {
     "contiguous".into()
 }
@@ -176,7 +175,7 @@ impl JobsFile {
             trace: None,
             scale: None,
             ranks: Some(spec.ranks.context("--ranks: give the ranks of a run with --straggler")?),
-            message: spec.message,
+            message: Some(spec.message),
             placement: spec.placement.spelling(),
             start_ms: 0,
             iterations: spec.iterations,
@@ -219,7 +218,7 @@ impl JobsFile {
         let hash = self.hash_mode(default_hash)?;
         let mut names = BTreeSet::new();
         for j in &self.job {
-            ensure!(!j.name.is_empty(), "a [[job]] has an empty name");
+            check_job_name(&j.name)?;
             ensure!(names.insert(j.name.as_str()), "job {:?}: two jobs have this name", j.name);
         }
         let mut planned: Vec<Option<PlannedJob>> = vec![None; self.job.len()];
@@ -285,17 +284,18 @@ impl JobsFile {
 }
 
 impl JobSpec {
-    /// The job's steps (in ranks), its rank count, its traffic graph and what it runs.
-    fn workload(&self, seed: u64) -> Result<(Vec<Vec<Transfer>>, usize, Graph, String)> {
+    /// The job's steps (in ranks), its rank count and what it runs.
+    fn workload(&self, seed: u64) -> Result<(Vec<Vec<Transfer>>, usize, String)> {
         match (self.workload, &self.trace) {
             (Some(w), None) => {
                 ensure!(self.scale.is_none(), "scale: only for a trace");
-                let ranks = self.ranks.context("ranks: a collective job needs its ranks")?;
+                let ranks = self.ranks().context("ranks: a collective job needs its ranks (or a hosts: placement)")?;
                 ensure!(ranks >= 2, "ranks: a collective needs at least 2");
-                let g = Graph::of_collective(w, ranks, self.message.get(), seed);
-                Ok((schedule(w, ranks, self.message.get(), seed), ranks, g, w.as_str().into()))
+                Ok((schedule(w, ranks, self.message().get(), seed), ranks, w.as_str().into()))
             }
             (None, Some(path)) => {
+                // Refused rather than ignored: the trace's ops carry their own sizes.
+                ensure!(self.message.is_none(), "message: only for a collective job; a trace gives its own sizes");
                 let scale = self.scale.unwrap_or(1.0);
                 // Checked here, named as the field (the replay names its flag).
                 ensure!(scale > 0.0 && scale.is_finite(), "scale: {scale} is not a positive number");
@@ -315,36 +315,60 @@ impl JobSpec {
                     .map(|round| round.iter().flat_map(|&(op, step)| job.ops[op].steps()[step].clone()).collect())
                     .collect();
                 ensure!(!steps.is_empty(), "trace: {} moves no bytes", path.display());
-                let mut g = Graph::new(job.ranks);
-                for t in steps.iter().flatten() {
-                    g.add(t.src, t.dst, t.bytes as f64);
-                }
-                Ok((steps, job.ranks, g, format!("trace {}", path.display())))
+                Ok((steps, job.ranks, format!("trace {}", path.display())))
             }
             (Some(_), Some(_)) => bail!("give either `workload` or `trace`, not both"),
             (None, None) => bail!("workload: give a collective (or a `trace`)"),
         }
     }
 
+    /// The job's rank count as its fields give it: `ranks`, else one per host of a `hosts:`
+    /// placement (as `fabric run --placement hosts:...` counts them).
+    fn ranks(&self) -> Option<usize> {
+        match Placement::parse(&self.placement) {
+            Ok(p @ Placement::Explicit { .. }) => Some(p.rank_count(self.ranks, 0)),
+            _ => self.ranks,
+        }
+    }
+
+    /// The message per rank of the job: its own, or the run's default.
+    fn message(&self) -> Size {
+        self.message.unwrap_or(RunSpec::default().message)
+    }
+
+    /// Refuses `ranks` ranks that the hosts cannot hold: the testbed's, and for `place` the ones
+    /// the jobs placed before leave.
+    fn check_fits(&self, plan: &Plan, ranks: usize, used: &BTreeSet<NodeId>) -> Result<()> {
+        let all = plan.hosts().count();
+        // Named as the field the count came from: a trace's own, unless `ranks` was given.
+        let field = if self.trace.is_some() && self.ranks.is_none() { "trace" } else { "ranks" };
+        check_ranks_fit(ranks, all, all).context(field)?;
+        let free = all - used.len();
+        ensure!(
+            self.placement != "place" || ranks <= free,
+            "placement = \"place\": {ranks} ranks need {ranks} free hosts, but the jobs placed before it leave {free} of {all}"
+        );
+        Ok(())
+    }
+
     fn plan(&self, plan: &Plan, run: &RunSpec, hash: HashMode, used: &BTreeSet<NodeId>) -> Result<PlannedJob> {
-        let (steps, ranks, graph, workload_label) = self.workload(run.seed)?;
+        // Before the schedule is built: it grows as ranks squared (all-to-all).
+        if let Some(ranks) = self.ranks() {
+            self.check_fits(plan, ranks, used)?;
+        }
+        let (steps, ranks, workload_label) = self.workload(run.seed)?;
+        self.check_fits(plan, ranks, used)?;
         let mut spec = run.clone();
         // A trace job's results name a collective too (the schema's field): its label says more.
         spec.workload = Some(self.workload.unwrap_or(Collective::Allreduce));
         spec.ranks = Some(ranks);
-        spec.message = self.message;
+        spec.message = self.message();
         spec.iterations = self.iterations;
         spec.hash = Some(hash);
         spec.qps = self.qps.unwrap_or(run.qps);
         let hosts = if self.placement == "place" {
             let free: Vec<NodeId> = plan.hosts().filter(|h| !used.contains(h)).collect();
-            ensure!(
-                ranks <= free.len(),
-                "placement = \"place\": {ranks} ranks need {ranks} free hosts, but the jobs placed before it leave {} of {}",
-                free.len(),
-                plan.hosts().count()
-            );
-            place_on(plan, &free, &graph, run.seed)?
+            place_on(plan, &free, &graph_of(ranks, &steps), run.seed)?
         } else {
             let p = Placement::parse(&self.placement).context("placement")?;
             p.place(plan, ranks).context("placement")?
@@ -388,8 +412,35 @@ impl JobSpec {
     }
 }
 
-fn check_factor(factor: f64) -> Result<f64> {
-    ensure!(factor.is_finite() && factor >= 1.0, "factor {factor} must be at least 1 (1 = as fast as the others)");
+/// The traffic of one iteration of `steps` over `ranks` ranks, for `place`.
+fn graph_of(ranks: usize, steps: &[Vec<Transfer>]) -> Graph {
+    let mut g = Graph::new(ranks);
+    for t in steps.iter().flatten() {
+        g.add(t.src, t.dst, t.bytes as f64);
+    }
+    g
+}
+
+/// Job names become file names (`results/jobs/RUN-NAME.json`): only characters that are safe
+/// there, and no leading `.` (a hidden file, or `..`).
+fn check_job_name(name: &str) -> Result<()> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    ensure!(
+        !name.is_empty() && !name.starts_with('.') && name.chars().all(allowed),
+        "job {name:?}: name: use letters, digits, '_', '.' and '-', not starting with '.' (it names the job's record file)"
+    );
+    Ok(())
+}
+
+/// The largest straggler factor: the model sleeps `(factor - 1) x` a step's nominal compute, so
+/// a huge factor would hang the run rather than slow it.
+pub const MAX_STRAGGLER_FACTOR: f64 = 1000.0;
+
+pub fn check_factor(factor: f64) -> Result<f64> {
+    ensure!(
+        factor.is_finite() && (1.0..=MAX_STRAGGLER_FACTOR).contains(&factor),
+        "factor {factor} must be 1..={MAX_STRAGGLER_FACTOR} (1 = as fast as the others)"
+    );
     Ok(factor)
 }
 
@@ -477,7 +528,8 @@ straggler = { host = "z0r0h1", factor = 2.0 }
             (job("straggler = { host = \"z0r0h0\", factor = 0.5 }"), "factor"),
             (job("slow_nic = { host = \"z0r3h1\", rate_gbps = 100 }"), "slow_nic"),
             (job("slow_nic = { host = \"z0r0h0\", rate_gbps = 900 }"), "slow_nic.rate_gbps"),
-            (job("ranks = 9"), "ranks"),
+            // Replaced, not appended: a second `ranks` key would be refused by TOML itself.
+            (job("").replace("ranks = 4", "ranks = 9"), "ranks: 9 ranks but the topology has only 8 hosts"),
             (
                 format!(
                     "{}\n{}",
@@ -509,6 +561,56 @@ straggler = { host = "z0r0h1", factor = 2.0 }
             let e = resolve(&text).expect_err(&text);
             assert!(format!("{e:#}").contains(needle), "{text}\n=> {e:#}");
         }
+    }
+
+    /// A job's name becomes a file name: only `[A-Za-z0-9_.-]`, not starting with `.`.
+    #[test]
+    fn job_names_that_are_not_plain_file_names_are_refused() {
+        let named = |name: &str| format!("[[job]]\nname = {name:?}\nworkload = \"allreduce\"\nranks = 4\n");
+        for bad in ["a/b", "../x", ".hidden", "", "a b", "a\\b", "ä"] {
+            let e = format!("{:#}", resolve(&named(bad)).expect_err(bad));
+            assert!(e.contains(&format!("job {bad:?}: name: use letters, digits, '_', '.' and '-'")), "{bad}: {e}");
+        }
+        for good in ["a", "Job-1.v2_x", "9"] {
+            resolve(&named(good)).unwrap_or_else(|e| panic!("{good}: {e:#}"));
+        }
+    }
+
+    /// The rank count is checked against the hosts before the schedule is built (all-to-all:
+    /// n(n-1) transfers), and before a trace is read.
+    #[test]
+    fn too_many_ranks_are_refused_before_the_schedule_is_built() {
+        let text = "[[job]]\nname = \"a\"\nworkload = \"alltoall\"\nranks = 100000\n";
+        let e = format!("{:#}", resolve(text).unwrap_err());
+        assert!(e.ends_with("ranks: 100000 ranks but the topology has only 8 hosts"), "{e}");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed/traces/dp-step");
+        let text = format!("[[job]]\nname = \"t\"\ntrace = \"{}\"\nranks = 100000\n", dir.display());
+        let e = format!("{:#}", resolve(&text).unwrap_err());
+        assert!(e.ends_with("ranks: 100000 ranks but the topology has only 8 hosts"), "{e}");
+    }
+
+    /// A trace gives its own sizes: a `message` beside it is refused, not ignored.
+    #[test]
+    fn a_trace_job_refuses_a_message() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed/traces/dp-step");
+        let text = format!("[[job]]\nname = \"t\"\ntrace = \"{}\"\nmessage = \"1Mi\"\n", dir.display());
+        let e = format!("{:#}", resolve(&text).unwrap_err());
+        assert!(e.contains("message: only for a collective job; a trace gives its own sizes"), "{e}");
+        resolve(&text.replace("message = \"1Mi\"\n", "")).unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
+    /// A huge straggler factor would sleep for ever: at most 1000, in a file and from the flag.
+    #[test]
+    fn the_straggler_factor_is_bounded() {
+        let text = |factor: &str| TWO.replace("factor = 2.0", &format!("factor = {factor}"));
+        let e = format!("{:#}", resolve(&text("1e9")).unwrap_err());
+        assert!(e.contains("straggler: factor 1000000000 must be 1..=1000"), "{e}");
+        let p = resolve(&text("1000.0")).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(p.jobs[1].straggler.map(|s| s.1), Some(1000.0));
+        let mut f: JobsFile = toml::from_str(TWO).unwrap();
+        f.set_straggler("z0r0h0:1e9").unwrap();
+        let e = format!("{:#}", f.resolve(&plan(), HashMode::Eecmp).unwrap_err());
+        assert!(e.contains("--straggler: factor 1000000000 must be 1..=1000"), "{e}");
     }
 
     #[test]

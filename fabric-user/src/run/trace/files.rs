@@ -11,9 +11,11 @@ use super::{TraceInput, chakra, param};
 pub const SPMD_RANKS: std::ops::RangeInclusive<usize> = 2..=65_536;
 
 /// Reads a trace: a Chakra ET file (`NAME.RANK.et`, whose siblings `NAME.*.et` are the other
-/// ranks; or a directory of them), or PARAM JSON (`*.json`, siblings `PREFIX*.json` numbered by
-/// rank; or a directory of them). A lone file without a rank number is every rank's trace
-/// (SPMD) for `spmd_ranks` ranks. A `comm_groups.json` beside the files names process groups.
+/// ranks; or a directory of them), or PARAM JSON (`NAME.RANK.json` or `NAME<RANK>.json`, siblings
+/// with the same prefix numbered by rank; or a directory of them). A lone file without a rank
+/// number is every rank's trace (SPMD) for `spmd_ranks` ranks: `llama3.et`, and `resnet50.json`
+/// when no sibling `resnet<N>.json` makes it one of a set. A `comm_groups.json` beside the files
+/// names process groups.
 pub fn load(path: &std::path::Path, spmd_ranks: Option<usize>) -> Result<TraceInput> {
     use anyhow::Context as _;
     let (dir, files) = rank_files(path)?;
@@ -87,14 +89,44 @@ pub fn read_groups(path: &std::path::Path) -> Result<BTreeMap<String, Vec<usize>
 /// A trace's directory and its files with their rank numbers.
 type RankFiles = (std::path::PathBuf, Vec<(Option<usize>, std::path::PathBuf)>);
 
+/// The prefix and rank of a per-rank trace file's name: `NAME.RANK.et` (the component after the
+/// last `.` of the stem, all digits), or for PARAM `NAME.RANK.json` and `NAME<RANK>.json` (the
+/// digits that end the stem; the boolean says the rank is glued to the name, so that the name
+/// alone cannot tell it from a model's, as in `resnet50.json`). `None`: no rank in the name.
+fn rank_of(p: &std::path::Path) -> Option<(String, usize, bool)> {
+    let stem = p.file_stem()?.to_str()?;
+    let (prefix, rank) = if p.extension().is_some_and(|e| e == "et") {
+        let (name, rank) = stem.rsplit_once('.')?;
+        (format!("{name}."), rank)
+    } else {
+        let digits = stem.len() - stem.bytes().rev().take_while(u8::is_ascii_digit).count();
+        (stem[..digits].to_string(), &stem[digits..])
+    };
+    if rank.is_empty() || !rank.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let glued = !prefix.is_empty() && !prefix.ends_with('.');
+    Some((prefix, rank.parse().ok()?, glued))
+}
+
+/// Whether another trace file of `dir` has `path`'s extension and rank prefix: a file whose rank
+/// is glued to its name (`rank3.json`) is one of a set only beside others of the set.
+fn has_numbered_sibling(dir: &std::path::Path, path: &std::path::Path, prefix: &str) -> Result<bool> {
+    use anyhow::Context as _;
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let p = e?.path();
+        let same_set = p.extension() == path.extension()
+            && p.file_name() != path.file_name()
+            && rank_of(&p).is_some_and(|(pre, _, _)| pre == prefix);
+        if same_set {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 fn rank_files(path: &std::path::Path) -> Result<RankFiles> {
     use anyhow::Context as _;
-    let rank_of = |p: &std::path::Path| -> Option<(String, usize)> {
-        let stem = p.file_stem()?.to_str()?;
-        let digits = stem.len() - stem.bytes().rev().take_while(u8::is_ascii_digit).count();
-        let n = stem[digits..].parse().ok()?;
-        Some((stem[..digits].to_string(), n))
-    };
     let is_trace = |p: &std::path::Path| {
         p.extension().is_some_and(|e| e == "et" || e == "json")
             && p.file_name().is_some_and(|n| n != "comm_groups.json")
@@ -106,8 +138,10 @@ fn rank_files(path: &std::path::Path) -> Result<RankFiles> {
         let dir = if dir.as_os_str().is_empty() { std::path::PathBuf::from(".") } else { dir };
         std::fs::metadata(path).with_context(|| format!("reading trace {}", path.display()))?;
         match rank_of(path) {
-            Some((prefix, _)) => (dir, Some(prefix), path.extension().map(|e| e.to_os_string())),
-            None => return Ok((dir, vec![(None, path.to_path_buf())])),
+            Some((prefix, _, glued)) if !glued || has_numbered_sibling(&dir, path, &prefix)? => {
+                (dir, Some(prefix), path.extension().map(|e| e.to_os_string()))
+            }
+            _ => return Ok((dir, vec![(None, path.to_path_buf())])),
         }
     };
     let mut files = Vec::new();
@@ -117,7 +151,7 @@ fn rank_files(path: &std::path::Path) -> Result<RankFiles> {
             continue;
         }
         match rank_of(&p) {
-            Some((pre, r)) if prefix.as_ref().is_none_or(|x| *x == pre) => files.push((Some(r), p)),
+            Some((pre, r, _)) if prefix.as_ref().is_none_or(|x| *x == pre) => files.push((Some(r), p)),
             _ if prefix.is_none() => bail!("{}: a trace file without a rank number in its name", p.display()),
             _ => {}
         }
@@ -132,4 +166,49 @@ fn rank_files(path: &std::path::Path) -> Result<RankFiles> {
         }
     }
     Ok((dir, files))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::trace::shipped::dir;
+
+    fn copy(from: &str, to: &std::path::Path) {
+        std::fs::copy(dir().join(from), to).unwrap();
+    }
+
+    /// A rank number comes only from the documented names: `llama3.et` and a lone
+    /// `resnet50.json` are one file for every rank, not rank 3 or 50 of a set.
+    #[test]
+    fn a_lone_file_whose_name_ends_in_a_digit_is_every_ranks_trace() {
+        let tmp = tempfile::tempdir().unwrap();
+        let et = tmp.path().join("llama3.et");
+        copy("dp-step/dp-step.0.et", &et);
+        assert_eq!(load(&et, Some(4)).unwrap_or_else(|e| panic!("{e:#}")).ranks.len(), 4);
+        let json = tmp.path().join("resnet50.json");
+        copy("tp-pp-step-param/rank0.json", &json);
+        assert_eq!(load(&json, Some(4)).unwrap_or_else(|e| panic!("{e:#}")).ranks.len(), 4);
+        // In a directory every file must carry a rank: `llama3.et` does not.
+        let e = format!("{:#}", load(tmp.path(), None).unwrap_err());
+        assert!(e.contains("llama3.et: a trace file without a rank number"), "{e}");
+    }
+
+    /// The per-rank forms still make sets: `NAME.RANK.et`, `NAME.RANK.json`, and `NAME<RANK>.json`
+    /// beside its siblings.
+    #[test]
+    fn per_rank_names_make_a_set() {
+        let tmp = tempfile::tempdir().unwrap();
+        for r in 0..2 {
+            copy(&format!("dp-step/dp-step.{r}.et"), &tmp.path().join(format!("m.v2.{r}.et")));
+            copy(&format!("tp-pp-step-param/rank{r}.json"), &tmp.path().join(format!("p.{r}.json")));
+            copy(&format!("tp-pp-step-param/rank{r}.json"), &tmp.path().join(format!("rank{r}.json")));
+        }
+        for file in ["m.v2.1.et", "p.1.json", "rank1.json"] {
+            let input = load(&tmp.path().join(file), None).unwrap_or_else(|e| panic!("{file}: {e:#}"));
+            assert_eq!(input.ranks.len(), 2, "{file}");
+        }
+        assert_eq!(rank_of(std::path::Path::new("llama3.et")), None);
+        assert_eq!(rank_of(std::path::Path::new("x.12.et")), Some(("x.".into(), 12, false)));
+        assert_eq!(rank_of(std::path::Path::new("rank7.json")), Some(("rank".into(), 7, true)));
+    }
 }

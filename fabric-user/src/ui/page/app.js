@@ -144,7 +144,10 @@ function render(view) {
   status.textContent = view.message;
   document.body.classList.toggle("stale", view.status === "down");
   const drawn = byId("svg-holder").querySelector("svg") !== null;
-  if (view.status !== "down" && (!drawn || (layoutKey !== null && view.layout_key !== layoutKey))) {
+  // `layoutKey` is the key of the picture this script fetched; the one the page came with is
+  // fetched again once (its key is unknown: the page may have been opened while the testbed was
+  // down and then built again differently).
+  if (view.status !== "down" && (!drawn || view.layout_key !== layoutKey)) {
     // A different (or rebuilt) testbed: fetch its picture again.
     layoutKey = view.layout_key;
     fetch("/api/topology.svg", { cache: "no-store" })
@@ -155,7 +158,6 @@ function render(view) {
       });
     return;
   }
-  if (view.status !== "down") layoutKey = view.layout_key;
   renderLinks(view);
   renderJob(view.job);
   renderJobs(view.jobs);
