@@ -19,13 +19,13 @@ use fabric_common::{
 use fabric_roce::{
     buf::PacketBuf,
     cc::Feedback,
-    traffic_class::{is_ce, priority_class},
+    traffic_class::{CONTROL_TOS, is_ce, priority_class},
 };
 
 use crate::{
     event::{EventQueue, Kind, Nanos},
     host::{Host, QpState},
-    link::{PhantomPort, Port, PortCounters, Queued, wire_bytes},
+    link::{DOWNLINK_CONTROL, DOWNLINK_DATA, PhantomPort, Port, PortCounters, Queued, wire_bytes},
     net::{Network, NodeKind, Routing},
     packet::{Packet, PacketPool, Payload},
     report::{DepthHistogram, QpOutcome, StepReport, TierReport, paused_time},
@@ -629,7 +629,9 @@ impl<'n, R: Routing> Twin<'n, R> {
         let now = self.events.now();
         let (peer, delay) = (self.ports[e as usize].peer, self.ports[e as usize].delay_ns);
         let arrives = if self.is_host[self.ports[peer as usize].node as usize] {
-            let downlink = &mut self.phantom[e as usize].downlink_ns;
+            let control = Switch::class(self.packets.get(id).tos) == Switch::class(CONTROL_TOS);
+            let lane = if control { DOWNLINK_CONTROL } else { DOWNLINK_DATA };
+            let downlink = &mut self.phantom[e as usize].downlink_ns[lane];
             *downlink = queue::enqueue_tail(*downlink, 0, now, transmit);
             *downlink
         } else {

@@ -254,6 +254,10 @@ impl Port {
     }
 }
 
+/// The lanes of [`PhantomPort::downlink_ns`].
+pub const DOWNLINK_DATA: usize = 0;
+pub const DOWNLINK_CONTROL: usize = 1;
+
 /// One port's state under [`crate::switch::QueueModel::Phantom`], per class: the XDP switch's
 /// own records, kept by the same `fabric-common` arithmetic. The egress side's queue is one
 /// tail time ([`queue::enqueue_tail`]); the ingress side's held bytes are an
@@ -263,6 +267,7 @@ pub struct PhantomPort {
     pub tail_ns: [Nanos; CLASSES],
     pub account: [IngressAccount; CLASSES],
     /// A port towards a host: when the host's modelled downlink will have delivered everything
-    /// sent so far (one FIFO for every class, as the testbed host's `Downlink` keeps it).
-    pub downlink_ns: Nanos,
+    /// sent so far, data ([`DOWNLINK_DATA`]) and control ([`DOWNLINK_CONTROL`]: CNPs, CTS)
+    /// apart, each at the link's rate, as the testbed host's `Downlink` keeps them.
+    pub downlink_ns: [Nanos; 2],
 }

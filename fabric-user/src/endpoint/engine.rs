@@ -984,7 +984,8 @@ impl<'a> HostRun<'a> {
             for (buf, rcv) in self.rx.bufs.iter().zip(&self.rx.got) {
                 if rcv.len >= BTH_LEN {
                     let payload = self.rx_buf.copy(&buf[..rcv.len]);
-                    self.downlink.arrive(t, rcv.len, (payload, rcv.from, rcv.tos));
+                    let control = rcv.tos.is_some_and(|tos| priority_class(tos) == priority_class(CONTROL_TOS));
+                    self.downlink.arrive(t, rcv.len, control, (payload, rcv.from, rcv.tos));
                 }
             }
         }

@@ -554,6 +554,7 @@ pub fn down(prefix: &str) -> Result<usize> {
     let others = other_rxe_testbeds(prefix);
     let had_layout = layout.is_some();
     let tables: Vec<u32> = layout.iter().flat_map(|l| l.hosts.iter().map(|h| h.table)).collect();
+    let base = table_base(prefix);
     removed += here(|nl| async move {
         let mut n = 0;
         let rules: Vec<_> = nl.rule().get(IpVersion::V4).execute().try_collect().await.context("listing rules")?;
@@ -563,9 +564,11 @@ pub fn down(prefix: &str) -> Result<usize> {
                 .attributes
                 .iter()
                 .find_map(|a| if let RuleAttribute::Iifname(i) = a { Some(i.clone()) } else { None });
-            // By table only as this testbed's layout recorded them: the table range comes from a
-            // hash of the prefix, which another testbed's may share.
+            // By the tables this testbed's layout recorded. Without the record (a crash lost it)
+            // by the prefix's table range: it comes from a hash of the prefix, which another
+            // testbed's may share, so only then.
             let ours = tables.contains(&table)
+                || (!had_layout && (base..base + 256).contains(&table))
                 || iif.is_some_and(|i| {
                     ifnames.contains(&i) || (i.starts_with(&name_prefix) && rule_priority(&r) == PREF_IIF)
                 });

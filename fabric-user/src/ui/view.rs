@@ -78,7 +78,7 @@ impl PortCount {
 pub struct Snapshot {
     at_s: f64,
     ports: BTreeMap<(String, String), PortCount>,
-    /// PFC XOFF and refresh frames each agent sent, by switch and port.
+    /// PFC XOFF, refresh and XON frames each agent sent, by switch and port.
     pfc_sent: BTreeMap<(String, String), u64>,
 }
 
@@ -92,7 +92,8 @@ impl Snapshot {
         let mut pfc_sent = BTreeMap::new();
         for a in agents {
             for p in &a.pfc {
-                *pfc_sent.entry((a.node.clone(), p.ifname.clone())).or_insert(0) += p.xoff_sent + p.refresh_sent;
+                *pfc_sent.entry((a.node.clone(), p.ifname.clone())).or_insert(0) +=
+                    p.xoff_sent + p.refresh_sent + p.xon_sent;
             }
         }
         Snapshot { at_s, ports, pfc_sent }
@@ -107,7 +108,7 @@ pub struct Dir {
     pub util: f64,
     pub colour: &'static str,
     pub label: String,
-    /// Since the testbed came up: CE marks, drops, PFC pauses of the sender.
+    /// Since the testbed came up: CE marks, drops, PFC frames that reached the sender.
     pub ecn: u64,
     pub drops: u64,
     pub pauses: u64,
@@ -148,7 +149,7 @@ impl LinkView {
         }
     }
 
-    /// CE marks, PFC pauses and drops of the last interval, both ways: `E12 P3 D1`, or nothing.
+    /// CE marks, PFC frames and drops of the last interval, both ways: `E12 P3 D1`, or nothing.
     fn marks(&self) -> String {
         let n = |f: fn(&Dir) -> u64| f(&self.up_dir) + f(&self.down_dir);
         [("E", n(|d| d.ecn_new)), ("P", n(|d| d.pauses_new)), ("D", n(|d| d.drops_new))]
@@ -330,7 +331,8 @@ fn direction_counts(plan: &Plan, s: &Snapshot, from: (NodeId, usize), to: (NodeI
     let bytes = sender.map_or_else(|| receiver.map_or(0, |r| r.rx_bytes), |t| t.tx_bytes);
     let ecn = sender.map_or(0, |t| t.ecn);
     let drops = sender.map_or(0, |t| t.egress_drops) + receiver.map_or(0, |r| r.ingress_drops);
-    // A switch sender counts the pauses it received; a host's pauses are what its RTSW sent it.
+    // PFC frames (XOFF, refresh and XON alike) that reached the sender: a switch counts what it
+    // received; a host's are what its RTSW sent it.
     let pauses = match sender {
         Some(t) => t.pfc_received,
         None => s.pfc_sent.get(&key(to)).copied().unwrap_or(0),

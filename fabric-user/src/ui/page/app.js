@@ -47,7 +47,7 @@ function setTitle(g, text) {
 }
 
 function dirTitle(name, d) {
-  return `${name}: ${fmt(d.gbps, 1)} Gbit/s (${fmt(d.util * 100, 0)}%), ECN ${d.ecn}, PFC pauses ${d.pauses}, drops ${d.drops}`;
+  return `${name}: ${fmt(d.gbps, 1)} Gbit/s (${fmt(d.util * 100, 0)}%), ECN ${d.ecn}, PFC frames ${d.pauses}, drops ${d.drops}`;
 }
 
 function renderLinks(view) {
