@@ -11,9 +11,11 @@
 //! account.
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use fabric_user::{model::plan::Plan, model::topology::Topology, testbed};
 use serde::Serialize;
+
+use crate::stats::median;
 
 /// What the bench runs; the defaults fit in about ten minutes on a 2-core machine.
 #[derive(Debug, Clone)]
@@ -148,15 +150,6 @@ fn synthetic_large(hosts: u32) -> Topology {
     t
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if !v.len().is_multiple_of(2) { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
-}
-
 /// Least squares of y over x: (intercept, slope, R^2).
 fn fit(pts: &[(f64, f64)]) -> (f64, f64, f64) {
     let n = pts.len() as f64;
@@ -251,12 +244,13 @@ fn measure(mut t: Topology, reps: usize) -> Result<BringupRow> {
 }
 
 pub fn bringup(opts: &BringupOptions) -> Result<BringupReport> {
-    let _guard = fabric_user::testbed::DownOnDrop(PREFIX.into());
+    let _guard = fabric_user::testbed::DownOnDrop::owned(PREFIX.into());
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testbed");
     let mut runs = Vec::new();
     for f in ["default.toml", "two-zones.toml", "large.toml"] {
         let path = dir.join(f);
-        runs.push((Topology::parse(&std::fs::read_to_string(&path)?, &path.display().to_string())?, 1));
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        runs.push((Topology::parse(&text, &path.display().to_string())?, 1));
     }
     for hosts in [8, 16, 32, 64, 128, 256] {
         runs.push((synthetic(hosts), 1));
@@ -282,8 +276,12 @@ pub fn bringup(opts: &BringupOptions) -> Result<BringupReport> {
         }
         rows.push(row);
     }
-    let small: Vec<(f64, f64)> =
-        rows.iter().filter(|r| r.topology.starts_with("synthetic-")).map(|r| (r.links as f64, r.up_s)).collect();
+    // A size whose every repetition failed has no up time (NaN): it would spoil the fit.
+    let small: Vec<(f64, f64)> = rows
+        .iter()
+        .filter(|r| r.topology.starts_with("synthetic-") && r.reps_ok > 0)
+        .map(|r| (r.links as f64, r.up_s))
+        .collect();
     let large: Vec<(f64, f64)> = rows
         .iter()
         .filter(|r| r.topology.starts_with("large-") && r.reps_ok > 0)

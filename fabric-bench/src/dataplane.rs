@@ -222,11 +222,7 @@ pub fn dataplane(packets: u64, rounds: u32, modes: &[HashMode]) -> Result<Datapl
                 samples[i].push(measure_once(&mut sw, c, packets)?);
             }
         }
-        let median = |v: &mut Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        let ns: Vec<f64> = samples.iter_mut().map(median).collect();
+        let ns: Vec<f64> = samples.iter_mut().map(|v| crate::stats::median(v)).collect();
         let pass = ns[0];
         let baseline = |family: &str| if family == "ipv4" { ns[1] } else { ns[2] };
         let rows: Vec<Row> = cases
@@ -241,7 +237,7 @@ pub fn dataplane(packets: u64, rounds: u32, modes: &[HashMode]) -> Result<Datapl
             })
             .collect();
         let worst = |prefix: &str| {
-            rows.iter().filter(|r| r.program.starts_with(prefix)).map(|r| r.vs_parse_redirect).fold(0.0, f64::max)
+            rows.iter().filter(|r| r.program.starts_with(prefix)).map(|r| r.vs_parse_redirect).fold(0.0, worse)
         };
         let (worst_c, worst_d) = (worst("(c)"), worst("(d)"));
         // The model's own cost: (d) over (c) for the same mode and family.
@@ -253,7 +249,7 @@ pub fn dataplane(packets: u64, rounds: u32, modes: &[HashMode]) -> Result<Datapl
                 let c = rows.iter().find(|c| c.program == format!("(c) switch, {mode}") && c.family == d.family)?;
                 Some(d.ns_per_packet / c.ns_per_packet)
             })
-            .fold(0.0, f64::max);
+            .fold(0.0, worse);
         Ok(DataplaneReport {
             packets_per_case: packets,
             rounds,
@@ -264,6 +260,12 @@ pub fn dataplane(packets: u64, rounds: u32, modes: &[HashMode]) -> Result<Datapl
             worst_congestion_over_plain: model_cost,
         })
     })
+}
+
+/// The worse of two ratios, NaN (a case not measured) the worst of all: `f64::max` would drop
+/// it, and a target would then be met by what was never measured.
+fn worse(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }
 }
 
 pub fn print_dataplane(r: &DataplaneReport) {
@@ -317,6 +319,13 @@ mod tests {
             let err = check_path(Path::Forward, &sent, XDP_REDIRECT, &forwarded(&sent, ipv6, 1), 200);
             assert!(err.unwrap_err().to_string().contains("1 of 200 runs"));
         }
+    }
+
+    /// A case without a measurement (NaN) is the worst: no target is met by it.
+    #[test]
+    fn an_unmeasured_case_is_the_worst() {
+        assert_eq!([1.2, 3.4, 2.0].into_iter().fold(0.0, worse), 3.4);
+        assert!([1.2, f64::NAN, 2.0].into_iter().fold(0.0, worse).is_nan());
     }
 
     #[test]

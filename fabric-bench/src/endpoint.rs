@@ -44,19 +44,39 @@ fn row(case: &str, packets: u64, wall: Duration, cpu_s: f64) -> EndpointRow {
     }
 }
 
+/// Sets its flag when dropped: a thread's end, reached by a return, an error or a panic alike.
+struct SetOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// Raw UDP: `count` datagrams of `size` bytes from `src` to `dst` as fast as sendmmsg goes;
 /// returns the datagrams received.
 fn raw_udp(plan: &fabric_user::model::plan::Plan, src: usize, dst: usize, count: u64, size: usize) -> Result<u64> {
     use std::net::SocketAddrV4;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let (sip, dip) = (plan.host_ipv4(src), plan.host_ipv4(dst));
-    let done = AtomicBool::new(false);
-    let ready = std::sync::Barrier::new(2);
+    // Each side's end, however it ends (a failure included), so that the other never waits
+    // for it forever: the receiver stops once the sender is over and nothing more arrives.
+    let (tx_over, rx_over) = (AtomicBool::new(false), AtomicBool::new(false));
+    let ready = AtomicUsize::new(0);
+    let both_ready = |other_over: &AtomicBool| -> Result<()> {
+        ready.fetch_add(1, Ordering::AcqRel);
+        while ready.load(Ordering::Acquire) < 2 {
+            anyhow::ensure!(!other_over.load(Ordering::Acquire), "the other side of the raw UDP test did not start");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    };
     std::thread::scope(|s| {
         let rx = s.spawn(|| {
+            let _over = SetOnDrop(&rx_over);
             fabric_user::sys::netns::in_named(&plan.netns(dst), || {
                 let sock = fabric_user::endpoint::socket::roce_socket(SocketAddrV4::new(dip, 4791))?;
-                ready.wait();
+                both_ready(&tx_over)?;
                 let mut bufs = Box::new([[0u8; 4096]; fabric_user::endpoint::socket::BATCH]);
                 let mut got = Vec::new();
                 let mut n = 0u64;
@@ -65,7 +85,7 @@ fn raw_udp(plan: &fabric_user::model::plan::Plan, src: usize, dst: usize, count:
                     let k = fabric_user::endpoint::socket::recv_batch(&sock, &mut bufs, &mut got)?;
                     n += k as u64;
                     if k == 0 {
-                        if done.load(Ordering::Relaxed) {
+                        if tx_over.load(Ordering::Acquire) {
                             idle += 1;
                         }
                         std::thread::sleep(Duration::from_micros(50));
@@ -75,21 +95,21 @@ fn raw_udp(plan: &fabric_user::model::plan::Plan, src: usize, dst: usize, count:
             })
         });
         let tx = s.spawn(|| {
+            let _over = SetOnDrop(&tx_over);
             fabric_user::sys::netns::in_named(&plan.netns(src), || {
                 let sock = fabric_user::endpoint::socket::roce_socket(SocketAddrV4::new(sip, 0xC001))?;
-                ready.wait();
+                both_ready(&rx_over)?;
                 let batch: Vec<(Vec<u8>, SocketAddrV4)> = (0..fabric_user::endpoint::socket::BATCH)
                     .map(|_| (vec![0u8; size], SocketAddrV4::new(dip, 4791)))
                     .collect();
                 let mut sent = 0u64;
-                while sent < count {
+                while sent < count && !rx_over.load(Ordering::Acquire) {
                     let k = fabric_user::endpoint::socket::send_batch(&sock, &batch)?;
                     sent += k as u64;
                     if k < batch.len() {
                         std::thread::yield_now();
                     }
                 }
-                done.store(true, Ordering::Relaxed);
                 Ok(sent)
             })
         });
@@ -110,8 +130,9 @@ pub fn endpoint() -> Result<EndpointReport> {
     // 100 Mbit/s that an unpaced flood would fill and pause).
     topo.congestion.enabled = false;
     let _ = down("fbench");
+    // Made before `up`: a Ctrl-C during it removes the half-built testbed too.
+    let _guard = fabric_user::testbed::DownOnDrop::owned("fbench".into());
     up(&topo, true)?;
-    let _guard = fabric_user::testbed::DownOnDrop("fbench".into());
     let state = State::load("fbench")?;
     let plan = &state.plan;
     // Two racks apart: RTSW, CTSW, RTSW, as collective traffic crosses the fabric.

@@ -864,8 +864,7 @@ impl Options {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    crate::stats::median(&mut v)
 }
 
 pub fn forwarding(opts: &Options) -> Result<ForwardingReport> {

@@ -11,6 +11,7 @@ mod dataplane;
 mod endpoint;
 mod forwarding;
 mod sim;
+mod stats;
 mod twin;
 
 #[derive(Parser)]
@@ -59,11 +60,11 @@ enum BenchCommand {
     },
     /// Per-packet cost of the switch program vs XDP_PASS and parse + fixed redirect.
     Dataplane {
-        /// Packets per case and round.
-        #[arg(long, default_value_t = 1_000_000)]
+        /// Packets per case and round (at least one test_run call's 200).
+        #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(200..))]
         packets: u64,
         /// Rounds per case (the median is reported).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
         rounds: u32,
         /// The routing modes to measure, without and with the congestion model.
         #[command(flatten)]
@@ -124,6 +125,7 @@ fn run() -> Result<()> {
             write_json(&json, &report)?;
         }
         BenchCommand::Bringup { json, sizes, reps, reps_4096 } => {
+            remove_owned_testbeds_on_interrupt()?;
             let report = bringup::bringup(&bringup::BringupOptions { sizes, reps, reps_4096 })?;
             bringup::print_bringup(&report);
             write_json(&json, &report)?;
@@ -136,6 +138,7 @@ fn run() -> Result<()> {
             }
         }
         BenchCommand::Endpoint { json } => {
+            remove_owned_testbeds_on_interrupt()?;
             let report = endpoint::endpoint()?;
             endpoint::print_endpoint(&report);
             write_json(&json, &report)?;
@@ -159,6 +162,12 @@ fn run() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// For the benchmarks that build testbeds (`bringup`, `endpoint`): Ctrl-C, SIGTERM or SIGHUP
+/// removes them, as a drop would not run (their guards are `DownOnDrop::owned`).
+fn remove_owned_testbeds_on_interrupt() -> Result<()> {
+    fabric_user::testbed::interrupt::remove_owned_on_interrupt(|p| fabric_user::testbed::down(p).map(drop))
 }
 
 fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {

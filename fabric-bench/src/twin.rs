@@ -90,6 +90,13 @@ pub fn twin(htsim_src: Option<&Path>) -> Result<TwinBenchReport> {
     let second = run_twin()?;
     let twin_peak_rss_kib = peak_rss_kib(libc::RUSAGE_SELF);
     let mean = (first.wall_s + second.wall_s) / 2.0;
+    // A twin run cut off at its deadline did less work than htsim's finished one: no ratio.
+    ensure!(
+        first.finished && second.finished,
+        "the twin did not finish the permutation (first run {}, second {}): no comparison with htsim",
+        first.finished,
+        second.finished
+    );
     let twin_over_htsim = htsim.as_ref().map(|h| mean / h.wall_s);
     let at_scale = vec![
         run_at_scale(Scale::K1, Collective::Allreduce, 64 << 20)?,
@@ -187,6 +194,10 @@ fn run_htsim(src: &Path) -> Result<HtsimRun> {
     if !main.exists() {
         ensure!(src.join("sim/datacenter").is_dir(), "{}: not htsim's sources (no sim/datacenter)", src.display());
         std::fs::create_dir_all("target")?;
+        // What a failed or interrupted build left: `cp -r` would copy into it, not over it.
+        if root.exists() {
+            std::fs::remove_dir_all(&root).with_context(|| format!("removing {}", root.display()))?;
+        }
         run(Command::new("cp").arg("-r").arg(src).arg(&root))?;
         run(Command::new("make").arg("-C").arg(root.join("sim")).args(["-j2", "libhtsim.a"]))?;
         run(Command::new("make").arg("-C").arg(root.join("sim/datacenter")).args(["-j2", "htsim_roce"]))?;
@@ -198,20 +209,47 @@ fn run_htsim(src: &Path) -> Result<HtsimRun> {
     let log = root.join("htsim.log");
     let t = Instant::now();
     // htsim writes files of its own (an id map) into its working directory: keep them there.
-    let out = Command::new(&main)
+    let stderr_path = root.join("htsim.stderr");
+    let stderr = std::fs::File::create(&stderr_path).with_context(|| format!("creating {}", stderr_path.display()))?;
+    let mut child = Command::new(&main)
         .current_dir(&root)
         .args(["-nodes", &n, "-tm"])
         .arg(&cm)
         .args(["-strat", "ecmp_host", "-paths", "64", "-q", "100", "-queue_type", "lossless_input"])
         .args(["-end", "100000", "-linkspeed", "400000", "-mtu", "4000", "-o"])
         .arg(&log)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
         .with_context(|| format!("running {}", main.display()))?;
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().context("htsim's stdout")?, &mut stdout)?;
+    let (status, peak_rss_kib) = wait_with_peak_rss(child.id())?;
     let wall_s = t.elapsed().as_secs_f64();
-    ensure!(out.status.success(), "htsim failed: {}", String::from_utf8_lossy(&out.stderr));
-    let flows_finished = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains(" finished at ")).count();
+    if !status.success() {
+        let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+        bail!("htsim failed ({status}): {err}");
+    }
+    let flows_finished = stdout.lines().filter(|l| l.contains(" finished at ")).count();
     ensure!(flows_finished == HOSTS, "htsim finished {flows_finished} of {HOSTS} flows");
-    Ok(HtsimRun { wall_s, peak_rss_kib: peak_rss_kib(libc::RUSAGE_CHILDREN), flows_finished })
+    Ok(HtsimRun { wall_s, peak_rss_kib, flows_finished })
+}
+
+/// Waits for child `pid` and returns its exit status and its own peak RSS (KiB): `wait4`'s
+/// usage is that child's alone, where `getrusage(RUSAGE_CHILDREN)` is the largest of every child
+/// waited for (the compiler that built htsim, the permutation's generator).
+fn wait_with_peak_rss(pid: u32) -> Result<(std::process::ExitStatus, i64)> {
+    use std::os::unix::process::ExitStatusExt as _;
+    let mut status: libc::c_int = 0;
+    // SAFETY: zeroed is a valid rusage (plain integers), which wait4 only writes into.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to a status word and a rusage struct, for a child of this process
+    // that nothing else waits for (the `Child` handle is dropped without waiting).
+    let reaped = unsafe { libc::wait4(pid as libc::pid_t, &mut status, 0, &mut usage) };
+    if reaped < 0 {
+        return Err(std::io::Error::last_os_error()).context("waiting for htsim");
+    }
+    Ok((std::process::ExitStatus::from_raw(status), usage.ru_maxrss))
 }
 
 fn run(cmd: &mut Command) -> Result<()> {

@@ -50,9 +50,10 @@ pub struct CtsConfig {
 }
 
 impl CtsConfig {
-    /// The bound on bytes in flight toward one receiver.
+    /// The bound on bytes in flight toward one receiver (saturating: a bound, never a wrapped
+    /// one, whatever settings a caller has not validated yet).
     pub fn bound_bytes(&self) -> u64 {
-        u64::from(self.channels) * self.buffer_bytes
+        u64::from(self.channels).saturating_mul(self.buffer_bytes)
     }
 
     /// Refuses settings the admission cannot keep. A buffer larger than the largest single

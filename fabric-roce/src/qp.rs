@@ -20,10 +20,7 @@
 use std::collections::VecDeque;
 
 use bytes::Bytes;
-use fabric_common::{
-    queue::WIRE_OVERHEAD_BYTES,
-    wire::{ethernet, ipv4, ipv6, udp},
-};
+use fabric_common::queue::WIRE_OVERHEAD_BYTES;
 
 use super::{
     buf::PacketBuf,
@@ -34,7 +31,8 @@ use super::{
     segment::{self, PathMtu, Position, Segment},
     transport::Transport,
     wire::{
-        AethRepr, Body, BthFields, CREDIT_UNLIMITED, NakCode, RethRepr, RocePacketRepr, SACK_BITS, Syndrome, WireError,
+        AethRepr, Body, BthFields, CREDIT_UNLIMITED, IPV4_FRAME_HEADERS_LEN, IPV6_FRAME_HEADERS_LEN, NakCode, RethRepr,
+        RocePacketRepr, SACK_BITS, Syndrome, WireError,
     },
 };
 
@@ -64,11 +62,11 @@ impl Connection {
     /// Ethernet + IP + UDP headers around a UDP payload this end sends: with the payload, the
     /// frame as XDP sees it (no FCS).
     pub fn frame_overhead_bytes(&self) -> u32 {
-        let ip_header = match self.ip {
-            IpPair::V4 { .. } => ipv4::MIN_HEADER_LEN,
-            IpPair::V6 { .. } => ipv6::HEADER_LEN,
+        let headers = match self.ip {
+            IpPair::V4 { .. } => IPV4_FRAME_HEADERS_LEN,
+            IpPair::V6 { .. } => IPV6_FRAME_HEADERS_LEN,
         };
-        (ethernet::HEADER_LEN + ip_header + udp::HEADER_LEN) as u32
+        headers as u32
     }
 
     /// Whether a UDP payload received from the peer, sent from `peer_udp_src_port`, has a good

@@ -35,6 +35,12 @@ pub const fn priority_class(tos: u8) -> usize {
     fabric_common::qos::class_of(tos)
 }
 
+/// Whether a packet of this TOS travels in the control class (CNPs and CTS messages), which the
+/// switches and the hosts' downlinks keep apart from data.
+pub const fn is_control(tos: u8) -> bool {
+    priority_class(tos) == priority_class(CONTROL_TOS)
+}
+
 /// Whether a switch marked the packet CE.
 pub const fn is_ce(tos: u8) -> bool {
     tos & ECN_MASK == ECN_CE
@@ -52,5 +58,7 @@ mod tests {
         assert_eq!(priority_class(0x6A), 3);
         assert_eq!(priority_class(CONTROL_TOS), 6);
         assert!(is_ce(0x6B) && !is_ce(0x6A) && !is_ce(0x69));
+        assert!(is_control(CONTROL_TOS) && is_control(tos(DSCP_CONTROL + 1, ECN_ECT0)));
+        assert!(!is_control(data_tos(DSCP_ROCE, true)) && !is_control(tos(DSCP_CONTROL - 1, ECN_NOT_ECT)));
     }
 }

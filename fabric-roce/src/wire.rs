@@ -7,12 +7,19 @@
 //! and UDP headers and is filled in by [`super::icrc`].
 use std::fmt;
 
-use fabric_common::wire::bth as layout;
 /// The BTH's layout, flags and opcodes are the switch parser's own ([`fabric_common::wire::bth`]),
 /// so both agree by construction.
 pub use fabric_common::wire::bth::{HEADER_LEN as BTH_LEN, ICRC_LEN, TRANSPORT_VERSION, opcode};
+use fabric_common::wire::{bth as layout, ethernet, ipv4, ipv6, udp};
 
 use super::psn::Psn;
+
+/// Ethernet + IPv4 + UDP headers around a RoCEv2 datagram sent over IPv4: with the UDP payload,
+/// the frame as XDP sees it (no FCS). Every count of frame bytes (the pacer's, the hosts'
+/// downlink model's, the flow tables') starts from this one.
+pub const IPV4_FRAME_HEADERS_LEN: usize = ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + udp::HEADER_LEN;
+/// The same over IPv6 (the fixed header, no extension headers: RoCEv2 senders put none).
+pub const IPV6_FRAME_HEADERS_LEN: usize = ethernet::HEADER_LEN + ipv6::HEADER_LEN + udp::HEADER_LEN;
 
 pub const RETH_LEN: usize = 16;
 pub const AETH_LEN: usize = 4;

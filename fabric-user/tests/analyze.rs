@@ -484,8 +484,29 @@ fn json_report_and_chart() {
     assert_eq!(v["qps"][0]["members"].as_object().unwrap().len(), 2);
     assert!(std::fs::read_to_string(dir.join("a.svg")).unwrap().contains("<svg"));
     assert_eq!(&std::fs::read(dir.join("a.png")).unwrap()[1..4], b"PNG");
+    // Named by its PNG, the chart is still written both ways (the PNG once wrote over the SVG).
+    fabric_user::analyze::cli::main(&AnalyzeArgs { chart: Some(dir.join("b.png")), json: None, ..args }).unwrap();
+    assert!(std::fs::read_to_string(dir.join("b.svg")).unwrap().contains("<svg"));
+    assert_eq!(&std::fs::read(dir.join("b.png")).unwrap()[1..4], b"PNG");
     let text = fabric_user::analyze::report::render(&analyze_file(&common::rxe_capture(), &group(4, 0)).unwrap(), true);
     assert!(text.contains("RoCEv2: 110 packets") && text.contains("skipped: none"), "{text}");
+}
+
+/// A capture without RoCE traffic has no balance to report: not a perfect one (1.0), nothing.
+#[test]
+fn a_capture_without_roce_reports_no_balance() {
+    let path = tmp("empty.pcap");
+    write_pcap(&path, DataLink::ETHERNET, &[full(eth(0x0806, None, &[0u8; 46]))]);
+    let r = analyze_file(&path, &group(4, 0)).unwrap();
+    for m in &r.modes {
+        assert!(m.max_over_mean.is_nan() && m.jain.is_nan(), "{}: {} {}", m.mode, m.max_over_mean, m.jain);
+    }
+    let text = fabric_user::analyze::report::render(&r, false);
+    let row = text.lines().find(|l| l.starts_with("eecmp")).unwrap();
+    assert!(row.contains(" -      -  ") && !row.contains("1.000"), "{row}");
+    // With RoCE bytes, the figures are there.
+    let r = analyze_file(&common::rxe_capture(), &group(4, 0)).unwrap();
+    assert!(r.modes.iter().all(|m| m.max_over_mean >= 1.0 && m.jain > 0.0));
 }
 
 /// Captures, on every host of `rtsw`'s rack, the RoCE frames it sends out of the rack: the

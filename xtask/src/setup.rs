@@ -15,8 +15,9 @@ use anyhow::{Context as _, Result, bail};
 use crate::util::{output, run as run_cmd, succeeds};
 
 /// Debian packages the build and tests use: `ip` for fixtures, tshark as the reference decoder,
-/// tcpdump and ethtool for inspecting a testbed.
-const APT_PACKAGES: &[&str] = &["iproute2", "tshark", "tcpdump", "ethtool"];
+/// tcpdump and ethtool for inspecting a testbed, and a C++ compiler for the fuzz targets'
+/// libFuzzer (`cargo xtask fuzz`, which CI runs).
+const APT_PACKAGES: &[&str] = &["iproute2", "tshark", "tcpdump", "ethtool", "g++"];
 /// Headless Chromium for the live view's browser test (`fabric-user/tests/ui.rs`): Debian's
 /// package of this name.
 const BROWSER_PACKAGE: &str = "chromium";

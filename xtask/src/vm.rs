@@ -28,6 +28,9 @@ const VM_PACKAGES: &[&str] = &[
     "perftest",
     "libibverbs-dev",
     "gcc",
+    // virtme-ng goes into a virtualenv (`python3 -m venv`), which Debian's python3 makes only
+    // with this package.
+    "python3-venv",
 ];
 /// The whole VM run, boot included.
 const VM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);

@@ -19,7 +19,7 @@ use fabric_common::{
 use fabric_roce::{
     buf::PacketBuf,
     cc::Feedback,
-    traffic_class::{CONTROL_TOS, is_ce, priority_class},
+    traffic_class::{is_ce, is_control, priority_class},
 };
 
 use crate::{
@@ -629,7 +629,7 @@ impl<'n, R: Routing> Twin<'n, R> {
         let now = self.events.now();
         let (peer, delay) = (self.ports[e as usize].peer, self.ports[e as usize].delay_ns);
         let arrives = if self.is_host[self.ports[peer as usize].node as usize] {
-            let control = Switch::class(self.packets.get(id).tos) == Switch::class(CONTROL_TOS);
+            let control = is_control(self.packets.get(id).tos);
             let lane = if control { DOWNLINK_CONTROL } else { DOWNLINK_DATA };
             let downlink = &mut self.phantom[e as usize].downlink_ns[lane];
             *downlink = queue::enqueue_tail(*downlink, 0, now, transmit);

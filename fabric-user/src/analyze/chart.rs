@@ -9,10 +9,11 @@ use plotters::{coord::Shift, prelude::*};
 use super::Report;
 use crate::experiment::chart::{FAMILY, register_font};
 
-/// Draws `r` into `svg` and the same chart into `svg` with the extension `png`; returns both
-/// paths.
-pub fn write(r: &Report, svg: &Path) -> Result<Vec<PathBuf>> {
+/// Draws `r` into `path` with the extension `svg` and the same chart beside it with the extension
+/// `png` (so `--chart x.png` writes both too, not the PNG over the SVG); returns both paths.
+pub fn write(r: &Report, path: &Path) -> Result<Vec<PathBuf>> {
     register_font()?;
+    let svg = &path.with_extension("svg");
     if let Some(dir) = svg.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }

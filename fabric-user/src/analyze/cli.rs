@@ -49,6 +49,8 @@ pub fn group_of(args: &AnalyzeArgs) -> Result<Group> {
         // Only the modes that choose by the packet alone: `te` needs the controller's table, the
         // balancing modes the switch's state.
         match HashMode::parse(h) {
+            // A mode named twice is predicted once.
+            Some(m) if modes.contains(&m) => {}
             Some(m) if HashMode::ALL.contains(&m) => modes.push(m),
             Some(_) => bail!(
                 "--hash {h:?}: chooses by more than the packet, so a capture cannot predict it (five-tuple, eecmp or pin)"
@@ -120,5 +122,8 @@ mod tests {
         for mode in ["five-tuple", "eecmp", "pin"] {
             assert_eq!(group_of(&with_hash(mode)).unwrap().modes, [HashMode::parse(mode).unwrap()]);
         }
+        // Named twice, a mode is predicted once.
+        let twice = AnalyzeArgs { hash: vec!["eecmp".into(), "pin".into(), "eecmp".into()], ..with_hash("eecmp") };
+        assert_eq!(group_of(&twice).unwrap().modes, [HashMode::Eecmp, HashMode::Pin]);
     }
 }

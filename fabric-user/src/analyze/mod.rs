@@ -327,9 +327,11 @@ pub struct ModeReport {
     pub uplink_packets: Vec<u64>,
     pub uplink_bytes: Vec<u64>,
     pub uplink_qps: Vec<u64>,
-    /// Bytes of the busiest member over the mean (1 is perfect).
+    /// Bytes of the busiest member over the mean (1 is perfect); NaN (null in JSON) when the
+    /// capture holds no RoCE bytes.
     pub max_over_mean: f64,
-    /// Jain's fairness index of the bytes (1 is perfect, 1/uplinks is everything on one).
+    /// Jain's fairness index of the bytes (1 is perfect, 1/uplinks is everything on one); NaN
+    /// (null) when the capture holds no RoCE bytes.
     pub jain: f64,
 }
 
@@ -541,7 +543,9 @@ impl Analyzer {
                     };
                     *inputs.entry(input).or_default() += a.bytes;
                 }
-                let (max_over_mean, jain) = imbalance(&bytes);
+                // No RoCE bytes: no balance to speak of (not a perfect one).
+                let carried = bytes.iter().any(|&b| b > 0);
+                let (max_over_mean, jain) = if carried { imbalance(&bytes) } else { (f64::NAN, f64::NAN) };
                 ModeReport {
                     mode: mode.as_str(),
                     hash_inputs: inputs.len(),

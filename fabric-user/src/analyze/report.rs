@@ -116,18 +116,23 @@ pub fn render(r: &Report, per_qp: bool) -> String {
             .collect();
         let _ = writeln!(
             o,
-            "{:<11} {:>7} {:>13.2} {:>9.2}/{:<4.2} {:>9.2} {:>6.3}  {}",
+            "{:<11} {:>7} {:>13.2} {:>9.2}/{:<4.2} {:>9} {:>6}  {}",
             m.mode,
             m.hash_inputs,
             m.input_entropy_bits,
             m.member_entropy_bits,
             m.max_entropy_bits,
-            m.max_over_mean,
-            m.jain,
+            measured(m.max_over_mean, 2),
+            measured(m.jain, 3),
             loads.join("  ")
         );
     }
     o
+}
+
+/// `x` to `decimals` places, or `-` when nothing was measured (NaN: no RoCE bytes).
+fn measured(x: f64, decimals: usize) -> String {
+    if x.is_nan() { "-".into() } else { format!("{x:.decimals$}") }
 }
 
 pub fn print(r: &Report, per_qp: bool) {

@@ -414,19 +414,21 @@ impl SwitchDataplane {
     pub fn set_te_flows(&mut self, entries: &[(TeKey, TeEntry)]) -> Result<()> {
         let mut m: aya::maps::HashMap<&mut MapData, TeKey, TeEntry> = self.map(maps::TE_FLOWS)?;
         let keep: std::collections::HashSet<TeKey> = entries.iter().map(|e| e.0).collect();
-        let stale: Vec<TeKey> = m.keys().filter_map(|k| k.ok()).filter(|k| !keep.contains(k)).collect();
-        for k in stale {
-            m.remove(&k)?;
+        let keys = m.keys().collect::<Result<Vec<TeKey>, _>>().context("TE_FLOWS: reading its keys")?;
+        for k in keys.into_iter().filter(|k| !keep.contains(k)) {
+            m.remove(&k).context("TE_FLOWS: removing a stale entry")?;
         }
         for (k, e) in entries {
-            m.insert(k, e, 0).context("TE table full")?;
+            // The placement is checked against the table's size before it gets here
+            // (`te::assign_on`), so a failure is the kernel's, named as it is.
+            m.insert(k, e, 0).context("TE_FLOWS: inserting an entry")?;
         }
         Ok(())
     }
 
     pub fn te_flows(&mut self) -> Result<Vec<(TeKey, TeEntry)>> {
         let m: aya::maps::HashMap<&mut MapData, TeKey, TeEntry> = self.map(maps::TE_FLOWS)?;
-        Ok(m.iter().filter_map(|r| r.ok()).collect())
+        m.iter().collect::<Result<_, _>>().context("TE_FLOWS: reading its entries")
     }
 
     /// The ring buffer of XOFF requests (the agent's input). Takes the map out of this dataplane.

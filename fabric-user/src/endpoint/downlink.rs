@@ -10,13 +10,11 @@
 //! queue ([`fabric_common::queue`]).
 use std::collections::VecDeque;
 
-use fabric_common::{
-    queue::{LineRate, enqueue_tail},
-    wire::{ethernet, ipv4, udp},
-};
+use fabric_common::queue::{LineRate, enqueue_tail};
 
-/// Ethernet + IPv4 + UDP headers around a RoCE datagram: the frame XDP sees.
-pub const FRAME_OVERHEAD: u64 = (ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + udp::HEADER_LEN) as u64;
+/// Ethernet + IPv4 + UDP headers around a RoCE datagram (the endpoints speak IPv4): the frame
+/// XDP sees.
+pub const FRAME_OVERHEAD: u64 = fabric_roce::wire::IPV4_FRAME_HEADERS_LEN as u64;
 
 /// A received datagram waiting for its modelled arrival.
 #[derive(Debug)]

@@ -37,7 +37,7 @@ use fabric_roce::{
     psn::Psn,
     qp::{Connection, DEFAULT_PKEY, Requester, RequesterConfig, Responder, ResponderConfig},
     segment::PathMtu,
-    traffic_class::{CONTROL_TOS, data_tos, is_ce, priority_class},
+    traffic_class::{CONTROL_TOS, data_tos, is_ce, is_control, priority_class},
     wire::{BTH_LEN, BthPacket},
 };
 
@@ -984,7 +984,7 @@ impl<'a> HostRun<'a> {
             for (buf, rcv) in self.rx.bufs.iter().zip(&self.rx.got) {
                 if rcv.len >= BTH_LEN {
                     let payload = self.rx_buf.copy(&buf[..rcv.len]);
-                    let control = rcv.tos.is_some_and(|tos| priority_class(tos) == priority_class(CONTROL_TOS));
+                    let control = rcv.tos.is_some_and(is_control);
                     self.downlink.arrive(t, rcv.len, control, (payload, rcv.from, rcv.tos));
                 }
             }

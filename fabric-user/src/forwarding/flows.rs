@@ -3,7 +3,7 @@
 //! so the two cannot drift), and the packets and frame bytes each direction puts on the wire.
 use std::net::Ipv4Addr;
 
-use fabric_common::wire::{bth, ethernet, ipv4, udp};
+use fabric_common::wire::bth;
 
 use crate::{
     endpoint::EndpointOptions,
@@ -13,14 +13,14 @@ use crate::{
 };
 
 /// Ethernet + IPv4 + UDP + BTH + ICRC: every RoCEv2 frame has them (the bytes XDP counts).
-pub const FRAME_OVERHEAD: u64 =
-    (ethernet::HEADER_LEN + ipv4::MIN_HEADER_LEN + udp::HEADER_LEN + bth::HEADER_LEN + bth::ICRC_LEN) as u64;
+pub const FRAME_OVERHEAD: u64 = (fabric_roce::wire::IPV4_FRAME_HEADERS_LEN + bth::HEADER_LEN + bth::ICRC_LEN) as u64;
 /// The RETH on the first (or only) packet of a WRITE.
 pub const RETH_LEN: u64 = fabric_roce::wire::RETH_LEN as u64;
 /// An ACK: the common headers plus the AETH.
 pub const ACK_FRAME: u64 = FRAME_OVERHEAD + fabric_roce::wire::AETH_LEN as u64;
-/// The engine posts one WRITE per QP, split into messages of at most this many bytes.
-pub const MAX_MESSAGE: u64 = 1 << 30;
+/// The engine posts one WRITE per QP, split into messages of at most this many bytes (the
+/// requester's own bound).
+pub const MAX_MESSAGE: u64 = fabric_roce::qp::MAX_WRITE_BYTES;
 
 /// Which way a flow runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

@@ -26,10 +26,15 @@ impl Placement {
     /// The rank count of a job placed so: `ranks` if given, else one per host of a `hosts:`
     /// placement (`fabric place` prints one without the count), else every one of `every_host`.
     pub fn rank_count(&self, ranks: Option<usize>, every_host: usize) -> usize {
-        match (ranks, self) {
-            (Some(r), _) => r,
-            (None, Placement::Explicit { hosts }) => hosts.len(),
-            (None, _) => every_host,
+        ranks.or(self.named_hosts()).unwrap_or(every_host)
+    }
+
+    /// How many hosts a `hosts:` placement names (one rank each); `None` for the placements
+    /// that choose hosts themselves.
+    pub fn named_hosts(&self) -> Option<usize> {
+        match self {
+            Placement::Explicit { hosts } => Some(hosts.len()),
+            _ => None,
         }
     }
 

@@ -37,7 +37,6 @@ pub struct Transfer {
     pub bytes: u64,
 }
 
-/// A step between ranks as transfers between the hosts the ranks are placed on.
 /// One transfer of a step, between hosts.
 #[derive(Clone, Copy, Debug)]
 pub struct HostTransfer {
@@ -46,6 +45,15 @@ pub struct HostTransfer {
     pub bytes: u64,
 }
 
+impl HostTransfer {
+    /// The bytes of a step's transfers, saturating (a user's message size times many ranks
+    /// must not wrap).
+    pub fn total_bytes(step: &[HostTransfer]) -> u64 {
+        step.iter().fold(0u64, |sum, t| sum.saturating_add(t.bytes))
+    }
+}
+
+/// A step between ranks as transfers between the hosts the ranks are placed on.
 pub fn on_hosts(step: &[Transfer], hosts: &[crate::model::plan::NodeId]) -> Vec<HostTransfer> {
     step.iter().map(|t| HostTransfer { src: hosts[t.src], dst: hosts[t.dst], bytes: t.bytes }).collect()
 }

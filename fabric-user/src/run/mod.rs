@@ -11,8 +11,9 @@ pub use self::result::{
     balance, print,
 };
 
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result, bail, ensure};
 use fabric_common::config::HashMode;
+use fabric_roce::cts::{CtsConfig, InvalidCtsConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::{
@@ -269,19 +270,17 @@ impl RunSpec {
         ensure!(self.ack_every >= 1, "{}: must be at least 1", n("ack-every"));
         ensure!((1..=1 << 20).contains(&self.window), "{}: {} must be 1..=1048576 packets", n("window"), self.window);
         ensure!(self.dscp < 64, "{}: {} is not a 6-bit DSCP (0..=63)", n("dscp"), self.dscp);
-        ensure!(self.cts_channels >= 1, "{}: must be at least 1", n("cts-channels"));
         ensure!(
             self.cts_buffer.get() >= u64::from(self.path_mtu),
             "{}: a chunk must hold at least one packet ({} bytes)",
             n("cts-buffer"),
             self.path_mtu
         );
-        ensure!(
-            self.cts_buffer.get() <= MAX_CTS_BUFFER_BYTES,
-            "{}: {} bytes is above the largest chunk, 1 GiB ({MAX_CTS_BUFFER_BYTES} bytes)",
-            n("cts-buffer"),
-            self.cts_buffer.get()
-        );
+        // The admission's own rule for its settings, the one the endpoints apply.
+        if let Err(e) = cts_config(self.cts_channels, self.cts_buffer.get()).validate() {
+            let flag = if e == InvalidCtsConfig::NoChannel { "cts-channels" } else { "cts-buffer" };
+            bail!("{}: {e}", n(flag));
+        }
         ensure!(
             self.cc != CcMode::Dcqcn || self.ecn,
             "{} dcqcn needs {} true: without ECN-capable packets no switch can mark CE, so no CNP is ever sent",
@@ -297,18 +296,10 @@ impl RunSpec {
 /// counts: they are summed saturating.
 pub const MAX_MESSAGE_BYTES: u64 = 1 << 40;
 
-/// The largest CTS chunk, 1 GiB: the most one RoCE WRITE carries here; a larger chunk would be
-/// split into several WRITEs, each freeing a buffer of its own at the receiver.
-pub const MAX_CTS_BUFFER_BYTES: u64 = fabric_roce::qp::MAX_WRITE_BYTES;
-
-/// The bytes a step must deliver (saturating: a count, never a wrapped one).
-fn step_bytes(transfers: &[HostTransfer]) -> u64 {
-    transfers.iter().fold(0u64, |sum, t| sum.saturating_add(t.bytes))
-}
-
-/// What CTS lets be in flight towards one receiver: its channels x its chunk (saturating).
-fn cts_bound(channels: u32, buffer_bytes: u64) -> u64 {
-    u64::from(channels).saturating_mul(buffer_bytes)
+/// The admission settings of a run's receivers, as far as the run's options give them (the
+/// resend time is the endpoints' to choose).
+fn cts_config(channels: u32, buffer_bytes: u64) -> CtsConfig {
+    CtsConfig { channels, buffer_bytes, resend_after_ns: 0 }
 }
 
 /// `--transport`: a name of [`Transport`], or an error that lists them.
@@ -404,7 +395,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         let mut step_before = UplinkBytes::read_uplinks(state)?;
         for step in &steps {
             let transfers = crate::model::workload::on_hosts(step, &hosts);
-            bytes_needed = step_bytes(&transfers).saturating_add(bytes_needed);
+            bytes_needed = HostTransfer::total_bytes(&transfers).saturating_add(bytes_needed);
             let r = run_step_in(plan, &transfers, &opts.endpoint, &clock)?;
             step_ns.push(r.duration_ns);
             accumulate_hosts(&mut hosts_result, &r.hosts);
@@ -469,7 +460,7 @@ pub fn run(state: &State, opts: &RunOptions, quiet: bool) -> Result<RunResult> {
         },
         extra: NoExtras {},
         cts_bound_bytes: (opts.endpoint.cc == CcMode::Cts)
-            .then(|| cts_bound(opts.endpoint.cts_channels, opts.endpoint.cts_buffer_bytes)),
+            .then(|| cts_config(opts.endpoint.cts_channels, opts.endpoint.cts_buffer_bytes).bound_bytes()),
         diagnosis: Vec::new(),
     };
     // Every run is a job: its counters over its lifetime, joined with its completion times.
@@ -549,10 +540,16 @@ mod tests {
             (&["--window", "0"], "--window"),
             (&["--dscp", "64"], "--dscp"),
             (&["--ack-every", "0"], "--ack-every"),
-            (&["--cts-channels", "0"], "--cts-channels"),
             (&["--cts-buffer", "100"], "--cts-buffer"),
-            (&["--cts-buffer", "1025Mi"], "--cts-buffer: 1074790400 bytes is above the largest chunk, 1 GiB"),
-            (&["--cts-buffer", "18000000000000000000"], "--cts-buffer: 18000000000000000000 bytes is above"),
+            (
+                &["--cts-buffer", "1025Mi"],
+                "--cts-buffer: a CTS buffer of 1074790400 bytes is larger than the largest single WRITE",
+            ),
+            (&["--cts-channels", "0"], "--cts-channels: CTS needs at least one channel"),
+            (
+                &["--cts-buffer", "18000000000000000000"],
+                "--cts-buffer: a CTS buffer of 18000000000000000000 bytes is larger",
+            ),
             (&["--message", "1025Gi"], "--message: 1100585369600 bytes is above the largest message, 1 TiB"),
             (&["--slow-receiver", "z0r0h0:-1"], "--slow-receiver"),
             (&["--hash-seed", "7"], "--hash"),
@@ -585,11 +582,11 @@ mod tests {
     fn byte_counts_are_bounded_and_do_not_overflow() {
         let o = from_flags(&["--message", "1024Gi", "--cts-buffer", "1Gi", "--cts-channels", "4294967295"]).unwrap();
         assert_eq!((o.message_bytes, o.endpoint.cts_buffer_bytes), (1 << 40, 1 << 30));
-        assert_eq!(cts_bound(u32::MAX, u64::MAX), u64::MAX);
-        assert_eq!(cts_bound(4, 1 << 20), 4 << 20);
+        assert_eq!(cts_config(u32::MAX, u64::MAX).bound_bytes(), u64::MAX);
+        assert_eq!(cts_config(4, 1 << 20).bound_bytes(), 4 << 20);
         let t = |bytes| HostTransfer { src: 0, dst: 1, bytes };
-        assert_eq!(step_bytes(&[t(u64::MAX), t(1)]), u64::MAX);
-        assert_eq!(step_bytes(&[t(2), t(3)]), 5);
+        assert_eq!(HostTransfer::total_bytes(&[t(u64::MAX), t(1)]), u64::MAX);
+        assert_eq!(HostTransfer::total_bytes(&[t(2), t(3)]), 5);
     }
 
     #[test]

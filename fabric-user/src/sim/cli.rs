@@ -11,7 +11,7 @@ use super::{
     print,
     record::{records, save},
     simulate,
-    trace::{TraceSimOptions, TraceSimResult, simulate_trace},
+    trace::{TraceSimOptions, TraceSimResult, simulate_input},
     whatif::{WhatIf, WhatIfKind, resolve_links, simulate_flap_flow, simulate_whatif},
 };
 use crate::forwarding::fabric::{Scale, SimFabric};
@@ -151,7 +151,7 @@ pub struct SimArgs {
     /// `--flap`: the flap's period (`1ms`, `250us`).
     #[arg(long, value_name = "TIME", requires = "flap")]
     pub period: Option<String>,
-    /// `--flap`: how many periods.
+    /// `--flap`: how many periods (at most 100000).
     #[arg(long, default_value_t = 1, requires = "flap")]
     pub count: u32,
     /// Packet model: from a failure to the controller's repaired routes, microseconds (default
@@ -291,7 +291,22 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
     let faults = SimFaults { down: a.down.clone(), degrade: a.degrade.clone(), loss: a.loss.clone() };
     let mut fabric = build_fabric_with(a.topology.as_deref(), a.scale, &faults)?;
     let build_s = t.elapsed().as_secs_f64();
-    refuse_down_hosts_of_the_job(a, &fabric.plan)?;
+    // A trace gives its own rank count: read it once, for the check and for every case.
+    let trace = match &a.trace {
+        Some(file) => Some(crate::run::trace::files::load(file, a.trace_ranks)?),
+        None => None,
+    };
+    let ranks = match &trace {
+        Some(input) => {
+            crate::run::trace::Job::build(input)
+                .with_context(|| {
+                    format!("trace {}", a.trace.as_ref().map_or(String::new(), |f| f.display().to_string()))
+                })?
+                .ranks
+        }
+        None => a.placement.rank_count(a.ranks, fabric.plan.hosts().count()),
+    };
+    refuse_down_hosts_of_the_job(a, &fabric.plan, ranks)?;
     let modes: Vec<HashMode> = if a.hash.is_empty() { HashMode::ALL.to_vec() } else { distinct(&a.hash) };
     let qps = if a.qps.is_empty() { vec![1, 8] } else { distinct(&a.qps) };
     for &q in &qps {
@@ -356,7 +371,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
         a.loss.is_empty() || (a.fail_at.is_none() && a.drain_at.is_none() && a.flap.is_none()),
         "--loss: not with --fail-at/--drain-at/--flap (a what-if rebuilds the fabric without the loss)"
     );
-    if let Some(file) = &a.trace {
+    if let (Some(file), Some(input)) = (&a.trace, &trace) {
         let mut traces = Vec::new();
         for o in &cases {
             let t = TraceSimOptions {
@@ -369,7 +384,7 @@ pub fn run(a: &SimArgs) -> Result<SimReport> {
                 gpu_speedup: a.gpu_speedup,
                 straggler: a.straggler.clone(),
             };
-            traces.push(simulate_trace(&mut fabric, &t, &packet)?);
+            traces.push(simulate_input(&mut fabric, input, &t, &packet)?);
         }
         return Ok(SimReport { schema: SIM_SCHEMA, build_s, faults: faults.describe(), results: Vec::new(), traces });
     }
@@ -458,14 +473,13 @@ fn refuse_ignored_flags(a: &SimArgs) -> Result<()> {
     Ok(())
 }
 
-/// `--down` on the link of a host the job runs on: hosts are single-homed, so the job could not
-/// finish. A host the job leaves out may lose its link. (A trace's ranks are placed by the
-/// trace, and a placement that fails is reported where the job is placed.)
-fn refuse_down_hosts_of_the_job(a: &SimArgs, plan: &Plan) -> Result<()> {
-    if a.down.is_empty() || a.trace.is_some() {
+/// `--down` on the link of a host the job's `ranks` ranks run on: hosts are single-homed, so the
+/// job could not finish. A host the job leaves out may lose its link. (A placement that fails is
+/// reported where the job is placed.)
+fn refuse_down_hosts_of_the_job(a: &SimArgs, plan: &Plan, ranks: usize) -> Result<()> {
+    if a.down.is_empty() {
         return Ok(());
     }
-    let ranks = a.placement.rank_count(a.ranks, plan.hosts().count());
     let Ok(hosts) = a.placement.place(plan, ranks) else { return Ok(()) };
     for spec in &a.down {
         let l = plan.find_link(spec).with_context(|| format!("--down {spec:?}"))?;
@@ -595,6 +609,12 @@ mod tests {
         assert!(host_link.contains("--down \"z0r0:z0r0h0\"") && host_link.contains("single-homed"), "{host_link}");
         let spare = ["--down", "z0r3:z0r3h1", "--ranks", "4", "--hash", "eecmp", "--qps", "1"];
         assert!(run(&Cli::try_parse_from([&["sim"][..], &spare].concat()).unwrap().sim).is_ok());
+        // A trace's ranks too (its 8 ranks, contiguous, take every host of the default fabric).
+        let trace = format!("{}/../testbed/traces/dp-step", env!("CARGO_MANIFEST_DIR"));
+        let traced =
+            err(&[&packet[..2], &["--hash", "eecmp", "--qps", "1", "--trace", &trace, "--down", "z0r0:z0r0h0"]]
+                .concat());
+        assert!(traced.contains("--down \"z0r0:z0r0h0\"") && traced.contains("single-homed"), "{traced}");
         assert!(err(&[&packet[..], &["--deadline-ms", "0"]].concat()).contains("--deadline-ms: must be at least 1"));
         assert!(err(&["--job-record"]).contains("--job-record: needs the packet model"));
         assert!(err(&[&packet[..], &["--fail-at", "z0c1@-5us"]].concat()).contains("cannot be negative"));
@@ -662,7 +682,7 @@ mod tests {
             r.results[0].packet.as_ref().and_then(|p| p.whatif.clone()).expect("a what-if")
         };
         let late = whatif("10s");
-        assert!(late.after_the_job() && late.steps_affected == 0, "{late:?}");
+        assert!(late.after_the_job() && late.steps_affected == Some(0), "{late:?}");
         let early = whatif("1us");
         assert!(!early.after_the_job(), "{early:?}");
     }
@@ -721,6 +741,8 @@ mod tests {
         assert!(Cli::try_parse_from(["sim", "--flap", "z0c0", "--period", "1ms", "--fail-at", "z0c0@1us"]).is_err());
         let cli = Cli::try_parse_from(["sim", "--flap", "z0r0h0", "--period", "1ms"]).unwrap();
         assert!(format!("{:#}", run(&cli.sim).unwrap_err()).contains("is a host"));
+        let cli = Cli::try_parse_from(["sim", "--flap", "z0c0", "--period", "1us", "--count", "4000000000"]).unwrap();
+        assert!(format!("{:#}", run(&cli.sim).unwrap_err()).contains("--count 4000000000: at most 100000 periods"));
     }
 
     /// `--transport` reaches the twin's hosts: both transports carry a small allreduce to the

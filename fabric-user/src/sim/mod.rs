@@ -257,8 +257,10 @@ pub struct WhatIfReport {
     pub slowdown: f64,
     /// Every QP of every step completed (every byte delivered).
     pub finished: bool,
-    /// Steps whose time the event changed.
-    pub steps_affected: usize,
+    /// Steps whose time the event changed; `None` (left out of the JSON) where the model does
+    /// not follow steps (the flow model's flap slices the job's whole time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps_affected: Option<usize>,
     /// Packets lost on the failed links (queued, in flight, or routed into them before the
     /// repair), retransmissions, retransmission timeouts: over the affected steps.
     pub lost_packets: u64,
@@ -269,7 +271,7 @@ pub struct WhatIfReport {
 impl WhatIfReport {
     /// The event came after the job had ended, so it changed no step: a time to pick again.
     pub fn after_the_job(&self) -> bool {
-        self.steps_affected == 0 && self.at_ns as f64 > self.baseline_completion_s * 1e9
+        self.steps_affected.unwrap_or(0) == 0 && self.at_ns as f64 > self.baseline_completion_s * 1e9
     }
 
     /// The event as a case names it: `fail z0r0:z0c1@200us`.
@@ -540,7 +542,10 @@ pub fn print(results: &[SimResult]) {
                 None => line += &format!(" {:>13} {:>7}", "-", "-"),
             }
         }
-        println!("{line} {:>14.6} {:>9.3}", r.completion_s, r.wall_s);
+        // A packet run stopped at its deadline did not finish by then: its time is a bound.
+        let unfinished = r.packet.as_ref().is_some_and(|p| !p.finished);
+        let completion = format!("{}{:.6}", if unfinished { ">" } else { "" }, r.completion_s);
+        println!("{line} {completion:>14} {:>9.3}", r.wall_s);
     }
     print_packet(results);
     print_whatifs(results);
@@ -563,7 +568,7 @@ fn print_whatifs(results: &[SimResult]) {
         }
         println!(
             "{} with {}: {} link(s) [{}], {}; completion {:.6} s -> {:.6} s ({:+.1}%), \
-             {} step(s) affected, {} packets lost, {} retransmitted, {} timeouts, {}",
+             {}, {} packets lost, {} retransmitted, {} timeouts, {}",
             r.case,
             w.describe(),
             w.links.len(),
@@ -576,7 +581,10 @@ fn print_whatifs(results: &[SimResult]) {
             w.baseline_completion_s,
             w.completion_s,
             100.0 * w.slowdown,
-            w.steps_affected,
+            match w.steps_affected {
+                Some(n) => format!("{n} step(s) affected"),
+                None => "steps not followed (flow model)".into(),
+            },
             w.lost_packets,
             w.retransmissions,
             w.timeouts,

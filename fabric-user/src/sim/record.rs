@@ -34,6 +34,7 @@ use crate::{
     forwarding::fabric::SimFabric,
     model::balance::imbalance,
     model::plan::Role,
+    model::workload::HostTransfer,
     run::job::{JOB_SCHEMA, JobRecord, PortDelta, StepRecord, diagnose, sort_busiest},
     run::result::{Endpoints, IterationResult, RESULTS_SCHEMA, RunOptions, RunResult, balance},
     telemetry::stats::{CongestionTotals, UplinkLoad},
@@ -83,7 +84,7 @@ pub fn records(fabric: &SimFabric, o: &SimOptions, run: &PacketRun, job_id: &str
         }
         add_ports(fabric, &s.report, s.repeat as u64, &mut ports);
         flows.extend(flow_results(fabric, s, o.endpoint.rate_bps));
-        let step_needed = s.transfers.iter().fold(0u64, |sum, t| sum.saturating_add(t.bytes));
+        let step_needed = HostTransfer::total_bytes(&s.transfers);
         bytes_needed = bytes_needed.saturating_add((s.repeat as u64).saturating_mul(step_needed));
         bytes_delivered += s.repeat as u64 * done_bytes(&s.report);
     }

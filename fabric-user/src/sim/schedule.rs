@@ -51,7 +51,7 @@ pub struct ScheduleArgs {
     /// A synthetic fabric: 1k, 4k or 24k.
     #[arg(long, value_enum)]
     pub scale: Option<Scale>,
-    /// How many jobs arrive.
+    /// How many jobs arrive (at least 2).
     #[arg(long, default_value_t = 60)]
     pub jobs: usize,
     /// Offered load: the share of the hosts busy on average if no job waited (0 < load <= 1).
@@ -139,7 +139,12 @@ pub struct ScheduleReport {
 
 /// Checks the arguments against the fabric before anything runs.
 fn check(a: &ScheduleArgs, hosts: usize) -> Result<()> {
-    ensure!(a.jobs > 0, "--jobs: at least one job");
+    // The report compares the first half of the starts with the second: one job has no halves.
+    ensure!(
+        a.jobs >= 2,
+        "--jobs {}: at least 2 (the report compares the first half of the starts with the second)",
+        a.jobs
+    );
     ensure!(a.load > 0.0 && a.load <= 1.0, "--load {}: must be above 0 and at most 1", a.load);
     ensure!(!a.sizes.is_empty(), "--sizes: at least one job size");
     for &s in &a.sizes {
@@ -586,6 +591,7 @@ mod tests {
         };
         let err = |a: ScheduleArgs| check(&a, 64).unwrap_err().to_string();
         assert!(err(args(0, 0.5, vec![8])).contains("--jobs"));
+        assert!(err(args(1, 0.5, vec![8])).contains("--jobs 1: at least 2"));
         assert!(err(args(5, 1.5, vec![8])).contains("--load 1.5"));
         assert!(err(args(5, 0.0, vec![8])).contains("--load"));
         assert!(err(args(5, 0.5, vec![8, 128])).contains("128 ranks does not fit"));

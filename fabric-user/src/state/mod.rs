@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -188,6 +188,18 @@ fn same_file(file: &std::fs::File, path: &Path) -> bool {
 }
 
 impl State {
+    /// The plan with each degraded link at its degraded rate: the fabric as the traffic
+    /// engineering should see it.
+    pub fn plan_at_degraded_rates(&self) -> Plan {
+        let mut plan = self.plan.clone();
+        for (&l, d) in &self.degraded {
+            if let (Some(link), Some(rate)) = (plan.links.get_mut(l), d.rate_gbps) {
+                link.rate_gbps = rate;
+            }
+        }
+        plan
+    }
+
     /// The links out of service when `links_taken_down` are down one by one and
     /// `down_switches` whole.
     pub fn out_of_service(
@@ -228,10 +240,19 @@ impl State {
     }
 
     pub fn load(prefix: &str) -> Result<Self> {
-        let path = state_path(prefix);
-        let text = std::fs::read_to_string(&path)
+        Self::load_from(&state_path(prefix), prefix)
+    }
+
+    /// The state saved at `path`, which must be testbed `prefix`'s.
+    fn load_from(path: &Path, prefix: &str) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
             .with_context(|| format!("no testbed with prefix {prefix:?} is up (cannot read {})", path.display()))?;
-        Self::from_json(&text).with_context(|| format!("corrupt state file {}", path.display()))
+        let state = Self::from_json(&text).with_context(|| format!("corrupt state file {}", path.display()))?;
+        // Every later step names namespaces, pins and files by the plan's prefix: a state file
+        // copied from another testbed would change that one under this one's lock.
+        let own = &state.plan.topology.prefix;
+        ensure!(own == prefix, "{}: the state of testbed {own:?}, not of {prefix:?}", path.display());
+        Ok(state)
     }
 
     /// A saved state. One saved before switches were told apart from links (no
@@ -299,6 +320,30 @@ mod tests {
         fields.remove("down_switches");
         let old = State::from_json(&json.to_string()).unwrap();
         assert_eq!((old.links_taken_down, old.down_switches, old.down_links), (down.clone(), BTreeSet::new(), down));
+    }
+
+    /// A state file is its own testbed's: one copied into another testbed's folder is refused,
+    /// naming both.
+    #[test]
+    fn a_state_file_of_another_testbed_is_refused() {
+        let plan = Plan::new(&Topology::default_topology());
+        let own = plan.topology.prefix.clone();
+        let state = State {
+            plan,
+            down_links: BTreeSet::new(),
+            links_taken_down: BTreeSet::new(),
+            down_switches: BTreeSet::new(),
+            group_slots: BTreeMap::new(),
+            degraded: BTreeMap::new(),
+            faults: Vec::new(),
+            flaps: BTreeMap::new(),
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("state.json");
+        std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+        assert_eq!(State::load_from(&path, &own).unwrap().plan.topology.prefix, own);
+        let err = format!("{:#}", State::load_from(&path, "elsewhere").unwrap_err());
+        assert!(err.contains(&format!("the state of testbed {own:?}, not of \"elsewhere\"")), "{err}");
     }
 
     /// A second change of the same testbed waits for the first, and names the lock when it has

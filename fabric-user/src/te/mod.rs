@@ -3,9 +3,10 @@
 //! Given the traffic matrix of a job (the flows the endpoints will open, with their bytes, built
 //! exactly as the endpoints build them: `forwarding::flows`), [`assign`] walks the flows largest first
 //! and, at every switch on a flow's way, puts it on the member of the destination's ECMP group
-//! whose link carries the fewest bytes so far (greedy longest-processing-time-first with a
-//! min-max objective per link, Graham 1969: within 4/3 of the optimum for one tier of identical
-//! links). The result is a member per flow per switch, installed in each switch's `TE_FLOWS`
+//! whose link would finish its bytes first with the flow's added: the least (bytes + the flow's)
+//! / the link's rate, so a degraded link gets its share and no more (greedy
+//! longest-processing-time-first with a min-max objective per link, Graham 1969: within 4/3 of
+//! the optimum for one tier of identical links; on identical links, the least loaded). The result is a member per flow per switch, installed in each switch's `TE_FLOWS`
 //! map, where it takes precedence over the hash (`fabric_common::te`); flows the controller did
 //! not see are hashed as in E-ECMP.
 //!
@@ -13,7 +14,7 @@
 //! down`) recomputes the placement over the remaining links and reinstalls it.
 use std::collections::{BTreeSet, HashMap};
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use fabric_common::te::{MAX_TE_FLOWS, TeEntry, TeKey, te_key};
 use serde::{Deserialize, Serialize};
 
@@ -143,13 +144,35 @@ fn path_of(
         }
         let Some(group) = fabric.group_of(at, f.dst) else { return Ok(None) };
         let members = fabric.members(at, group);
-        let load = |i: usize| link_bytes.get(&directed(fabric, at, members[i])).copied().unwrap_or(0);
-        let best = (0..members.len()).min_by_key(|&i| (load(i), i));
+        let best = soonest_done(fabric, at, members, link_bytes, f.bytes);
         let best = best.with_context(|| format!("{}: empty group {group}", plan.nodes[at].name))?;
         hops.push((at, group, best));
         at = plan.nodes[at].ports[members[best]].peer_node;
     }
     Ok(Some(hops))
+}
+
+/// The index in `members` (ports of switch `at`) whose link, with `bytes` more on it, would
+/// finish first at its rate: the least (load + bytes) / rate, compared exactly as
+/// (load_a + bytes) x rate_b against (load_b + bytes) x rate_a; the lowest index on a tie. On
+/// links of one rate, the least loaded.
+fn soonest_done(
+    fabric: &SimFabric,
+    at: NodeId,
+    members: &[usize],
+    link_bytes: &HashMap<u32, u64>,
+    bytes: u64,
+) -> Option<usize> {
+    let plan = &fabric.plan;
+    let cost = |i: usize| {
+        let load = link_bytes.get(&directed(fabric, at, members[i])).copied().unwrap_or(0);
+        let rate = plan.topology.modelled_rate_bps(plan.links[plan.nodes[at].ports[members[i]].link].rate_gbps);
+        (u128::from(load.saturating_add(bytes)), u128::from(rate.max(1)))
+    };
+    (0..members.len()).min_by(|&a, &b| {
+        let ((work_a, rate_a), (work_b, rate_b)) = (cost(a), cost(b));
+        (work_a * rate_b).cmp(&(work_b * rate_a)).then(a.cmp(&b))
+    })
 }
 
 /// Puts `f` on `hops`: its bytes on every link of the way and an entry at each switch with a
@@ -181,7 +204,7 @@ pub fn install(prefix: &str, flows: &[TeFlow]) -> Result<TePlacement> {
 
 /// [`install`] on `state`, loaded for a change (the caller holds its lock).
 fn install_in(state: &State, flows: &[TeFlow]) -> Result<TePlacement> {
-    let placement = assign(&state.plan, &state.down_links, flows)?;
+    let placement = assign(&state.plan_at_degraded_rates(), &state.down_links, flows)?;
     for sw in state.plan.switches() {
         // The placement names groups by their position in the tables; the switch, by the slot
         // each is installed in (they differ after a link changed).
@@ -192,18 +215,33 @@ fn install_in(state: &State, flows: &[TeFlow]) -> Result<TePlacement> {
             .flatten()
             .map(|&(k, e)| (k, TeEntry { group: state.group_slot(sw, e.group), ..e }))
             .collect();
+        let name = &state.plan.nodes[sw].name;
         let mut dp = state.dataplane(sw)?;
-        dp.set_te_flows(&entries)?;
+        dp.set_te_flows(&entries).with_context(|| format!("{name}: installing its TE entries"))?;
     }
-    std::fs::write(flows_path(&state.plan.topology.prefix), serde_json::to_vec(flows)?)?;
+    let path = flows_path(&state.plan.topology.prefix);
+    crate::sys::file::write_whole(&path, &serde_json::to_vec(flows)?)
+        .with_context(|| format!("saving the job's flows to {}", path.display()))?;
     Ok(placement)
 }
 
 /// After the set of links changed: recompute and reinstall the last job's placement, if a job
 /// was placed. Returns whether it did. `state` is loaded for the change (its lock held).
 pub fn reinstall(state: &State) -> Result<bool> {
-    let Ok(text) = std::fs::read(flows_path(&state.plan.topology.prefix)) else { return Ok(false) };
-    let flows: Vec<TeFlow> = serde_json::from_slice(&text).context("corrupt TE flow file")?;
+    let path = flows_path(&state.plan.topology.prefix);
+    let text = match std::fs::read(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let flows: Vec<TeFlow> =
+        serde_json::from_slice(&text).with_context(|| format!("{}: not a TE flow file", path.display()))?;
+    let plan = &state.plan;
+    if let Some(f) =
+        flows.iter().find(|f| [f.src, f.dst].iter().any(|&h| plan.nodes.get(h).is_none_or(|n| n.role.is_switch())))
+    {
+        bail!("{}: flow {} -> {} names no host of this testbed", path.display(), f.src, f.dst);
+    }
     install_in(state, &flows)?;
     Ok(true)
 }
@@ -287,6 +325,38 @@ mod tests {
             .map(|&p| te.link_bytes.get(&directed(&fabric, rtsw, p)).copied().unwrap_or(0))
             .sum();
         assert!(total > 0, "the rack's traffic moved to the other uplinks");
+    }
+
+    /// A degraded uplink gets bytes in proportion to its rate: the rack's uplinks then finish
+    /// together, where a placement blind to the rate (the same flows placed on the nominal
+    /// fabric) loads it like the others and it finishes last by far.
+    #[test]
+    fn a_degraded_uplink_gets_its_share_by_rate() {
+        let nominal = Plan::new(&Topology::default_topology());
+        let rtsw = nominal.node_by_name("z0r0").unwrap();
+        let ports = nominal.uplinks(rtsw);
+        let slow = nominal.nodes[rtsw].ports[ports[0]].link;
+        let mut degraded = nominal.clone();
+        degraded.links[slow].rate_gbps /= 4.0;
+        let flows = ring_flows(&nominal, 8);
+        let fabric = SimFabric::from_controller(&degraded, &BTreeSet::new());
+        // The time z0r0's busiest uplink takes at the degraded rates, and the slow one's bytes.
+        let finish = |p: &TePlacement| {
+            let bytes = |port: usize| p.link_bytes.get(&directed(&fabric, rtsw, port)).copied().unwrap_or(0);
+            let rate = |port: usize| degraded.links[degraded.nodes[rtsw].ports[port].link].rate_gbps;
+            let worst = ports.iter().map(|&q| bytes(q) as f64 / rate(q)).fold(0.0, f64::max);
+            (worst, bytes(ports[0]), ports.iter().map(|&q| bytes(q)).sum::<u64>())
+        };
+        let (aware, slow_bytes, total) = finish(&assign(&degraded, &BTreeSet::new(), &flows).unwrap());
+        let (blind, blind_slow_bytes, _) = finish(&assign(&nominal, &BTreeSet::new(), &flows).unwrap());
+        let share = total as f64 * 0.25 / (ports.len() as f64 - 0.75);
+        let largest = flows.iter().map(|f| f.bytes).max().unwrap() as f64;
+        assert!(
+            (slow_bytes as f64 - share).abs() <= largest,
+            "{slow_bytes} bytes on the slow uplink, its share {share:.0}"
+        );
+        assert!(blind_slow_bytes > 2 * slow_bytes, "rate-blind: {blind_slow_bytes}, rate-aware: {slow_bytes}");
+        assert!(aware * 1.5 < blind, "rate-aware finishes in {aware:.0}, rate-blind in {blind:.0} (bytes per Gbit/s)");
     }
 
     /// A host cut off (its only link down, or its rack switch) cannot be reached by any entry:

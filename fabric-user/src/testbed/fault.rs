@@ -111,6 +111,10 @@ fn put(mut state: State, l: LinkId, d: Degradation) -> Result<String> {
         state.degraded.insert(l, d);
         (FaultKind::LinkDegraded, d.describe(nominal))
     };
+    // A placed job's flows move off (or back onto) the link by its new rate.
+    if d.rate_gbps != before.rate_gbps {
+        super::reinstall_te(&state);
+    }
     state.faults.push(FaultEvent::now(kind, &label, &detail));
     state.save()?;
     Ok(format!("{label}: {}", if d.is_none() { "its own rate, no loss" } else { &detail }))
@@ -190,7 +194,7 @@ fn own_flap(prefix: &str, spec: &str) -> Result<(LinkId, String)> {
         let name = &state.plan.nodes[sw].name;
         bail!("link {label} is down with switch {name}: nothing to flap (fabric switch up {name})");
     }
-    super::rxe::refuse_moved_host_links(&state, &[l], "link flap")?;
+    super::rxe::refuse_moved_host_links(&state, [l], "link flap")?;
     if let Some(owner) = state.flapped_by_another(l) {
         bail!("link {label} is already being flapped by process {} (one flap of a link at a time)", owner.pid);
     }
@@ -271,14 +275,13 @@ pub fn set_switch(prefix: &str, name: &str, up: bool) -> Result<SwitchChange> {
     if !toggled {
         return Err(already(&state, sw, up));
     }
-    for p in &state.plan.nodes[sw].ports {
-        refuse_if_flapped(&state, p.link)?;
+    let links: BTreeSet<LinkId> = state.plan.nodes[sw].ports.iter().map(|p| p.link).collect();
+    for &link in &links {
+        refuse_if_flapped(&state, link)?;
     }
-    let links: Vec<LinkId> = state.plan.nodes[sw].ports.iter().map(|p| p.link).collect();
-    super::rxe::refuse_moved_host_links(&state, &links, if up { "switch up" } else { "switch down" })?;
+    super::rxe::refuse_moved_host_links(&state, links.iter().copied(), if up { "switch up" } else { "switch down" })?;
     let down_links = state.out_of_service(&state.links_taken_down, &down_switches);
     let changed: Vec<LinkId> = state.down_links.symmetric_difference(&down_links).copied().collect();
-    let links: BTreeSet<LinkId> = state.plan.nodes[sw].ports.iter().map(|p| p.link).collect();
     let held_down = if up { held_down(&state, &down_switches, links.intersection(&down_links)) } else { Vec::new() };
     state.down_switches = down_switches;
     let kind = if up { FaultKind::SwitchUp } else { FaultKind::SwitchDown };

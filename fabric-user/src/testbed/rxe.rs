@@ -705,7 +705,11 @@ pub fn ping(src: Ipv4Addr, dst: Ipv4Addr, id: u16, timeout: Duration) -> Result<
 /// Refuses a change (`what`) of `links` when one ends at a rxe host whose end was moved to the
 /// initial namespace: the change would look for it in the host's namespace, which that layout
 /// removes, and leave the link half changed.
-pub(super) fn refuse_moved_host_links(state: &State, links: &[crate::model::plan::LinkId], what: &str) -> Result<()> {
+pub(super) fn refuse_moved_host_links(
+    state: &State,
+    links: impl IntoIterator<Item = crate::model::plan::LinkId>,
+    what: &str,
+) -> Result<()> {
     if !RxeLayout::path(&state.plan.topology.prefix).exists() {
         return Ok(());
     }
@@ -725,8 +729,11 @@ pub(super) fn refuse_moved_host_links(state: &State, links: &[crate::model::plan
 }
 
 /// The first of `links` that ends at a host, and the host.
-fn host_link(plan: &crate::model::plan::Plan, links: &[crate::model::plan::LinkId]) -> Option<(usize, NodeId)> {
-    links.iter().find_map(|&l| {
+fn host_link(
+    plan: &crate::model::plan::Plan,
+    links: impl IntoIterator<Item = crate::model::plan::LinkId>,
+) -> Option<(usize, NodeId)> {
+    links.into_iter().find_map(|l| {
         let link = &plan.links[l];
         [link.a, link.b].into_iter().find(|&n| !plan.nodes[n].role.is_switch()).map(|h| (l, h))
     })
@@ -743,8 +750,8 @@ mod tests {
         let plan = crate::model::plan::Plan::new(&crate::model::topology::Topology::default_topology());
         let spine = plan.find_link("z0r0:z0c0").unwrap();
         let host = plan.find_link("z0r0:z0r0h1").unwrap();
-        assert_eq!(host_link(&plan, &[spine]), None);
-        assert_eq!(host_link(&plan, &[spine, host]), Some((host, plan.node_by_name("z0r0h1").unwrap())));
+        assert_eq!(host_link(&plan, [spine]), None);
+        assert_eq!(host_link(&plan, [spine, host]), Some((host, plan.node_by_name("z0r0h1").unwrap())));
     }
 
     /// Without `--prefix`, the rxe commands act on the one testbed with rxe hosts; none or

@@ -325,10 +325,7 @@ impl JobSpec {
     /// The job's rank count as its fields give it: `ranks`, else one per host of a `hosts:`
     /// placement (as `fabric run --placement hosts:...` counts them).
     fn ranks(&self) -> Option<usize> {
-        match Placement::parse(&self.placement) {
-            Ok(p @ Placement::Explicit { .. }) => Some(p.rank_count(self.ranks, 0)),
-            _ => self.ranks,
-        }
+        self.ranks.or_else(|| Placement::parse(&self.placement).ok()?.named_hosts())
     }
 
     /// The message per rank of the job: its own, or the run's default.
@@ -343,21 +340,25 @@ impl JobSpec {
         // Named as the field the count came from: a trace's own, unless `ranks` was given.
         let field = if self.trace.is_some() && self.ranks.is_none() { "trace" } else { "ranks" };
         check_ranks_fit(ranks, all, all).context(field)?;
-        let free = all - used.len();
-        ensure!(
-            self.placement != "place" || ranks <= free,
-            "placement = \"place\": {ranks} ranks need {ranks} free hosts, but the jobs placed before it leave {free} of {all}"
-        );
+        if self.placement == "place" {
+            // `place_on`'s own check, made before the schedule is built.
+            check_ranks_fit(ranks, all - used.len(), all)
+                .context("placement = \"place\": the jobs placed before it")?;
+        }
         Ok(())
     }
 
     fn plan(&self, plan: &Plan, run: &RunSpec, hash: HashMode, used: &BTreeSet<NodeId>) -> Result<PlannedJob> {
-        // Before the schedule is built: it grows as ranks squared (all-to-all).
-        if let Some(ranks) = self.ranks() {
+        // Before the schedule is built when the fields give the count: it grows as ranks squared
+        // (all-to-all). A trace without `ranks` gives its own count, checked once read.
+        let stated = self.ranks();
+        if let Some(ranks) = stated {
             self.check_fits(plan, ranks, used)?;
         }
         let (steps, ranks, workload_label) = self.workload(run.seed)?;
-        self.check_fits(plan, ranks, used)?;
+        if stated.is_none() {
+            self.check_fits(plan, ranks, used)?;
+        }
         let mut spec = run.clone();
         // A trace job's results name a collective too (the schema's field): its label says more.
         spec.workload = Some(self.workload.unwrap_or(Collective::Allreduce));
@@ -536,7 +537,7 @@ straggler = { host = "z0r0h1", factor = 2.0 }
                     job("placement = \"contiguous\""),
                     job("").replace("\"a\"", "\"b\"").replace("ranks = 4", "ranks = 6\nplacement = \"place\"")
                 ),
-                "free hosts",
+                "placement = \"place\": the jobs placed before it: 6 ranks but only 4 hosts are free (4 busy)",
             ),
             (format!("[run]\nhash = \"te\"\n{}", job("hash = \"eecmp\"")), "one mode"),
             (format!("[run]\nqps = 4\n{}", job("qps = 0")), ": qps: 0 is not in"),

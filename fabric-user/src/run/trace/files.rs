@@ -63,7 +63,11 @@ pub fn load(path: &std::path::Path, spmd_ranks: Option<usize>) -> Result<TraceIn
     }
     if spmd {
         let n = spmd_ranks.with_context(|| {
-            format!("{}: one file without a rank number is replayed on every rank: give --ranks", path.display())
+            format!(
+                "{}: one file without a rank number is replayed on every rank: give the rank count \
+                 (--ranks of fabric run trace, --trace-ranks of fabric sim, `ranks` in a jobs file)",
+                path.display()
+            )
         })?;
         let one = input.ranks.pop().expect("one file");
         input.ranks = vec![one; n];
@@ -85,7 +89,6 @@ pub fn read_groups(path: &std::path::Path) -> Result<BTreeMap<String, Vec<usize>
     serde_json::from_str(&text).with_context(|| format!("{}: expected {{\"GROUP\": [RANK, ...]}}", path.display()))
 }
 
-/// The per-rank files of a trace path, with their rank numbers (`None`: a lone, unnumbered file).
 /// A trace's directory and its files with their rank numbers.
 type RankFiles = (std::path::PathBuf, Vec<(Option<usize>, std::path::PathBuf)>);
 
@@ -109,44 +112,48 @@ fn rank_of(p: &std::path::Path) -> Option<(String, usize, bool)> {
     Some((prefix, rank.parse().ok()?, glued))
 }
 
-/// Whether another trace file of `dir` has `path`'s extension and rank prefix: a file whose rank
-/// is glued to its name (`rank3.json`) is one of a set only beside others of the set.
-fn has_numbered_sibling(dir: &std::path::Path, path: &std::path::Path, prefix: &str) -> Result<bool> {
-    use anyhow::Context as _;
-    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
-        let p = e?.path();
-        let same_set = p.extension() == path.extension()
+/// Whether another of `entries` (its directory's) has `path`'s extension and rank prefix: a file
+/// whose rank is glued to its name (`rank3.json`) is one of a set only beside others of the set.
+fn has_numbered_sibling(entries: &[std::path::PathBuf], path: &std::path::Path, prefix: &str) -> bool {
+    entries.iter().any(|p| {
+        p.extension() == path.extension()
             && p.file_name() != path.file_name()
-            && rank_of(&p).is_some_and(|(pre, _, _)| pre == prefix);
-        if same_set {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+            && rank_of(p).is_some_and(|(pre, _, _)| pre == prefix)
+    })
 }
 
+/// The paths in `dir`, read once.
+fn entries_of(dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
+    use anyhow::Context as _;
+    let read = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let entries = read.map(|e| e.map(|e| e.path())).collect::<std::io::Result<_>>();
+    entries.with_context(|| format!("reading {}", dir.display()))
+}
+
+/// The per-rank files of a trace path, with their rank numbers (`None`: a lone, unnumbered file).
 fn rank_files(path: &std::path::Path) -> Result<RankFiles> {
     use anyhow::Context as _;
     let is_trace = |p: &std::path::Path| {
         p.extension().is_some_and(|e| e == "et" || e == "json")
             && p.file_name().is_some_and(|n| n != "comm_groups.json")
     };
-    let (dir, prefix, ext) = if path.is_dir() {
-        (path.to_path_buf(), None, None)
+    let (dir, entries, prefix, ext) = if path.is_dir() {
+        (path.to_path_buf(), entries_of(path)?, None, None)
     } else {
         let dir = path.parent().map_or_else(|| std::path::PathBuf::from("."), std::path::Path::to_path_buf);
         let dir = if dir.as_os_str().is_empty() { std::path::PathBuf::from(".") } else { dir };
         std::fs::metadata(path).with_context(|| format!("reading trace {}", path.display()))?;
-        match rank_of(path) {
-            Some((prefix, _, glued)) if !glued || has_numbered_sibling(&dir, path, &prefix)? => {
-                (dir, Some(prefix), path.extension().map(|e| e.to_os_string()))
-            }
-            _ => return Ok((dir, vec![(None, path.to_path_buf())])),
+        let Some((prefix, _, glued)) = rank_of(path) else {
+            return Ok((dir, vec![(None, path.to_path_buf())]));
+        };
+        let entries = entries_of(&dir)?;
+        if glued && !has_numbered_sibling(&entries, path, &prefix) {
+            return Ok((dir, vec![(None, path.to_path_buf())]));
         }
+        (dir, entries, Some(prefix), path.extension().map(|e| e.to_os_string()))
     };
     let mut files = Vec::new();
-    for e in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
-        let p = e?.path();
+    for p in entries {
         if !is_trace(&p) || ext.as_ref().is_some_and(|x| p.extension() != Some(x.as_os_str())) {
             continue;
         }
@@ -185,6 +192,9 @@ mod tests {
         let et = tmp.path().join("llama3.et");
         copy("dp-step/dp-step.0.et", &et);
         assert_eq!(load(&et, Some(4)).unwrap_or_else(|e| panic!("{e:#}")).ranks.len(), 4);
+        // Without a count, the error names where each command takes one.
+        let e = format!("{:#}", load(&et, None).unwrap_err());
+        assert!(e.contains("--ranks of fabric run trace, --trace-ranks of fabric sim"), "{e}");
         let json = tmp.path().join("resnet50.json");
         copy("tp-pp-step-param/rank0.json", &json);
         assert_eq!(load(&json, Some(4)).unwrap_or_else(|e| panic!("{e:#}")).ranks.len(), 4);
