@@ -197,7 +197,8 @@ fn measure(mut t: Topology, reps: usize) -> Result<BringupRow> {
         testbed::down(PREFIX)?;
         let before = KernelMemory::settled(Duration::from_secs(60))?;
         let start = Instant::now();
-        match testbed::up(&t, true) {
+        // Guarded: a Ctrl-C meanwhile waits for `up` to end, then removes what it built.
+        match testbed::interrupt::guarded_step(|| testbed::up(&t, true)) {
             Ok(summary) => {
                 ups.push(start.elapsed().as_secs_f64());
                 let after = KernelMemory::read()?;

@@ -66,7 +66,13 @@ fn raw_udp(plan: &fabric_user::model::plan::Plan, src: usize, dst: usize, count:
     let both_ready = |other_over: &AtomicBool| -> Result<()> {
         ready.fetch_add(1, Ordering::AcqRel);
         while ready.load(Ordering::Acquire) < 2 {
-            anyhow::ensure!(!other_over.load(Ordering::Acquire), "the other side of the raw UDP test did not start");
+            // Over and never counted as started: the other side failed before it was ready (one
+            // that started and finished fast counted itself first).
+            let over = other_over.load(Ordering::Acquire);
+            anyhow::ensure!(
+                !over || ready.load(Ordering::Acquire) >= 2,
+                "the other side of the raw UDP test did not start"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         Ok(())
@@ -132,7 +138,7 @@ pub fn endpoint() -> Result<EndpointReport> {
     let _ = down("fbench");
     // Made before `up`: a Ctrl-C during it removes the half-built testbed too.
     let _guard = fabric_user::testbed::DownOnDrop::owned("fbench".into());
-    up(&topo, true)?;
+    fabric_user::testbed::interrupt::guarded_step(|| up(&topo, true))?;
     let state = State::load("fbench")?;
     let plan = &state.plan;
     // Two racks apart: RTSW, CTSW, RTSW, as collective traffic crosses the fabric.

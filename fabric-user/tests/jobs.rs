@@ -114,7 +114,7 @@ fn concurrent_jobs_deliver_everything_and_their_uplink_bytes_add_up_to_the_count
     for (text, needle) in [
         (
             "[[job]]\nname = \"a\"\nworkload = \"allreduce\"\nranks = 6\n[[job]]\nname = \"b\"\nworkload = \"allreduce\"\nranks = 4\nplacement = \"place\"\n",
-            "free hosts",
+            "4 ranks but only 2 hosts are free (6 busy)",
         ),
         ("[[job]]\nname = \"a\"\nworkload = \"allreduce\"\nranks = 2\nplacement = \"hosts:z0r0h0,z7r0h0\"\n", "z7r0h0"),
         (

@@ -129,3 +129,39 @@ fn te_beats_eecmp_on_uplink_balance_and_recomputes_its_placement_after_a_link_fa
     assert_eq!(placed["z0r0"].iter().find(|(p, _)| *p == ifname).map(|p| p.1), Some(0), "{placed:?}");
     assert_eq!(measured, placed, "uplink bytes measured (left) vs the recomputed placement (right)");
 }
+
+/// A degraded uplink: `fabric link degrade --rate` itself recomputes the placement at the new
+/// rates, which moves flows off the slow link both ways (up from its rack, and down into it from
+/// its spine), and the job still delivers every byte; restoring the rate places the flows as on
+/// the healthy fabric again.
+#[test]
+fn a_degraded_uplink_is_spared_by_the_placement_both_ways() {
+    let (_guard, state) = common::up(None, &common::unique_prefix('j', 1));
+    let prefix = state.plan.topology.prefix.clone();
+    let te = go(&state, &ring(Some(HashMode::Te)));
+    assert_eq!(te.bytes_delivered, te.bytes_needed);
+    let flows = job_flows(&state, &ring(Some(HashMode::Te)));
+    let healthy = te::assign(&state.plan, &state.down_links, &flows).unwrap();
+    assert_installed(&state, &healthy);
+
+    let rtsw = state.plan.node_by_name("z0r0").unwrap();
+    let ifname = state.plan.nodes[rtsw].ports[state.plan.uplinks(rtsw)[0]].ifname.clone();
+    let link = format!("z0r0:{ifname}");
+    let l = state.plan.find_link(&link).unwrap();
+    let quarter = state.plan.links[l].rate_gbps / 4.0;
+    testbed::fault::degrade(&prefix, &link, Some(quarter), None, None).unwrap_or_else(|e| panic!("{e:#}"));
+    let state = State::load(&prefix).unwrap();
+    let slowed = te::assign(&state.plan_at_degraded_rates(), &state.down_links, &flows).unwrap();
+    assert_installed(&state, &slowed);
+    // Each way of the slow link (directed links 2l and 2l + 1) carries less than it did.
+    let way = |p: &TePlacement, d: usize| p.link_bytes.get(&((2 * l + d) as u32)).copied().unwrap_or(0);
+    for d in 0..2 {
+        assert!(way(&slowed, d) < way(&healthy, d), "way {d}: {} bytes, {} healthy", way(&slowed, d), way(&healthy, d));
+    }
+    let run = go(&state, &ring(None));
+    assert_eq!(run.bytes_delivered, run.bytes_needed, "the job still delivers every byte");
+
+    testbed::fault::restore(&prefix, &link).unwrap_or_else(|e| panic!("{e:#}"));
+    let state = State::load(&prefix).unwrap();
+    assert_installed(&state, &healthy);
+}

@@ -79,7 +79,11 @@ where
                 Rectangle::new([(x0, 0.0), (x0 + 0.8 / k, v)], color.filled())
             }))
             .map_err(err)?
-            .label(format!("{} (max/mean {:.2}, Jain {:.3})", m.mode, m.max_over_mean, m.jain))
+            .label(if m.max_over_mean.is_nan() {
+                format!("{} (no RoCE bytes)", m.mode)
+            } else {
+                format!("{} (max/mean {:.2}, Jain {:.3})", m.mode, m.max_over_mean, m.jain)
+            })
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
     }
     let even = 100.0 / n as f64;

@@ -699,9 +699,9 @@ fn outcome(calibration: &str, sizes: &Sizes, cases: Vec<Case>, verdicts: Vec<Ver
         cases,
         verdicts,
         notes: vec![
-            "TE's controller places flows by bytes over the links that are up; it does not read a link's degraded \
-             rate, so a slow link gets its share as under hashing. Weighting members by capacity (WCMP) is what \
-             moves load off it."
+            "TE's controller places the job's flows by their bytes over each link's rate, the degraded rate \
+             included (both ways of the link), so it moves flows off the slow link, flow by flow; WCMP does it by \
+             weighting the members by capacity, packet by packet, without knowing the flows."
                 .into(),
             "Hashed modes are degraded on the link they loaded most, so ECMP with one QP loses a whole \
              connection's path; that is the point of the comparison, not a bias: it is where ECMP put the bytes."

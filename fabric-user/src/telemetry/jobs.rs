@@ -19,12 +19,20 @@ pub struct JobGauge {
     pub bytes_delivered: u64,
     /// The job's frame bytes per RTSW uplink (`rtsw->ctsw`), from the forwarding model.
     pub uplink_bytes: BTreeMap<String, u64>,
+    /// Not done, and the process that ran it has ended (killed, or failed before writing its
+    /// last gauges): the job will make no more progress. Worked out when read, never written.
+    #[serde(default, skip_serializing)]
+    pub stopped: bool,
 }
 
 /// Every job of the run in progress, and the process running it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct JobsGauges {
     pub pid: u32,
+    /// The process's start time (`sys::process::start_time`), so that another process that
+    /// took its pid is not taken for it; 0 in a file of an older binary (the pid alone).
+    #[serde(default)]
+    pub started: u64,
     pub jobs: Vec<JobGauge>,
 }
 
@@ -41,12 +49,47 @@ impl JobsGauges {
         }
     }
 
-    /// The last jobs run's gauges (kept after the run, so the final values can be scraped).
+    /// The gauges of this process, for its jobs.
+    pub fn of_this_process(jobs: Vec<JobGauge>) -> Self {
+        let started = crate::state::Owner::this_process().map_or(0, |o| o.started);
+        JobsGauges { pid: std::process::id(), started, jobs }
+    }
+
+    /// The last jobs run's gauges (kept after the run, so the final values can be scraped),
+    /// its unfinished jobs marked `stopped` if its process has ended.
     pub fn read(prefix: &str) -> Vec<JobGauge> {
-        std::fs::read(path(prefix))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<JobsGauges>(&b).ok())
-            .map(|g| g.jobs)
-            .unwrap_or_default()
+        Self::read_from(&path(prefix))
+    }
+
+    fn read_from(path: &std::path::Path) -> Vec<JobGauge> {
+        let Some(g) = std::fs::read(path).ok().and_then(|b| serde_json::from_slice::<JobsGauges>(&b).ok()) else {
+            return Vec::new();
+        };
+        let running = crate::state::Owner { pid: g.pid, started: g.started }.is_running();
+        g.jobs.into_iter().map(|j| JobGauge { stopped: !j.done && !running, ..j }).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Jobs of a process that has ended and that were not done are stopped; a done job stays
+    /// done, and the jobs of a process still running are not stopped.
+    #[test]
+    fn unfinished_jobs_of_an_ended_run_are_stopped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("jobs.json");
+        let job = |name: &str, done| JobGauge { job: name.into(), done, steps: 4, steps_done: 2, ..Default::default() };
+        let live = JobsGauges::of_this_process(vec![job("a", false), job("b", true)]);
+        std::fs::write(&path, serde_json::to_vec(&live).unwrap()).unwrap();
+        let read = JobsGauges::read_from(&path);
+        assert_eq!(read.iter().map(|j| j.stopped).collect::<Vec<_>>(), [false, false]);
+        // The same run, its process gone (a start time no process of this pid has).
+        let ended = JobsGauges { started: live.started + 1, ..live.clone() };
+        std::fs::write(&path, serde_json::to_vec(&ended).unwrap()).unwrap();
+        let read = JobsGauges::read_from(&path);
+        assert_eq!(read.iter().map(|j| (j.done, j.stopped)).collect::<Vec<_>>(), [(false, true), (true, false)]);
+        assert!(!String::from_utf8(serde_json::to_vec(&read[0]).unwrap()).unwrap().contains("stopped"));
     }
 }

@@ -369,6 +369,7 @@ pub(crate) mod tests {
                 completion_ns: vec![],
                 bytes_delivered: 4096,
                 uplink_bytes: [("z0r0->z0c1".to_string(), 200)].into(),
+                stopped: false,
             }],
         }
     }

@@ -113,7 +113,7 @@ fn put(mut state: State, l: LinkId, d: Degradation) -> Result<String> {
     };
     // A placed job's flows move off (or back onto) the link by its new rate.
     if d.rate_gbps != before.rate_gbps {
-        super::reinstall_te(&state);
+        super::reinstall_te(&state, &format!("link {label} has its new rate"));
     }
     state.faults.push(FaultEvent::now(kind, &label, &detail));
     state.save()?;

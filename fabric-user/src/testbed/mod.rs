@@ -805,21 +805,18 @@ fn change_links(state: &mut State, changed: &[LinkId], up: bool, down_links: BTr
             set_link_carrier(&state.plan, l, false)?;
         }
     }
-    reinstall_te(state);
+    reinstall_te(state, "the links changed and the switches route around them");
     Ok(())
 }
 
 /// Traffic engineering recomputes its placement over the links in service at their rates (flows
-/// of a host cut off are left out, so a partition does not fail it). A failure is a warning, not
-/// an error: the change it follows has taken effect (a flap must go on to its next step), and
+/// of a host cut off are left out, so a partition does not fail it), after `change` (what the
+/// warning says took effect). A failure is a warning, not an error: the change has taken effect (a flap must go on to its next step), and
 /// the switches stay safe, a flow keeping its old entry where that still names its group and
 /// being hashed elsewhere.
-pub(crate) fn reinstall_te(state: &State) {
+pub(crate) fn reinstall_te(state: &State, change: &str) {
     if let Err(e) = crate::te::reinstall(state) {
-        eprintln!(
-            "warning: the links changed and the switches route around them, but the traffic-engineering \
-             placement could not be recomputed: {e:#}"
-        );
+        eprintln!("warning: {change}, but the traffic-engineering placement could not be recomputed: {e:#}");
     }
 }
 

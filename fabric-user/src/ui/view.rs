@@ -196,7 +196,8 @@ pub struct JobView {
 pub struct JobsRow {
     pub name: String,
     pub job_id: String,
-    /// `waiting` (no step done yet), `running` or `done`.
+    /// `waiting` (no step done yet), `running`, `done`, or `stopped` (its run's process ended
+    /// before it was done).
     pub state: &'static str,
     pub steps_done: u64,
     pub steps: u64,
@@ -209,10 +210,11 @@ pub struct JobsRow {
 
 impl JobsRow {
     pub fn of(g: &crate::telemetry::jobs::JobGauge) -> Self {
-        let state = match (g.done, g.steps_done) {
-            (true, _) => "done",
-            (false, 0) => "waiting",
-            (false, _) => "running",
+        let state = match (g.done, g.stopped, g.steps_done) {
+            (true, _, _) => "done",
+            (false, true, _) => "stopped",
+            (false, false, 0) => "waiting",
+            (false, false, _) => "running",
         };
         JobsRow {
             name: g.job.clone(),
@@ -674,15 +676,18 @@ pub(crate) mod tests {
             completion_ns,
             bytes_delivered: 1000 * steps_done,
             uplink_bytes: Default::default(),
+            stopped: false,
         };
         r.report.jobs = vec![
             gauge("a", 12, true, vec![4_000_000, 5_500_000]),
             gauge("b", 3, false, vec![]),
             gauge("c", 0, false, vec![]),
+            JobGauge { stopped: true, ..gauge("d", 5, false, vec![]) },
         ];
         let (v, _) = build(&plan, &layout, &r, None, 0.0);
         let states: Vec<(&str, &str, f64)> = v.jobs.iter().map(|j| (j.name.as_str(), j.state, j.fraction)).collect();
-        assert_eq!(states, [("a", "done", 1.0), ("b", "running", 0.25), ("c", "waiting", 0.0)]);
+        let stopped = ("d", "stopped", 5.0 / 12.0);
+        assert_eq!(states, [("a", "done", 1.0), ("b", "running", 0.25), ("c", "waiting", 0.0), stopped]);
         assert_eq!((v.jobs[0].iterations_done, v.jobs[0].last_completion_ms), (2, Some(5.5)));
         assert_eq!((v.jobs[1].iterations_done, v.jobs[1].last_completion_ms), (0, None));
         let d = View::down("fab", "no state file", &v.layout_key);

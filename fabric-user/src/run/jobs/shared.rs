@@ -376,9 +376,10 @@ pub(super) fn gauges(jp: &JobsPlan, live: &[&Live], names: &[String], run_id: &s
             completion_ns: l.completions.clone(),
             bytes_delivered: l.bytes_delivered,
             uplink_bytes: job_totals(name, &l.loads),
+            stopped: false,
         })
         .collect();
-    JobsGauges { pid: std::process::id(), jobs }
+    JobsGauges::of_this_process(jobs)
 }
 
 /// The counters' uplink bytes under the forwarding model's labels (`rtsw->peer`).
