@@ -700,8 +700,8 @@ fn outcome(calibration: &str, sizes: &Sizes, cases: Vec<Case>, verdicts: Vec<Ver
         verdicts,
         notes: vec![
             "TE's controller places the job's flows by their bytes over each link's rate, the degraded rate \
-             included (both ways of the link), so it moves flows off the slow link, flow by flow; WCMP does it by \
-             weighting the members by capacity, packet by packet, without knowing the flows."
+             included (both ways of the link), so it moves flows off the slow link, knowing each flow's bytes; WCMP \
+             does it by weighting the members by capacity, flow by flow by hash, without knowing the bytes."
                 .into(),
             "Hashed modes are degraded on the link they loaded most, so ECMP with one QP loses a whole \
              connection's path; that is the point of the comparison, not a bias: it is where ECMP put the bytes."

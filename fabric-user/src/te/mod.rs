@@ -3,11 +3,13 @@
 //! Given the traffic matrix of a job (the flows the endpoints will open, with their bytes, built
 //! exactly as the endpoints build them: `forwarding::flows`), [`assign`] walks the flows largest first
 //! and, at every switch on a flow's way, puts it on the member of the destination's ECMP group
-//! whose link would finish its bytes first with the flow's added: the least (bytes + the flow's)
-//! / the link's rate, so a degraded link gets its share and no more (greedy
+//! by which it would finish first ([`soonest_done`]): that member's link and the links after it
+//! the flow has no choice about (a spine's one link down to the destination's rack), each at
+//! (bytes so far + the flow's) / its rate, the slowest deciding; on a tie, the member whose own
+//! link would finish first. So a degraded link is spared in both directions by its rate (greedy
 //! longest-processing-time-first with a min-max objective per link, Graham 1969: within 4/3 of
-//! the optimum for one tier of identical links; on identical links, the least loaded). The result is a member per flow per switch, installed in each switch's `TE_FLOWS`
-//! map, where it takes precedence over the hash (`fabric_common::te`); flows the controller did
+//! the optimum for one tier of identical links). The result is a member per flow per switch,
+//! installed in each switch's `TE_FLOWS` map, where it takes precedence over the hash (`fabric_common::te`); flows the controller did
 //! not see are hashed as in E-ECMP.
 //!
 //! The job's flows are saved with the testbed's state, so that a link failure (`fabric link
@@ -155,10 +157,11 @@ fn path_of(
 /// The index in `members` (ports of switch `at`) by which a flow of `bytes` to `dst` would
 /// finish soonest: each member's way is its link and the links after it that the flow has no
 /// choice about (groups of one member, as a spine's one link down to the destination's rack),
-/// up to the next choice; a way finishes when its slowest link does, (load + bytes) / rate; the
-/// links every way shares (the destination host's own) are left out, as they tell no way from
-/// another. The lowest index on a tie. On links of one rate and no forced links, the least
-/// loaded member; with a degraded link, its share by rate in both directions.
+/// up to the next choice, short of the destination host's own link (every way ends on it); a way
+/// finishes when its slowest link does, (load + bytes) / rate; links every way crosses are left
+/// out, as they tell no way from another. On a tie (a shared bottleneck further on), the member
+/// whose own link would finish first, then the lowest index. On links of one rate and no forced
+/// links, the least loaded member; with a degraded link, its share by rate in both directions.
 fn soonest_done(
     fabric: &SimFabric,
     at: NodeId,
@@ -167,6 +170,9 @@ fn soonest_done(
     link_bytes: &HashMap<u32, u64>,
     bytes: u64,
 ) -> Option<usize> {
+    if members.len() <= 1 {
+        return (!members.is_empty()).then_some(0);
+    }
     let plan = &fabric.plan;
     let ways: Vec<Vec<(u32, LinkId)>> = members.iter().map(|&port| forced_way(fabric, at, port, dst)).collect();
     // How many ways cross each directed link (a way crosses a link once: it never loops).
@@ -182,12 +188,13 @@ fn soonest_done(
         .iter()
         .map(|w| w.iter().filter(|x| crossing[&x.0] < ways.len()).map(finish).max().unwrap_or(Finish::NOTHING))
         .collect();
-    (0..members.len()).min_by(|&a, &b| costs[a].cmp(&costs[b]).then(a.cmp(&b)))
+    let own = |i: usize| finish(&ways[i][0]);
+    (0..members.len()).min_by(|&a, &b| costs[a].cmp(&costs[b]).then_with(|| own(a).cmp(&own(b))).then(a.cmp(&b)))
 }
 
 /// The directed links (with their link) a flow to `dst` crosses when it leaves switch `at` by
-/// port `port`: that one, then each one it has no choice about, until a switch with a choice,
-/// the destination or a host.
+/// port `port`: that one, then each one it has no choice about, until a switch with a choice or
+/// the destination's own link (which every way crosses).
 fn forced_way(fabric: &SimFabric, at: NodeId, port: usize, dst: NodeId) -> Vec<(u32, LinkId)> {
     let plan = &fabric.plan;
     let mut way = vec![(directed(fabric, at, port), plan.nodes[at].ports[port].link)];
@@ -198,6 +205,9 @@ fn forced_way(fabric: &SimFabric, at: NodeId, port: usize, dst: NodeId) -> Vec<(
         }
         let Some(group) = fabric.group_of(node, dst) else { break };
         let &[only] = fabric.members(node, group) else { break };
+        if plan.nodes[node].ports[only].peer_node == dst {
+            break;
+        }
         way.push((directed(fabric, node, only), plan.nodes[node].ports[only].link));
         node = plan.nodes[node].ports[only].peer_node;
     }
@@ -420,6 +430,28 @@ mod tests {
             assert!(aware_slow[way] < blind_slow[way], "way {way}: {aware_slow:?} vs rate-blind {blind_slow:?}");
         }
         assert!(aware * 1.5 < blind, "the busiest link: rate-aware {aware:.0}, rate-blind {blind:.0}");
+    }
+
+    /// A shared bottleneck further on (every spine's link down into the destination's rack as
+    /// busy) leaves the choice to the member's own link, the least loaded, not the first; and a
+    /// way stops short of the destination host's link, which every way ends on.
+    #[test]
+    fn a_tie_further_on_goes_to_the_least_loaded_own_link() {
+        let plan = Plan::new(&Topology::default_topology());
+        let fabric = SimFabric::from_controller(&plan, &BTreeSet::new());
+        let (rtsw, dst) = (plan.node_by_name("z0r1").unwrap(), plan.node_by_name("z0r0h0").unwrap());
+        let members = fabric.members(rtsw, fabric.group_of(rtsw, dst).unwrap());
+        assert_eq!(members.len(), 4);
+        let mut bytes = HashMap::new();
+        for (i, &port) in members.iter().enumerate() {
+            bytes.insert(directed(&fabric, rtsw, port), if i < 2 { 2 } else { 0 });
+            let spine = plan.nodes[rtsw].ports[port].peer_node;
+            let down = fabric.members(spine, fabric.group_of(spine, dst).unwrap())[0];
+            bytes.insert(directed(&fabric, spine, down), 5);
+            let way = forced_way(&fabric, rtsw, port, dst);
+            assert_eq!(way.len(), 2, "the uplink and the spine's link down, not the host's");
+        }
+        assert_eq!(soonest_done(&fabric, rtsw, members, dst, &bytes, 1), Some(2));
     }
 
     /// A host cut off (its only link down, or its rack switch) cannot be reached by any entry:
