@@ -290,19 +290,22 @@ impl<'a> Overlap<'a> {
     /// ending at 0 there.
     fn end_of(&mut self, root: Node) -> u64 {
         let mut in_progress = std::collections::HashSet::new();
-        let mut stack = vec![(root, false)];
-        while let Some((node, deps_done)) = stack.pop() {
+        // A node comes off the stack twice: first to push what it waits for, then (with that
+        // list, kept so it is built once) to be worked out from their ends.
+        let mut stack: Vec<(Node, Option<Vec<Node>>)> = vec![(root, None)];
+        while let Some((node, deps)) = stack.pop() {
             if self.known(node).is_some() {
                 continue;
             }
-            if deps_done {
-                let t = self.end_from_deps(node);
+            if let Some(deps) = deps {
+                let t = self.end_from_deps(node, &deps);
                 self.set(node, t);
                 in_progress.remove(&node);
             } else if in_progress.insert(node) {
-                stack.push((node, true));
                 let deps = self.deps(node);
-                stack.extend(deps.into_iter().filter(|&d| self.known(d).is_none()).map(|d| (d, false)));
+                let pending: Vec<_> = deps.iter().filter(|&&d| self.known(d).is_none()).map(|&d| (d, None)).collect();
+                stack.push((node, Some(deps)));
+                stack.extend(pending);
             }
         }
         self.known(root).unwrap_or(0)
@@ -353,15 +356,15 @@ impl<'a> Overlap<'a> {
         ops.chain(self.op_compute[o].iter().map(|&(rank, c)| Node::Compute(rank, c))).collect()
     }
 
-    /// When `node` ends, from the ends of what it waits for (worked out already).
-    fn end_from_deps(&self, node: Node) -> u64 {
-        let latest = |deps: Vec<Node>| deps.into_iter().map(|d| self.known(d).unwrap_or(0)).max().unwrap_or(0);
+    /// When `node` ends, from the ends of `deps`, what it waits for (worked out already).
+    fn end_from_deps(&self, node: Node, deps: &[Node]) -> u64 {
+        let latest = deps.iter().map(|&d| self.known(d).unwrap_or(0)).max().unwrap_or(0);
         match node {
-            Node::Round(k) => latest(self.deps(node)) + self.round_ns[k],
-            Node::Op(_) => latest(self.deps(node)),
+            Node::Round(k) => latest + self.round_ns[k],
+            Node::Op(_) => latest,
             Node::Compute(rank, c) => {
                 let micros = self.input.ranks[rank].compute[c].micros;
-                latest(self.deps(node)) + (micros as f64 * 1e3 * self.slowdown[rank] / self.speedup).round() as u64
+                latest + (micros as f64 * 1e3 * self.slowdown[rank] / self.speedup).round() as u64
             }
         }
     }

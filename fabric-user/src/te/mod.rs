@@ -188,8 +188,8 @@ fn soonest_done(
         .iter()
         .map(|w| w.iter().filter(|x| crossing[&x.0] < ways.len()).map(finish).max().unwrap_or(Finish::NOTHING))
         .collect();
-    let own = |i: usize| finish(&ways[i][0]);
-    (0..members.len()).min_by(|&a, &b| costs[a].cmp(&costs[b]).then_with(|| own(a).cmp(&own(b))).then(a.cmp(&b)))
+    let own: Vec<Finish> = ways.iter().map(|w| finish(&w[0])).collect();
+    (0..members.len()).min_by(|&a, &b| costs[a].cmp(&costs[b]).then(own[a].cmp(&own[b])).then(a.cmp(&b)))
 }
 
 /// The directed links (with their link) a flow to `dst` crosses when it leaves switch `at` by
